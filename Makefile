@@ -1,0 +1,46 @@
+# The two commands a new user runs: `make up` and `make test`. Both make .venv when it is
+# missing and install the project into it; a second run skips the install.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+BENCH_STAMP := $(VENV)/.installed-bench
+
+.PHONY: up test lint typecheck proto proto-check pytest bench clean
+
+$(STAMP): pyproject.toml clients/python/pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	@touch $@
+
+up: $(STAMP)
+	$(BIN)/lowtide up $(ARGS)
+
+test: lint typecheck proto-check pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+proto: $(STAMP)
+	$(BIN)/python scripts/gen_protos.py
+
+proto-check: $(STAMP)
+	$(BIN)/python scripts/gen_protos.py --check
+
+pytest: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

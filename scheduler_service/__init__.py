@@ -1,0 +1,1 @@
+"""The scheduler service: task queue, worker streams, dispatch and maintenance."""
