@@ -1,1 +1,29 @@
-from lowtide_client._proto.lowtide.v1 import task_pb2
+"""Python client for lowtide, a cost-aware task scheduler.
+
+``Client`` submits and inspects tasks (``SchedulerService``); ``Worker`` runs activities for
+the tasks the scheduler assigns (``WorkerService.Connect``). Both use ``grpc.aio``. gRPC
+failures surface as ``grpc.aio.AioRpcError``, unwrapped, so their status codes are the
+scheduler's own.
+"""
+
+from lowtide_client._client import FINISHED_STATES, Client
+from lowtide_client._durations import format_duration, parse_duration
+from lowtide_client._errors import NonRetryableError
+from lowtide_client._proto.lowtide.v1.task_pb2 import RetryPolicy, Task, TaskKind, TaskSpec, TaskState
+from lowtide_client._spec import task_spec
+from lowtide_client._worker import Worker
+
+__all__ = [
+    "FINISHED_STATES",
+    "Client",
+    "NonRetryableError",
+    "RetryPolicy",
+    "Task",
+    "TaskKind",
+    "TaskSpec",
+    "TaskState",
+    "Worker",
+    "format_duration",
+    "parse_duration",
+    "task_spec",
+]

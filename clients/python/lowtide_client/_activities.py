@@ -1,0 +1,106 @@
+"""Registered activities and how one attempt's outcome becomes a ``TaskResult``.
+
+Kept apart from the stream handling in ``_worker`` so that the rules for user code (sync vs
+async, what a return value may be, how an exception is reported) sit in one small place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from lowtide_client._errors import NonRetryableError
+from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
+
+__all__ = [
+    "Activity",
+    "ActivityFunction",
+    "ActivityResult",
+    "UnknownActivityType",
+    "failure_result",
+    "invoke",
+    "make_activity",
+    "success_result",
+]
+
+ActivityResult = bytes | str | None
+#: ``fn(payload) -> bytes | str | None``, either a plain function or a coroutine function.
+ActivityFunction = Callable[[bytes], ActivityResult | Awaitable[ActivityResult]]
+
+
+class UnknownActivityType(Exception):
+    """An assignment named an activity type this worker did not register.
+
+    The scheduler only assigns registered types, so this means a mismatch (for example a
+    worker restarted with fewer activities). It is reported as a retryable failure: another
+    worker may well have the activity.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    name: str
+    fn: ActivityFunction
+    local: bool
+    is_async: bool
+
+
+def make_activity(name: str, fn: ActivityFunction, *, local: bool) -> Activity:
+    if not isinstance(name, str) or not name:
+        raise ValueError("an activity needs a non-empty name")
+    if not callable(fn):
+        raise TypeError(f"activity {name!r} must be callable, not {type(fn).__name__}")
+    # Callable objects with an ``async def __call__`` count as coroutine functions too.
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - looking for async __call__, not callability
+    )
+    return Activity(name=name, fn=fn, local=local, is_async=is_async)
+
+
+async def invoke(activity: Activity, payload: bytes, executor: Executor) -> bytes:
+    """Run one attempt of ``activity`` and return its result bytes.
+
+    Coroutine functions run on the event loop; plain functions run in ``executor`` so that
+    blocking code cannot stall the stream (heartbeats, cancels) for the whole worker. The
+    caller's context variables are carried into the thread.
+    """
+    value: ActivityResult | Awaitable[ActivityResult]
+    if activity.is_async:
+        value = activity.fn(payload)
+    else:
+        loop = asyncio.get_running_loop()
+        call = functools.partial(contextvars.copy_context().run, activity.fn, payload)
+        value = await loop.run_in_executor(executor, call)
+    if inspect.isawaitable(value):
+        # A plain function that returns an awaitable (e.g. a lambda around a coroutine).
+        value = await value
+    return _to_bytes(activity.name, value)
+
+
+def _to_bytes(name: str, value: object) -> bytes:
+    if value is None:
+        return b""
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"activity {name!r} returned {type(value).__name__}; return bytes, str or None")
+
+
+def success_result(task: task_pb2.TaskRef, result: bytes) -> worker_pb2.TaskResult:
+    return worker_pb2.TaskResult(task=task, success=result)
+
+
+def failure_result(task: task_pb2.TaskRef, exc: BaseException) -> worker_pb2.TaskResult:
+    """Describe a failed attempt: the class name is the error type the retry policy matches."""
+    failure = task_pb2.TaskFailure(
+        error_type=type(exc).__name__,
+        message=str(exc),
+        non_retryable=isinstance(exc, NonRetryableError),
+    )
+    return worker_pb2.TaskResult(task=task, failure=failure)

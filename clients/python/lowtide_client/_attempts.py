@@ -1,0 +1,224 @@
+"""The attempts a worker runs and the results it has yet to send.
+
+Both outlive any one stream: when the stream breaks, attempts keep running and their results
+wait here for the next stream. The stream code (``_runtime``) only asks this registry what
+to put in a Hello or a Heartbeat, and takes the waiting results when it can write them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from lowtide_client._activities import (
+    Activity,
+    UnknownActivityType,
+    failure_result,
+    invoke,
+    success_result,
+)
+from lowtide_client._log import log_event
+from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
+
+__all__ = ["Attempt", "Attempts"]
+
+# An attempt still running this long after its start-to-close deadline is abandoned. The
+# deadline is on the scheduler's clock, so the margin also absorbs some clock skew.
+_DEADLINE_GRACE = 5.0
+# How long abandoned (cancelled) attempts get to unwind.
+_CANCEL_WAIT = 5.0
+
+
+@dataclass(eq=False, slots=True)
+class Attempt:
+    """One attempt this worker runs; a ``discarded`` attempt is never reported."""
+
+    ref: task_pb2.TaskRef
+    heartbeat_timeout: float | None
+    task: asyncio.Task[None] | None = None
+    deadline_handle: asyncio.TimerHandle | None = None
+    discarded: bool = False
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.ref.task_id, self.ref.attempt)
+
+    def abandon(self) -> None:
+        """Stop the attempt and drop its result: it is no longer this worker's to report."""
+        self.discarded = True
+        if self.task is not None:
+            self.task.cancel()
+
+
+class Attempts:
+    """Starts attempts, collects their results, and forgets the ones taken away from us.
+
+    ``on_result`` is called (on the event loop) whenever a result is added, so that the
+    stream can send it soon; several results that finish before it gets to write travel
+    together.
+    """
+
+    def __init__(
+        self,
+        *,
+        activities: Mapping[str, Activity],
+        executor: Executor,
+        slots: int,
+        on_result: Callable[[], None],
+    ) -> None:
+        self._activities = activities
+        self._executor = executor
+        self._slots = slots
+        # The scheduler only fills free slots; this keeps the limit even if it did not.
+        self._slot_guard = asyncio.Semaphore(slots)
+        self._on_result = on_result
+        self.running: dict[tuple[int, int], Attempt] = {}
+        #: Finished attempts' results, oldest first, not yet written to a stream.
+        self.unsent: list[worker_pb2.TaskResult] = []
+        #: Set whenever an attempt starts (the heartbeat period may have to shrink).
+        self.started = asyncio.Event()
+
+    def running_refs(self) -> list[task_pb2.TaskRef]:
+        return [attempt.ref for attempt in self.running.values()]
+
+    def unreported_refs(self) -> list[task_pb2.TaskRef]:
+        """Attempts still ours: running, or finished with the result not yet sent."""
+        refs = {attempt.key: attempt.ref for attempt in self.running.values()}
+        for result in self.unsent:
+            refs.setdefault((result.task.task_id, result.task.attempt), result.task)
+        return list(refs.values())
+
+    def heartbeat_period(self, interval: float) -> float:
+        """Heartbeat often enough for the lease and for every running attempt's own timeout."""
+        timeouts = [a.heartbeat_timeout for a in self.running.values() if a.heartbeat_timeout]
+        return max(0.05, min([interval, *(t / 3 for t in timeouts)]))
+
+    def tasks(self) -> set[asyncio.Task[None]]:
+        return {attempt.task for attempt in self.running.values() if attempt.task is not None}
+
+    def mark_sent(self, batch: list[worker_pb2.TaskResult]) -> None:
+        sent = {id(result) for result in batch}
+        self.unsent = [result for result in self.unsent if id(result) not in sent]
+
+    def start(self, assignment: worker_pb2.Assignment) -> None:
+        ref = assignment.task
+        key = (ref.task_id, ref.attempt)
+        if key in self.running:
+            log_event(logging.WARNING, "worker.duplicate_assignment", task_id=ref.task_id, attempt=ref.attempt)
+            return
+        if len(self.running) >= self._slots:
+            log_event(logging.WARNING, "worker.over_capacity", running=len(self.running), slots=self._slots)
+        heartbeat_timeout = None
+        if assignment.HasField("heartbeat_timeout"):
+            heartbeat_timeout = assignment.heartbeat_timeout.ToTimedelta().total_seconds() or None
+        attempt = Attempt(
+            ref=task_pb2.TaskRef(task_id=ref.task_id, attempt=ref.attempt),
+            heartbeat_timeout=heartbeat_timeout,
+        )
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(
+            self._execute(attempt, assignment.activity_type, assignment.payload),
+            name=f"lowtide-attempt-{ref.task_id}-{ref.attempt}",
+        )
+        attempt.task = task
+        task.add_done_callback(lambda _: self._finished(attempt))
+        self.running[key] = attempt
+        if assignment.HasField("start_to_close_deadline"):
+            deadline = assignment.start_to_close_deadline.ToDatetime(tzinfo=UTC)
+            remaining = (deadline - datetime.now(UTC)).total_seconds()
+            attempt.deadline_handle = loop.call_later(
+                max(0.0, remaining) + _DEADLINE_GRACE, self._deadline_passed, attempt
+            )
+        self.started.set()
+        log_event(
+            logging.DEBUG,
+            "worker.attempt_started",
+            task_id=ref.task_id,
+            attempt=ref.attempt,
+            activity_type=assignment.activity_type,
+        )
+
+    def forget(self, ref: task_pb2.TaskRef, *, event: str, reason: str) -> None:
+        """Drop an attempt that is no longer ours: stop it, and never report its result."""
+        key = (ref.task_id, ref.attempt)
+        log_event(logging.INFO, event, task_id=ref.task_id, attempt=ref.attempt, reason=reason)
+        attempt = self.running.get(key)
+        if attempt is not None:
+            attempt.abandon()
+        self.unsent = [r for r in self.unsent if (r.task.task_id, r.task.attempt) != key]
+
+    async def abandon_all(self, reason: str) -> None:
+        """Cancel every running attempt without reporting it; the scheduler re-dispatches them.
+
+        A plain function keeps running in its thread until it returns (Python threads cannot
+        be interrupted); only its result is dropped.
+        """
+        attempts = list(self.running.values())
+        for attempt in attempts:
+            log_event(
+                logging.WARNING,
+                "worker.attempt_abandoned",
+                task_id=attempt.ref.task_id,
+                attempt=attempt.ref.attempt,
+                reason=reason,
+            )
+            attempt.abandon()
+        tasks = [a.task for a in attempts if a.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=_CANCEL_WAIT)
+
+    async def _execute(self, attempt: Attempt, activity_type: str, payload: bytes) -> None:
+        # CancelledError (scheduler cancel, deadline, shutdown) propagates: never reported.
+        async with self._slot_guard:
+            activity = self._activities.get(activity_type)
+            try:
+                if activity is None:
+                    raise UnknownActivityType(f"activity {activity_type!r} is not registered on this worker")
+                result = success_result(attempt.ref, await invoke(activity, payload, self._executor))
+            except Exception as exc:
+                log_event(
+                    logging.INFO,
+                    "worker.attempt_failed",
+                    exc_info=True,
+                    task_id=attempt.ref.task_id,
+                    attempt=attempt.ref.attempt,
+                    activity_type=activity_type,
+                    error_type=type(exc).__name__,
+                )
+                result = failure_result(attempt.ref, exc)
+        if attempt.discarded:
+            return
+        self.unsent.append(result)
+        self._on_result()
+
+    def _finished(self, attempt: Attempt) -> None:
+        # A done callback rather than a finally: a task cancelled before its first step never
+        # runs its body, but must still leave the running set.
+        if self.running.get(attempt.key) is attempt:
+            del self.running[attempt.key]
+        if attempt.deadline_handle is not None:
+            attempt.deadline_handle.cancel()
+        task = attempt.task
+        if task is not None and not task.cancelled() and task.exception() is not None:
+            log_event(
+                logging.ERROR,
+                "worker.attempt_crashed",
+                task_id=attempt.ref.task_id,
+                attempt=attempt.ref.attempt,
+                error=repr(task.exception()),
+            )
+
+    def _deadline_passed(self, attempt: Attempt) -> None:
+        # The scheduler has failed this attempt by now; stop spending a slot on it.
+        if self.running.get(attempt.key) is attempt:
+            log_event(
+                logging.WARNING,
+                "worker.attempt_deadline_passed",
+                task_id=attempt.ref.task_id,
+                attempt=attempt.ref.attempt,
+            )
+            attempt.abandon()

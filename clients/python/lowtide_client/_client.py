@@ -1,0 +1,260 @@
+"""The submit side: an asyncio client for ``lowtide.v1.SchedulerService``.
+
+Errors are not wrapped: a failed call raises the ``grpc.aio.AioRpcError`` it got, so the
+status code and details the scheduler chose reach the caller unchanged, and code that
+already handles gRPC errors needs nothing new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import itertools
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from lowtide_client._backoff import Backoff
+from lowtide_client._durations import duration_to_proto, format_duration
+from lowtide_client._log import log_event
+from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
+from lowtide_client._spec import task_spec
+
+__all__ = ["FINISHED_STATES", "Client"]
+
+#: States a task never leaves.
+FINISHED_STATES: frozenset[task_pb2.TaskState.ValueType] = frozenset(
+    {
+        task_pb2.TASK_STATE_COMPLETED,
+        task_pb2.TASK_STATE_FAILED,
+        task_pb2.TASK_STATE_CANCELLED,
+        task_pb2.TASK_STATE_TIMED_OUT,
+        task_pb2.TASK_STATE_SKIPPED,
+        task_pb2.TASK_STATE_SHED,
+    }
+)
+
+# Retrying UNAVAILABLE: 50 ms doubling to 2 s, giving up once about 10 s have been spent.
+_RETRY_INITIAL = 0.05
+_RETRY_MAX = 2.0
+_RETRY_BUDGET = 10.0
+
+# WaitTask holds the call open on the server; one call waits at most this long (the server
+# allows 5 minutes, but shorter slices survive proxies with idle timeouts).
+_WAIT_SLICE = timedelta(seconds=60)
+# The gRPC deadline of a WaitTask call is its wait plus this margin, so that a scheduler that
+# vanished without closing the connection cannot hang wait() forever.
+_WAIT_MARGIN = 10.0
+
+
+class Client:
+    """Submit, inspect, cancel and wait for tasks.
+
+    ``Client("host:port")`` opens an insecure channel lazily (on the first call, inside the
+    running event loop, which ``grpc.aio`` requires) and closes it in ``close()``. Pass
+    ``channel=`` to use your own (TLS, interceptors, options); the client then never closes
+    it, because whoever made it may share it.
+
+    Use it as ``async with Client(...) as client:`` or call ``await client.close()``.
+    """
+
+    def __init__(self, target: str = "127.0.0.1:50051", *, channel: grpc.aio.Channel | None = None) -> None:
+        self._target = target
+        self._channel: Any = channel
+        self._owns_channel = channel is None
+        self._stub: Any = None
+        self._closed = False
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the channel if this client opened it. Safe to call more than once."""
+        self._closed = True
+        channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None and self._owns_channel:
+            await channel.close()
+
+    async def submit(
+        self,
+        activity_type: str,
+        payload: bytes | str = b"",
+        *,
+        queue: str = "default",
+        kind: task_pb2.TaskKind.ValueType | int = task_pb2.TASK_KIND_ACTIVITY,
+        priority: int = 0,
+        idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+        initial_backoff: timedelta | None = None,
+        backoff_coefficient: float | None = None,
+        max_backoff: timedelta | None = None,
+        non_retryable_error_types: Sequence[str] = (),
+        schedule_to_start_timeout: timedelta | None = None,
+        start_to_close_timeout: timedelta | None = None,
+        heartbeat_timeout: timedelta | None = None,
+    ) -> task_pb2.Task:
+        """Submit one task and return it as stored.
+
+        The options are those of ``task_spec``. With an ``idempotency_key`` that names an
+        existing task, that task is returned instead of a new one.
+        """
+        spec = task_spec(
+            activity_type,
+            payload,
+            queue=queue,
+            kind=kind,
+            priority=priority,
+            idempotency_key=idempotency_key,
+            max_attempts=max_attempts,
+            initial_backoff=initial_backoff,
+            backoff_coefficient=backoff_coefficient,
+            max_backoff=max_backoff,
+            non_retryable_error_types=non_retryable_error_types,
+            schedule_to_start_timeout=schedule_to_start_timeout,
+            start_to_close_timeout=start_to_close_timeout,
+            heartbeat_timeout=heartbeat_timeout,
+        )
+        response: scheduler_pb2.SubmitTaskResponse = await self._call(
+            "SubmitTask", scheduler_pb2.SubmitTaskRequest(task=spec)
+        )
+        return response.task
+
+    async def submit_many(
+        self, specs: Iterable[task_pb2.TaskSpec], *, batch_size: int = 1000
+    ) -> builtins.list[scheduler_pb2.SubmittedTask]:
+        """Submit many tasks, ``batch_size`` per ``SubmitTasks`` call; one entry per spec, in order.
+
+        Batching keeps each request well under gRPC's message size limit and bounds the
+        scheduler's transaction. Each batch is all or nothing, but the batches are separate:
+        when one fails, the earlier ones stay submitted. Give the specs idempotency keys to
+        make resubmitting everything after such a failure safe.
+        """
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        submitted: builtins.list[scheduler_pb2.SubmittedTask] = []
+        iterator = iter(specs)
+        while batch := builtins.list(itertools.islice(iterator, batch_size)):
+            response: scheduler_pb2.SubmitTasksResponse = await self._call(
+                "SubmitTasks", scheduler_pb2.SubmitTasksRequest(tasks=batch)
+            )
+            submitted.extend(response.tasks)
+        return submitted
+
+    async def get(self, task_id: int) -> task_pb2.Task:
+        """Return the task with this id (NOT_FOUND when there is none)."""
+        response: scheduler_pb2.GetTaskResponse = await self._call("GetTask", scheduler_pb2.GetTaskRequest(id=task_id))
+        return response.task
+
+    async def cancel(self, task_id: int) -> task_pb2.Task:
+        """Cancel a task: a pending one ends at once, a running one's worker is told to stop."""
+        response: scheduler_pb2.CancelTaskResponse = await self._call(
+            "CancelTask", scheduler_pb2.CancelTaskRequest(id=task_id)
+        )
+        return response.task
+
+    async def list(
+        self,
+        *,
+        queue: str = "",
+        state: task_pb2.TaskState.ValueType | int = task_pb2.TASK_STATE_UNSPECIFIED,
+        activity_type: str = "",
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> scheduler_pb2.ListTasksResponse:
+        """List one page of tasks, newest first; empty filters match everything.
+
+        Pass the response's ``next_page_token`` back as ``page_token`` for the next page
+        (it is empty on the last one). Listed tasks carry no payload or result.
+        """
+        request = scheduler_pb2.ListTasksRequest(
+            queue=queue,
+            state=task_pb2.TaskState.ValueType(state),
+            activity_type=activity_type,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        response: scheduler_pb2.ListTasksResponse = await self._call("ListTasks", request)
+        return response
+
+    # The timeout is part of the request (the scheduler does the waiting), hence the noqa.
+    async def wait(self, task_id: int, *, timeout: timedelta = timedelta(seconds=30)) -> task_pb2.Task:  # noqa: ASYNC109
+        """Wait until the task is finished or ``timeout`` has passed; return it as it is then.
+
+        The scheduler holds each ``WaitTask`` call open until the task finishes, so this
+        costs one call per minute of waiting rather than a polling loop. A timeout of zero
+        (or less) just fetches the task. Check ``task.state`` (or ``FINISHED_STATES``) to
+        tell a finished task from a timeout.
+        """
+        deadline = time.monotonic() + timeout.total_seconds()
+        if timeout <= timedelta(0):
+            return await self.get(task_id)
+        while True:
+            remaining = timedelta(seconds=deadline - time.monotonic())
+            wait_for = min(remaining, _WAIT_SLICE)
+            # Time passes between the check below and here; never ask for a zero or negative
+            # wait, which the scheduler could take for "unset" (30 s) or refuse.
+            wait_for = max(wait_for, timedelta(milliseconds=1))
+            response: scheduler_pb2.WaitTaskResponse = await self._call(
+                "WaitTask",
+                scheduler_pb2.WaitTaskRequest(id=task_id, timeout=duration_to_proto(wait_for)),
+                rpc_timeout=wait_for.total_seconds() + _WAIT_MARGIN,
+            )
+            if response.finished or response.task.state in FINISHED_STATES:
+                return response.task
+            if time.monotonic() >= deadline:
+                return response.task
+
+    def _stubs(self) -> Any:
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        if self._stub is None:
+            if self._channel is None:
+                self._channel = grpc.aio.insecure_channel(self._target)
+            self._stub = scheduler_pb2_grpc.SchedulerServiceStub(self._channel)
+        return self._stub
+
+    async def _call(self, method: str, request: Any, *, rpc_timeout: float | None = None) -> Any:
+        """Make one unary call, retrying UNAVAILABLE with jittered exponential backoff.
+
+        Every call is retried on UNAVAILABLE, submits without an idempotency key included.
+        UNAVAILABLE is what gRPC reports when the connection could not be made or the
+        scheduler is not serving (starting, restarting, failing over), and in those cases
+        the request was never processed, so retrying cannot create a duplicate. The rare
+        exception is a connection lost after the request was sent; a submit may then have
+        been applied, and the retry creates a second task. Callers for whom that matters
+        pass an idempotency key, which makes any retry (ours or theirs) safe. Other status
+        codes mean the scheduler answered, and are raised at once.
+        """
+        backoff = Backoff(initial=_RETRY_INITIAL, maximum=_RETRY_MAX)
+        give_up_at = time.monotonic() + _RETRY_BUDGET
+        while True:
+            rpc = getattr(self._stubs(), method)
+            try:
+                return await rpc(request, timeout=rpc_timeout)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                delay = backoff.next_delay()
+                if time.monotonic() + delay > give_up_at:
+                    raise
+                log_event(
+                    logging.DEBUG,
+                    "client.retrying",
+                    method=method,
+                    delay=format_duration(timedelta(seconds=delay)),
+                    details=exc.details(),
+                )
+                await asyncio.sleep(delay)

@@ -1,0 +1,324 @@
+"""One ``Worker.run()``: the ``WorkerService.Connect`` stream, its reconnects, and shutdown.
+
+A stream starts with a Hello and the scheduler's Welcome; then three tasks run side by side
+until it ends:
+
+* the reader applies scheduler messages (assignments, cancels, drain, rejected reports);
+* the sender is the stream's only writer, fed by one queue, so writes never interleave;
+* the heartbeat loop queues a Heartbeat naming every running attempt.
+
+Attempts and unsent results live in ``Attempts`` and survive a broken stream: the next
+Hello lists the attempts, and the waiting results follow the Welcome. Reports are delivered
+at least once at best: a result written just before the stream broke may be lost, and then
+the scheduler's lease or timeouts re-dispatch the attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import grpc
+
+from lowtide_client._activities import Activity
+from lowtide_client._attempts import Attempts
+from lowtide_client._backoff import Backoff
+from lowtide_client._durations import format_duration
+from lowtide_client._log import log_event
+from lowtide_client._proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
+
+__all__ = ["Runtime", "Settings"]
+
+# Reconnects after UNAVAILABLE or an unexpected end: 100 ms doubling to 5 s.
+_RECONNECT_INITIAL = 0.1
+_RECONNECT_MAX = 5.0
+# Used when the Welcome names no heartbeat interval.
+_DEFAULT_HEARTBEAT = 10.0
+# A scheduler that accepts the stream but never welcomes us is treated like an outage.
+_WELCOME_TIMEOUT = 30.0
+# Once all attempts are over: time to flush the results and let the scheduler end the stream.
+_CLOSE_TIMEOUT = 10.0
+
+
+class _Signal(enum.Enum):
+    FLUSH = "flush"  # write every waiting result now
+    END = "end"  # write every waiting result, then close the request side
+
+
+_Outgoing = worker_pb2.WorkerMessage | _Signal
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    target: str
+    pool: str
+    queues: tuple[str, ...]
+    slots: int
+    max_result_batch: int
+    shutdown_grace: float  # seconds
+
+
+class Runtime:
+    """The state of one run: made by ``Worker.run()`` and dropped when it returns."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        worker_id: str,
+        activities: Mapping[str, Activity],
+        executor: Executor,
+        stop_event: asyncio.Event,
+    ) -> None:
+        self.worker_id = worker_id
+        self._settings = settings
+        self._activity_types = [worker_pb2.ActivityType(name=a.name, local=a.local) for a in activities.values()]
+        self._attempts = Attempts(
+            activities=activities, executor=executor, slots=settings.slots, on_result=self._queue_flush
+        )
+        self._stop_event = stop_event
+        self._closing_event = asyncio.Event()
+        self._stopping = False  # no new work wanted: SlotUpdate(0) sent, or owed to the next stream
+        self._closing = False  # all work over: flush the results and close the stream
+        # The current stream's outgoing queue; None while disconnected.
+        self._outgoing: asyncio.Queue[_Outgoing] | None = None
+        self._flush_queued = False
+
+    async def serve(self, channel: Any) -> None:
+        """Keep a stream up until a stop request has been carried out, or a fatal error."""
+        loop = asyncio.get_running_loop()
+        connection = loop.create_task(self._connection_loop(channel), name="lowtide-worker-stream")
+        try:
+            stop_waiter = loop.create_task(self._stop_event.wait())
+            try:
+                await asyncio.wait({connection, stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop_waiter.cancel()
+            if not connection.done():
+                await self._drain(connection)
+            if not connection.done():
+                self._begin_close()
+                try:
+                    await asyncio.wait_for(connection, _CLOSE_TIMEOUT)
+                except TimeoutError:
+                    log_event(logging.WARNING, "worker.close_timed_out", unsent_results=len(self._attempts.unsent))
+            connection.result()  # raises the stream's fatal error, if there was one
+        finally:
+            connection.cancel()
+            await asyncio.gather(connection, return_exceptions=True)
+            await self._attempts.abandon_all("worker stopped")
+
+    async def _drain(self, connection: asyncio.Task[None]) -> None:
+        """Take no new work and give running attempts up to ``shutdown_grace`` to finish."""
+        self._stopping = True
+        self._send(worker_pb2.WorkerMessage(slot_update=worker_pb2.SlotUpdate(slots=0)))
+        log_event(logging.INFO, "worker.draining", worker_id=self.worker_id, running=len(self._attempts.running))
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + self._settings.shutdown_grace
+        # Assignments already on their way when we stopped still start, so look again each time.
+        while self._attempts.running and not connection.done():
+            remaining = give_up_at - loop.time()
+            if remaining <= 0:
+                break
+            waiting: set[asyncio.Future[Any]] = {connection, *self._attempts.tasks()}
+            await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        if self._attempts.running and not connection.done():
+            await self._attempts.abandon_all("shutdown grace passed")
+
+    def _begin_close(self) -> None:
+        self._closing = True
+        self._closing_event.set()
+        if self._outgoing is not None:
+            self._outgoing.put_nowait(_Signal.END)
+
+    async def _connection_loop(self, channel: Any) -> None:
+        backoff = Backoff(initial=_RECONNECT_INITIAL, maximum=_RECONNECT_MAX)
+        while True:
+            if self._closing and not self._attempts.unsent:
+                return
+            try:
+                if await self._session(channel, backoff):
+                    return
+                reason = "stream ended"
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                reason = f"{exc.code().name}: {exc.details()}"
+            except TimeoutError:
+                reason = "no welcome"
+            if self._closing and not self._attempts.unsent:
+                return
+            delay = backoff.next_delay()
+            log_event(
+                logging.WARNING,
+                "worker.reconnecting",
+                worker_id=self.worker_id,
+                delay=format_duration(timedelta(seconds=delay)),
+                reason=reason,
+                running=len(self._attempts.running),
+                unsent_results=len(self._attempts.unsent),
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing_event.wait(), delay)
+
+    async def _session(self, channel: Any, backoff: Backoff) -> bool:
+        """One stream, from Hello to its end. True when it closed as planned (after stop)."""
+        call = worker_pb2_grpc.WorkerServiceStub(channel).Connect()
+        helpers: list[asyncio.Task[None]] = []
+        try:
+            await call.write(worker_pb2.WorkerMessage(hello=self._hello()))
+            first = await asyncio.wait_for(call.read(), _WELCOME_TIMEOUT)
+            if first is grpc.aio.EOF:
+                return False
+            if first.WhichOneof("message") != "welcome":
+                raise RuntimeError(f"protocol error: expected a Welcome, got {first.WhichOneof('message')}")
+            interval = self._welcome(first.welcome)
+            backoff.reset()
+            queue: asyncio.Queue[_Outgoing] = asyncio.Queue()
+            self._outgoing = queue
+            self._flush_queued = False
+            if self._stopping:
+                queue.put_nowait(worker_pb2.WorkerMessage(slot_update=worker_pb2.SlotUpdate(slots=0)))
+            if self._attempts.unsent:
+                self._queue_flush()
+            if self._closing:
+                queue.put_nowait(_Signal.END)
+            sender = asyncio.create_task(self._send_loop(call, queue))
+            reader = asyncio.create_task(self._read_loop(call))
+            helpers = [sender, reader, asyncio.create_task(self._heartbeat_loop(queue, interval))]
+            await asyncio.wait({sender, reader}, return_when=asyncio.FIRST_COMPLETED)
+            if sender.done() and sender.exception() is None:
+                # All written and the request side closed; the scheduler now ends the stream.
+                await reader
+                return True
+            if not reader.done():
+                # A write failed, so the call is over; the reader learns its status.
+                await asyncio.wait({reader}, timeout=_CLOSE_TIMEOUT)
+            if reader.done():
+                reader.result()  # raises the stream's error, if it had one
+            else:
+                log_event(logging.WARNING, "worker.write_failed", error=repr(sender.exception()))
+            return False
+        finally:
+            self._outgoing = None
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            call.cancel()
+
+    def _hello(self) -> worker_pb2.Hello:
+        # Attempts whose results are still unsent are listed too: they stay this worker's
+        # until the results arrive, right after the Welcome.
+        return worker_pb2.Hello(
+            worker_id=self.worker_id,
+            pool=self._settings.pool,
+            queues=self._settings.queues,
+            activity_types=self._activity_types,
+            slots=self._settings.slots,
+            running=self._attempts.unreported_refs(),
+        )
+
+    def _welcome(self, welcome: worker_pb2.Welcome) -> float:
+        if welcome.worker_id:
+            self.worker_id = welcome.worker_id
+        interval = welcome.heartbeat_interval.ToTimedelta().total_seconds()
+        if interval <= 0:
+            interval = _DEFAULT_HEARTBEAT
+        log_event(
+            logging.INFO,
+            "worker.connected",
+            worker_id=self.worker_id,
+            target=self._settings.target,
+            pool=self._settings.pool,
+            queues=",".join(self._settings.queues),
+            slots=self._settings.slots,
+            heartbeat_interval=format_duration(timedelta(seconds=interval)),
+            running=len(self._attempts.running),
+            unsent_results=len(self._attempts.unsent),
+        )
+        return interval
+
+    async def _send_loop(self, call: Any, queue: asyncio.Queue[_Outgoing]) -> None:
+        """The stream's only writer: queued messages go out in order, results in batches."""
+        while True:
+            item = await queue.get()
+            if item is _Signal.FLUSH:
+                # Cleared before writing, so results finishing meanwhile queue another flush.
+                self._flush_queued = False
+                await self._write_results(call)
+            elif item is _Signal.END:
+                await self._write_results(call)
+                await call.done_writing()
+                log_event(logging.INFO, "worker.stream_closing", worker_id=self.worker_id)
+                return
+            else:
+                await call.write(item)
+
+    async def _write_results(self, call: Any) -> None:
+        # Everything waiting goes out together, max_result_batch per message. A batch leaves
+        # the list only once written, so after a failed write the next stream sends it again.
+        while self._attempts.unsent:
+            batch = self._attempts.unsent[: self._settings.max_result_batch]
+            await call.write(worker_pb2.WorkerMessage(results=worker_pb2.Results(results=batch)))
+            self._attempts.mark_sent(batch)
+            log_event(logging.DEBUG, "worker.results_sent", count=len(batch))
+
+    async def _read_loop(self, call: Any) -> None:
+        while True:
+            message = await call.read()
+            if message is grpc.aio.EOF:
+                return
+            self._handle(message)
+
+    async def _heartbeat_loop(self, queue: asyncio.Queue[_Outgoing], interval: float) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while True:
+            due = last + self._attempts.heartbeat_period(interval) - loop.time()
+            if due <= 0:
+                heartbeat = worker_pb2.Heartbeat(running=self._attempts.running_refs())
+                queue.put_nowait(worker_pb2.WorkerMessage(heartbeat=heartbeat))
+                last = loop.time()
+                continue
+            # A new attempt with a short heartbeat timeout wakes us to shorten the wait.
+            self._attempts.started.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._attempts.started.wait(), due)
+
+    def _send(self, message: worker_pb2.WorkerMessage) -> None:
+        if self._outgoing is not None:
+            self._outgoing.put_nowait(message)
+
+    def _queue_flush(self) -> None:
+        if self._outgoing is not None and not self._flush_queued:
+            self._flush_queued = True
+            self._outgoing.put_nowait(_Signal.FLUSH)
+
+    def _handle(self, message: worker_pb2.SchedulerMessage) -> None:
+        kind = message.WhichOneof("message")
+        if kind == "assignments":
+            for assignment in message.assignments.assignments:
+                if self._closing:
+                    # The stream is closing; the scheduler re-dispatches what it still holds.
+                    ref = assignment.task
+                    log_event(logging.INFO, "worker.assignment_declined", task_id=ref.task_id, attempt=ref.attempt)
+                else:
+                    self._attempts.start(assignment)
+        elif kind == "cancel":
+            for ref in message.cancel.tasks:
+                self._attempts.forget(ref, event="worker.attempt_cancelled", reason="cancelled by the scheduler")
+        elif kind == "rejected":
+            for report in message.rejected.reports:
+                self._attempts.forget(report.task, event="worker.report_rejected", reason=report.reason)
+        elif kind == "drain":
+            log_event(logging.INFO, "worker.drain_requested", reason=message.drain.reason)
+            self._stop_event.set()
+        else:
+            log_event(logging.WARNING, "worker.unexpected_message", kind=kind)

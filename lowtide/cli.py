@@ -1,0 +1,233 @@
+"""The `lowtide` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
+from typing import Any
+
+import grpc
+
+from lowtide import output
+from lowtide.config import Config, load_config
+from lowtide.errors import LowtideError
+from lowtide.logs import configure_logging
+from lowtide_client import Client, TaskKind, TaskState, parse_duration, task_spec
+
+_STATES = {name.removeprefix("TASK_STATE_").lower(): value for name, value in TaskState.items() if value}
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _target(args: argparse.Namespace, config: Config) -> str:
+    return str(args.target or config.scheduler.listen)
+
+
+def _print(args: argparse.Namespace, message: Any, human: str) -> None:
+    print(output.dumps(message) if args.json else human, flush=True)
+
+
+async def _task_submit(args: argparse.Namespace, config: Config) -> int:
+    options: dict[str, Any] = {
+        "queue": args.queue,
+        "priority": args.priority,
+        "kind": TaskKind.Value("TASK_KIND_WORKFLOW") if args.workflow else TaskKind.Value("TASK_KIND_ACTIVITY"),
+        "max_attempts": args.max_attempts,
+        "initial_backoff": args.initial_backoff,
+        "backoff_coefficient": args.backoff_coefficient,
+        "max_backoff": args.max_backoff,
+        "non_retryable_error_types": args.non_retryable or (),
+        "schedule_to_start_timeout": args.schedule_to_start,
+        "start_to_close_timeout": args.start_to_close,
+        "heartbeat_timeout": args.heartbeat_timeout,
+    }
+    async with Client(_target(args, config)) as client:
+        if args.count > 1:
+            specs = [
+                task_spec(
+                    args.type,
+                    args.payload,
+                    idempotency_key=f"{args.idempotency_key}-{i}" if args.idempotency_key else None,
+                    **options,
+                )
+                for i in range(args.count)
+            ]
+            submitted = await client.submit_many(specs)
+            for item in submitted:
+                _print(args, item, f"task {item.id} {'submitted' if item.created else 'exists already'}")
+            return 0
+        task = await client.submit(args.type, args.payload, idempotency_key=args.idempotency_key, **options)
+        if args.wait:
+            task = await client.wait(task.id, timeout=args.wait_timeout)
+        _print(args, task, output.task_line(task))
+    return 0
+
+
+async def _task_get(args: argparse.Namespace, config: Config) -> int:
+    async with Client(_target(args, config)) as client:
+        task = await client.get(args.id)
+        _print(args, task, output.task_line(task))
+    return 0
+
+
+async def _task_cancel(args: argparse.Namespace, config: Config) -> int:
+    async with Client(_target(args, config)) as client:
+        task = await client.cancel(args.id)
+        _print(args, task, output.task_line(task))
+    return 0
+
+
+async def _task_list(args: argparse.Namespace, config: Config) -> int:
+    async with Client(_target(args, config)) as client:
+        token = ""
+        shown = 0
+        while shown < args.limit:
+            page = await client.list(
+                queue=args.queue or "",
+                state=_STATES[args.state] if args.state else 0,
+                activity_type=args.type or "",
+                page_size=min(1000, args.limit - shown),
+                page_token=token,
+            )
+            for task in page.tasks:
+                _print(args, task, output.task_line(task))
+            shown += len(page.tasks)
+            token = page.next_page_token
+            if not token:
+                break
+    return 0
+
+
+async def _demo_worker(args: argparse.Namespace, config: Config) -> int:
+    from lowtide.demo_worker import run_demo_worker
+
+    await run_demo_worker(
+        target=_target(args, config),
+        pool=args.pool,
+        queues=args.queues.split(","),
+        types=args.types.split(","),
+        slots=args.slots,
+        worker_id=args.worker_id,
+    )
+    return 0
+
+
+async def _scheduler_serve(args: argparse.Namespace, config: Config) -> int:
+    from scheduler_service.server import serve
+
+    await serve(config)
+    return 0
+
+
+async def _up(args: argparse.Namespace, config: Config) -> int:
+    from lowtide.up import run_up
+
+    return await run_up(config)
+
+
+Handler = Callable[[argparse.Namespace, Config], Coroutine[Any, Any, int]]
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="TOML configuration file (default: $LOWTIDE_CONFIG)")
+    common.add_argument("--json", action="store_true", help="machine-readable output, one JSON object per line")
+    client = argparse.ArgumentParser(add_help=False)
+    client.add_argument("--target", help="scheduler address (default: [scheduler] listen, 127.0.0.1:50051)")
+
+    parser = argparse.ArgumentParser(prog="lowtide", description="A cost-aware task scheduler.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    up = commands.add_parser("up", parents=[common], help="run lowtide (embedded PostgreSQL unless configured)")
+    up.set_defaults(handler=_up)
+
+    scheduler = commands.add_parser("scheduler", help="the scheduler service")
+    scheduler_commands = scheduler.add_subparsers(dest="scheduler_command", required=True)
+    serve = scheduler_commands.add_parser("serve", parents=[common], help="serve the scheduler (needs a database)")
+    serve.set_defaults(handler=_scheduler_serve)
+
+    task = commands.add_parser("task", help="submit and inspect tasks")
+    task_commands = task.add_subparsers(dest="task_command", required=True)
+    submit = task_commands.add_parser("submit", parents=[common, client], help="submit a task")
+    submit.add_argument("type", help="activity type")
+    submit.add_argument("--payload", default="", help="payload (text)")
+    submit.add_argument("--queue", default="default")
+    submit.add_argument("--priority", type=int, default=0, help="higher runs first (default 0)")
+    submit.add_argument("--workflow", action="store_true", help="submit a workflow task (never held)")
+    submit.add_argument("--idempotency-key")
+    submit.add_argument("--max-attempts", type=int)
+    submit.add_argument("--initial-backoff", type=_duration)
+    submit.add_argument("--backoff-coefficient", type=float)
+    submit.add_argument("--max-backoff", type=_duration)
+    submit.add_argument("--non-retryable", action="append", metavar="ERROR_TYPE")
+    submit.add_argument("--schedule-to-start", type=_duration, metavar="DURATION")
+    submit.add_argument("--start-to-close", type=_duration, metavar="DURATION")
+    submit.add_argument("--heartbeat-timeout", type=_duration, metavar="DURATION")
+    submit.add_argument("--count", type=int, default=1, help="submit N copies in batches")
+    submit.add_argument(
+        "--wait",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="wait for the task to finish before printing it (default: wait up to --wait-timeout)",
+    )
+    submit.add_argument("--wait-timeout", type=_duration, default=timedelta(seconds=10))
+    submit.set_defaults(handler=_task_submit)
+    get = task_commands.add_parser("get", parents=[common, client], help="show a task")
+    get.add_argument("id", type=int)
+    get.set_defaults(handler=_task_get)
+    cancel = task_commands.add_parser("cancel", parents=[common, client], help="cancel a task")
+    cancel.add_argument("id", type=int)
+    cancel.set_defaults(handler=_task_cancel)
+    listing = task_commands.add_parser("list", parents=[common, client], help="list tasks, newest first")
+    listing.add_argument("--queue")
+    listing.add_argument("--state", choices=sorted(_STATES))
+    listing.add_argument("--type")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.set_defaults(handler=_task_list)
+
+    demo = commands.add_parser(
+        "demo-worker", parents=[common, client], help="run a built-in worker (echo, sleep, fail)"
+    )
+    demo.add_argument("--slots", type=int, default=10)
+    demo.add_argument("--pool", default="default")
+    demo.add_argument("--queues", default="default", help="comma-separated")
+    demo.add_argument("--types", default="echo,sleep,fail", help="comma-separated")
+    demo.add_argument("--worker-id")
+    demo.set_defaults(handler=_demo_worker)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    configure_logging()
+    try:
+        config = load_config(args.config)
+        handler: Handler = args.handler
+        return asyncio.run(handler(args, config))
+    except LowtideError as error:
+        print(f"lowtide: {error}", file=sys.stderr)
+        return 2
+    except grpc.aio.AioRpcError as error:
+        if getattr(args, "json", False):
+            print(
+                json.dumps({"error": {"code": error.code().name, "message": error.details()}}),
+                file=sys.stderr,
+            )
+        else:
+            print(f"lowtide: {error.code().name}: {error.details()}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

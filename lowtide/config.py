@@ -1,0 +1,128 @@
+"""Configuration: a TOML file (`--config` or LOWTIDE_CONFIG), every key overridable from the
+environment as LOWTIDE_<SECTION>_<KEY> (e.g. `[scheduler] listen` <- LOWTIDE_SCHEDULER_LISTEN,
+`[database] url` <- LOWTIDE_DATABASE_URL). Durations are written `250ms`, `5s`, `10m`, `2h`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from lowtide.errors import ConfigError
+from lowtide_client._durations import parse_duration
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    # No URL: `lowtide up` starts an embedded PostgreSQL whose data lives in data_dir.
+    url: str = ""
+    data_dir: str = "~/.local/share/lowtide"
+    pool_min: int = 2
+    pool_max: int = 16
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    listen: str = "127.0.0.1:50051"
+    # The fallback when no wake-up arrives; submits and freed slots wake dispatch at once.
+    poll_interval: timedelta = timedelta(milliseconds=500)
+    # Workers send a heartbeat this often; silence for lease_timeout loses them their tasks.
+    heartbeat_interval: timedelta = timedelta(seconds=2)
+    lease_timeout: timedelta = timedelta(seconds=10)
+    # Time-driven work (timeouts, lost leases) runs this often, on the leader only.
+    maintenance_interval: timedelta = timedelta(milliseconds=500)
+    leader_lease: timedelta = timedelta(seconds=5)
+    max_payload_bytes: int = 1024 * 1024
+    max_batch_tasks: int = 10_000
+    max_message_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    """Defaults for a task whose retry policy leaves a field unset."""
+
+    max_attempts: int = 3
+    initial_backoff: timedelta = timedelta(seconds=1)
+    backoff_coefficient: float = 2.0
+    max_backoff: timedelta = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class TypeConfig:
+    """Per activity type settings, from `[types.NAME]`."""
+
+    max_concurrency: int | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    database: DatabaseConfig = field(default_factory=DatabaseConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    types: Mapping[str, TypeConfig] = field(default_factory=dict)
+
+
+_SECTIONS = {"database": DatabaseConfig, "scheduler": SchedulerConfig, "retry": RetryConfig}
+
+
+def _coerce(section: str, key: str, kind: Any, raw: Any) -> Any:
+    where = f"[{section}] {key}"
+    try:
+        if kind == "timedelta" or kind is timedelta:
+            return raw if isinstance(raw, timedelta) else parse_duration(str(raw))
+        if kind in ("int", int):
+            if isinstance(raw, bool):
+                raise ValueError("not an integer")
+            return int(raw)
+        if kind in ("float", float):
+            return float(raw)
+        if kind in ("str", str):
+            return str(raw)
+        if kind in ("int | None",):
+            return None if raw in (None, "") else int(raw)
+    except ValueError as error:
+        raise ConfigError(f"{where}: {error}") from None
+    raise ConfigError(f"{where}: unsupported type {kind}")  # pragma: no cover
+
+
+def _section(name: str, cls: type[Any], values: Mapping[str, Any], env: Mapping[str, str]) -> Any:
+    known = {f.name: f.type for f in fields(cls)}
+    unknown = set(values) - set(known)
+    if unknown:
+        raise ConfigError(f"[{name}]: unknown key(s) {', '.join(sorted(unknown))}")
+    merged: dict[str, Any] = dict(values)
+    for key in known:
+        env_key = f"LOWTIDE_{name}_{key}".upper()
+        if env_key in env:
+            merged[key] = env[env_key]
+    return replace(cls(), **{k: _coerce(name, k, known[k], v) for k, v in merged.items()})
+
+
+def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Reads the TOML file (when given, or named by LOWTIDE_CONFIG) and applies the environment."""
+    env = os.environ if env is None else env
+    path = path or env.get("LOWTIDE_CONFIG") or None
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except OSError as error:
+            raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError(f"config file {path}: {error}") from None
+    unknown = set(data) - {*_SECTIONS, "types"}
+    if unknown:
+        raise ConfigError(f"unknown section(s) {', '.join(sorted(unknown))}")
+    sections = {name: _section(name, cls, data.get(name, {}), env) for name, cls in _SECTIONS.items()}
+    types: dict[str, TypeConfig] = {}
+    for type_name, values in data.get("types", {}).items():
+        types[type_name] = _section(f"types.{type_name}", TypeConfig, values, {})
+        limit = types[type_name].max_concurrency
+        if limit is not None and limit < 1:
+            raise ConfigError(f"[types.{type_name}] max_concurrency: must be at least 1")
+    return Config(types=types, **sections)

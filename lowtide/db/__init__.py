@@ -1,0 +1,11 @@
+"""PostgreSQL access shared by both services: a small connector over psycopg, named queries
+loaded from `.sql` files, numbered migrations, and the embedded server for laptops.
+
+Nothing outside this package imports psycopg.
+"""
+
+from lowtide.db.connector import Database, Transaction
+from lowtide.db.migrations import apply_migrations
+from lowtide.db.queries import load_queries
+
+__all__ = ["Database", "Transaction", "apply_migrations", "load_queries"]

@@ -1,0 +1,112 @@
+"""The connector: a psycopg 3 async pool behind a small surface.
+
+`wrap_exceptions` turns driver errors into lowtide's own, so callers never import psycopg: a lost
+or unreachable server becomes DatabaseUnavailable (UNAVAILABLE to a gRPC client, never a silent
+success).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg.rows import dict_row
+
+from lowtide.errors import DatabaseUnavailable
+
+Row = dict[str, Any]
+Params = Mapping[str, Any]
+
+
+@contextlib.contextmanager
+def wrap_exceptions() -> Iterator[None]:
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg.errors.AdminShutdown) as error:
+        raise DatabaseUnavailable(f"database unavailable: {str(error).strip() or type(error).__name__}") from error
+
+
+class Transaction:
+    """One connection inside a transaction. Obtained from `Database.transaction()`."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:
+        self._conn = conn
+
+    async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:
+        with wrap_exceptions():
+            cur = await self._conn.execute(sql, params)
+            return await cur.fetchall() if cur.description else []
+
+    async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
+        rows = await self.fetch(sql, params)
+        return rows[0] if rows else None
+
+    async def execute(self, sql: str, params: Params | None = None) -> int:
+        with wrap_exceptions():
+            cur = await self._conn.execute(sql, params)
+            return cur.rowcount
+
+
+class Database:
+    def __init__(self, url: str, *, min_size: int = 2, max_size: int = 16) -> None:
+        self.url = url
+        self._pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[Row]] = psycopg_pool.AsyncConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            # A pool that cannot get a connection in this time fails the request instead
+            # of hanging it while the database is away.
+            timeout=5.0,
+            reconnect_timeout=0,
+        )
+
+    async def open(self, *, wait: bool = True) -> None:
+        with wrap_exceptions():
+            await self._pool.open(wait=wait, timeout=10.0)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        with wrap_exceptions():
+            async with self._pool.connection() as conn, conn.transaction():
+                yield Transaction(conn)
+
+    async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:
+        with wrap_exceptions():
+            async with self._pool.connection() as conn:
+                return await Transaction(conn).fetch(sql, params)
+
+    async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
+        rows = await self.fetch(sql, params)
+        return rows[0] if rows else None
+
+    async def execute(self, sql: str, params: Params | None = None) -> int:
+        with wrap_exceptions():
+            async with self._pool.connection() as conn:
+                return await Transaction(conn).execute(sql, params)
+
+    @contextlib.asynccontextmanager
+    async def listen(self, *channels: str) -> AsyncIterator[AsyncIterator[str]]:
+        """A dedicated connection LISTENing on the channels; yields an iterator of payloads."""
+        with wrap_exceptions():
+            conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        try:
+            for channel in channels:
+                await conn.execute(f'LISTEN "{channel}"')
+
+            async def payloads() -> AsyncIterator[str]:
+                with wrap_exceptions():
+                    async for notify in conn.notifies():
+                        yield f"{notify.channel}:{notify.payload}"
+
+            yield payloads()
+        finally:
+            with contextlib.suppress(Exception):
+                await conn.close()

@@ -1,0 +1,49 @@
+"""`lowtide demo-worker`: a built-in worker with three activities, for trying lowtide out.
+
+- `echo`: returns its payload.
+- `sleep`: sleeps for the number of seconds in its payload (e.g. `0.5`), then returns it.
+- `fail`: raises, with the payload as the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from lowtide_client import Worker
+
+ACTIVITIES = ("echo", "sleep", "fail")
+
+
+class DemoFailure(Exception):
+    """Raised by the `fail` activity."""
+
+
+async def echo(payload: bytes) -> bytes:
+    return payload
+
+
+async def sleep(payload: bytes) -> bytes:
+    text = payload.decode() or "1"
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ValueError(f"sleep: payload must be a number of seconds, got {text!r}") from None
+    await asyncio.sleep(seconds)
+    return payload
+
+
+async def fail(payload: bytes) -> bytes:
+    raise DemoFailure(payload.decode(errors="replace") or "failed on purpose")
+
+
+async def run_demo_worker(
+    *, target: str, pool: str, queues: list[str], types: list[str], slots: int, worker_id: str | None
+) -> None:
+    functions = {"echo": echo, "sleep": sleep, "fail": fail}
+    unknown = set(types) - set(functions)
+    if unknown:
+        raise SystemExit(f"demo-worker: unknown type(s) {', '.join(sorted(unknown))}; have {', '.join(ACTIVITIES)}")
+    worker = Worker(target=target, pool=pool, queues=queues, slots=slots, worker_id=worker_id)
+    for name in types:
+        worker.register(name, functions[name])
+    await worker.run(install_signal_handlers=True)

@@ -1,0 +1,47 @@
+"""The project's exceptions: one root, one class per way things go wrong.
+
+Each class's docstring is its default message. Servicers turn these into gRPC statuses in one
+place (`lowtide.grpc_status`), so nothing below the servicers knows about gRPC and nothing above
+the database adapter knows about psycopg.
+"""
+
+from __future__ import annotations
+
+
+class LowtideError(Exception):
+    """Something went wrong in lowtide."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class InvalidArgument(LowtideError):
+    """A request field has a value lowtide cannot accept."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {problem}")
+
+
+class TooLarge(LowtideError):
+    """A request is larger than the configured limit."""
+
+
+class NotFound(LowtideError):
+    """No such object."""
+
+
+class AlreadyExists(LowtideError):
+    """The object already exists."""
+
+
+class FailedPrecondition(LowtideError):
+    """The request cannot be carried out in the current state."""
+
+
+class DatabaseUnavailable(LowtideError):
+    """The database cannot be reached; nothing was stored. Retry later."""
+
+
+class ConfigError(LowtideError):
+    """The configuration is not valid."""

@@ -1,0 +1,67 @@
+"""The batch completer: reports from every worker are applied together, one statement per batch.
+
+While a batch is being written the next one gathers, so under load batches grow by themselves
+and the cost per report falls. A batch that cannot be written (database away) is kept and
+retried: a report the worker was told nothing about is never dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from lowtide.errors import DatabaseUnavailable
+from scheduler_service.domain.model import Outcome
+from scheduler_service.sessions import WorkerSession
+from scheduler_service.store import Store
+
+log = logging.getLogger("lowtide.scheduler.completer")
+
+MAX_BATCH = 2000
+
+
+class Completer:
+    def __init__(self, store: Store, *, on_applied: Callable[[int], None] | None = None) -> None:
+        self._store = store
+        self._pending: list[tuple[Outcome, WorkerSession | None]] = []
+        self._ready = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._on_applied = on_applied
+
+    def add(self, outcome: Outcome, session: WorkerSession | None) -> None:
+        self._pending.append((outcome, session))
+        self._idle.clear()
+        self._ready.set()
+
+    async def flushed(self) -> None:
+        """Waits until every report added so far has been written."""
+        await self._idle.wait()
+
+    async def run(self) -> None:
+        delay = 0.05
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._pending:
+                batch = self._pending[:MAX_BATCH]
+                try:
+                    applied = await self._store.finish([(o, s.worker_id if s else None) for o, s in batch])
+                except DatabaseUnavailable as error:
+                    log.warning("completer.retrying", extra={"error": str(error), "batch": len(batch)})
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                delay = 0.05
+                del self._pending[: len(batch)]
+                stale: dict[int, tuple[WorkerSession, list[tuple[int, int]]]] = {}
+                for outcome, session in batch:
+                    ref = (outcome.task_id, outcome.attempt)
+                    if ref not in applied and session is not None:
+                        stale.setdefault(id(session), (session, []))[1].append(ref)
+                for session, refs in stale.values():
+                    session.reject(refs, "the attempt is no longer this worker's (lease lost, cancelled or timed out)")
+                if self._on_applied is not None:
+                    self._on_applied(len(applied))
+            self._idle.set()

@@ -1,0 +1,183 @@
+"""Proto in, domain out (with validation), and rows back to proto.
+
+Validation is pure: a bad field raises InvalidArgument naming the field and what is wrong, or
+TooLarge for a payload over the limit, before anything is stored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from lowtide.config import RetryConfig
+from lowtide.errors import InvalidArgument, TooLarge
+from lowtide_client._proto.lowtide.v1 import task_pb2
+from scheduler_service.domain.model import Kind, NewTask, RetryPolicy, State
+
+MAX_NAME = 200
+MAX_KEY = 500
+MAX_DURATION = timedelta(days=366)
+MAX_ATTEMPTS = 10_000
+
+STATE_TO_PROTO = {state: getattr(task_pb2, f"TASK_STATE_{state.name}") for state in State}
+PROTO_TO_STATE = {v: k for k, v in STATE_TO_PROTO.items()}
+KIND_TO_PROTO = {Kind.ACTIVITY: task_pb2.TASK_KIND_ACTIVITY, Kind.WORKFLOW: task_pb2.TASK_KIND_WORKFLOW}
+PROTO_TO_KIND = {
+    task_pb2.TASK_KIND_UNSPECIFIED: Kind.ACTIVITY,
+    task_pb2.TASK_KIND_ACTIVITY: Kind.ACTIVITY,
+    task_pb2.TASK_KIND_WORKFLOW: Kind.WORKFLOW,
+}
+
+
+def duration(field: str, value: duration_pb2.Duration) -> timedelta:
+    if value.seconds < 0 or value.nanos < 0:
+        raise InvalidArgument(field, "must not be negative")
+    if not 0 <= value.nanos < 1_000_000_000:
+        raise InvalidArgument(field, "nanos out of range")
+    if value.seconds > MAX_DURATION.total_seconds():
+        raise InvalidArgument(field, f"must be at most {MAX_DURATION.days} days")
+    return timedelta(seconds=value.seconds, microseconds=value.nanos // 1000)
+
+
+def optional_duration(field: str, message: Any, name: str, *, positive: bool = True) -> timedelta | None:
+    if not message.HasField(name):
+        return None
+    value = duration(f"{field}.{name}" if field else name, getattr(message, name))
+    if positive and value <= timedelta(0):
+        raise InvalidArgument(f"{field}.{name}" if field else name, "must be greater than zero")
+    return value
+
+
+def name(field: str, value: str, *, default: str | None = None) -> str:
+    if not value:
+        if default is None:
+            raise InvalidArgument(field, "must not be empty")
+        return default
+    if len(value) > MAX_NAME:
+        raise InvalidArgument(field, f"must be at most {MAX_NAME} characters")
+    if value != value.strip() or any(ch < " " for ch in value):
+        raise InvalidArgument(field, "must not contain control characters or surrounding spaces")
+    return value
+
+
+def retry_policy(spec: task_pb2.RetryPolicy | None, defaults: RetryConfig) -> RetryPolicy:
+    field = "retry_policy"
+    if spec is None:
+        spec = task_pb2.RetryPolicy()
+    if spec.max_attempts > MAX_ATTEMPTS:
+        raise InvalidArgument(f"{field}.max_attempts", f"must be at most {MAX_ATTEMPTS}")
+    coefficient = spec.backoff_coefficient
+    if math.isnan(coefficient) or math.isinf(coefficient):
+        raise InvalidArgument(f"{field}.backoff_coefficient", "must be a finite number")
+    if coefficient != 0 and not 1.0 <= coefficient <= 100.0:
+        raise InvalidArgument(f"{field}.backoff_coefficient", "must be between 1 and 100")
+    initial = optional_duration(field, spec, "initial_backoff", positive=False)
+    maximum = optional_duration(field, spec, "max_backoff", positive=False)
+    policy = RetryPolicy(
+        max_attempts=spec.max_attempts or defaults.max_attempts,
+        initial_backoff=defaults.initial_backoff if initial is None else initial,
+        backoff_coefficient=coefficient or defaults.backoff_coefficient,
+        max_backoff=defaults.max_backoff if maximum is None else maximum,
+        non_retryable_error_types=tuple(
+            name(f"{field}.non_retryable_error_types", t) for t in spec.non_retryable_error_types
+        ),
+    )
+    if maximum is not None and policy.initial_backoff > policy.max_backoff:
+        raise InvalidArgument(f"{field}.max_backoff", "must not be less than initial_backoff")
+    if maximum is None and policy.max_backoff < policy.initial_backoff:
+        policy = RetryPolicy(
+            policy.max_attempts,
+            policy.initial_backoff,
+            policy.backoff_coefficient,
+            policy.initial_backoff,
+            policy.non_retryable_error_types,
+        )
+    return policy
+
+
+def new_task(spec: task_pb2.TaskSpec, *, defaults: RetryConfig, max_payload: int) -> NewTask:
+    if spec.kind not in PROTO_TO_KIND:
+        raise InvalidArgument("kind", f"unknown task kind {spec.kind}")
+    if len(spec.payload) > max_payload:
+        raise TooLarge(f"payload: {len(spec.payload)} bytes is over the limit of {max_payload} bytes")
+    if len(spec.idempotency_key) > MAX_KEY:
+        raise InvalidArgument("idempotency_key", f"must be at most {MAX_KEY} characters")
+    return NewTask(
+        queue=name("queue", spec.queue, default="default"),
+        kind=PROTO_TO_KIND[spec.kind],
+        activity_type=name("activity_type", spec.activity_type),
+        payload=spec.payload,
+        priority=spec.priority,
+        idempotency_key=spec.idempotency_key or None,
+        retry=retry_policy(spec.retry_policy if spec.HasField("retry_policy") else None, defaults),
+        schedule_to_start=optional_duration("", spec, "schedule_to_start_timeout"),
+        start_to_close=optional_duration("", spec, "start_to_close_timeout"),
+        heartbeat=optional_duration("", spec, "heartbeat_timeout"),
+    )
+
+
+def state_filter(value: int) -> str | None:
+    if value == task_pb2.TASK_STATE_UNSPECIFIED:
+        return None
+    if value not in PROTO_TO_STATE:
+        raise InvalidArgument("state", f"unknown task state {value}")
+    return PROTO_TO_STATE[value].value
+
+
+def _ms_duration(ms: int | None) -> duration_pb2.Duration | None:
+    if ms is None:
+        return None
+    out = duration_pb2.Duration()
+    out.FromMilliseconds(ms)
+    return out
+
+
+def _timestamp(value: datetime | None) -> timestamp_pb2.Timestamp | None:
+    if value is None:
+        return None
+    out = timestamp_pb2.Timestamp()
+    out.FromDatetime(value)
+    return out
+
+
+def task_message(row: Mapping[str, Any]) -> task_pb2.Task:
+    failure = None
+    if row["error_type"] is not None:
+        failure = task_pb2.TaskFailure(
+            error_type=row["error_type"],
+            message=row["error_message"] or "",
+            non_retryable=bool(row["error_non_retryable"]),
+        )
+    return task_pb2.Task(
+        id=row["id"],
+        queue=row["queue"],
+        kind=KIND_TO_PROTO[Kind(row["kind"])],
+        activity_type=row["activity_type"],
+        payload=row["payload"] or b"",
+        priority=row["priority"],
+        idempotency_key=row["idempotency_key"] or "",
+        state=STATE_TO_PROTO[State(row["state"])],
+        attempt=row["attempt"],
+        retry_policy=task_pb2.RetryPolicy(
+            max_attempts=row["max_attempts"],
+            initial_backoff=_ms_duration(row["initial_backoff_ms"]),
+            backoff_coefficient=row["backoff_coefficient"],
+            max_backoff=_ms_duration(row["max_backoff_ms"]),
+            non_retryable_error_types=row["non_retryable_error_types"],
+        ),
+        schedule_to_start_timeout=_ms_duration(row["schedule_to_start_ms"]),
+        start_to_close_timeout=_ms_duration(row["start_to_close_ms"]),
+        heartbeat_timeout=_ms_duration(row["heartbeat_ms"]),
+        created_at=_timestamp(row["created_at"]),
+        run_at=_timestamp(row["run_at"]),
+        started_at=_timestamp(row["started_at"]),
+        finished_at=_timestamp(row["finished_at"]),
+        result=row["result"] or b"",
+        last_failure=failure,
+        worker_id=row["worker_id"] or "",
+        cancel_requested=row["cancel_requested"],
+    )

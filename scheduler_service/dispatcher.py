@@ -1,0 +1,93 @@
+"""Dispatch: each connected worker has a loop that claims up to its free slots and pushes the
+claimed tasks down its stream in one message.
+
+A loop sleeps until woken — by a submit (in this process or, through NOTIFY, in another), by a
+freed slot, by a cancel — or until the poll interval passes, which is only the fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from datetime import timedelta
+
+from google.protobuf import duration_pb2
+
+from lowtide.db.connector import Row
+from lowtide.errors import DatabaseUnavailable
+from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
+from scheduler_service.convert import KIND_TO_PROTO
+from scheduler_service.domain.model import Kind
+from scheduler_service.sessions import WorkerSession
+from scheduler_service.store import Store, attempt_of
+
+log = logging.getLogger("lowtide.scheduler.dispatcher")
+
+
+class Dispatcher:
+    def __init__(self, store: Store, *, poll_interval: timedelta, limits: Mapping[str, int]) -> None:
+        self._store = store
+        self._poll = poll_interval.total_seconds()
+        self._limits = dict(limits)
+
+    async def run(self, session: WorkerSession) -> None:
+        """Feeds one worker until its session closes."""
+        delay = 0.05
+        while not session.closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(session.wake.wait(), self._poll)
+            session.wake.clear()
+            free = session.free
+            if free <= 0:
+                continue
+            try:
+                rows = await self._store.claim(
+                    worker_id=session.worker_id,
+                    queues=session.queues,
+                    worker_types=session.activity_types,
+                    limit=free,
+                    limits=self._limits,
+                )
+            except DatabaseUnavailable as error:
+                log.warning("dispatch.claim_failed", extra={"error": str(error)})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            delay = 0.05
+            if not rows:
+                continue
+            if session.closed:
+                # The worker left while the claim ran: hand the attempts back untouched.
+                await self._store.unclaim(session.worker_id, [(r["id"], r["attempt"]) for r in rows])
+                return
+            assignments = []
+            for row in rows:
+                session.in_flight[row["id"]] = attempt_of(row)
+                assignments.append(assignment(row))
+            session.send(worker_pb2.SchedulerMessage(assignments=worker_pb2.Assignments(assignments=assignments)))
+            if len(rows) == free:
+                # A full batch: more may be waiting, so claim again without sleeping.
+                session.wake.set()
+
+
+def assignment(row: Row) -> worker_pb2.Assignment:
+    message = worker_pb2.Assignment(
+        task=task_pb2.TaskRef(task_id=row["id"], attempt=row["attempt"]),
+        queue=row["queue"],
+        kind=KIND_TO_PROTO[Kind(row["kind"])],
+        activity_type=row["activity_type"],
+        payload=row["payload"],
+    )
+    if row["close_deadline"] is not None:
+        message.start_to_close_deadline.FromDatetime(row["close_deadline"])
+    if row["heartbeat_ms"] is not None:
+        message.heartbeat_timeout.CopyFrom(_duration_ms(int(row["heartbeat_ms"])))
+    return message
+
+
+def _duration_ms(ms: int) -> duration_pb2.Duration:
+    out = duration_pb2.Duration()
+    out.FromMilliseconds(ms)
+    return out

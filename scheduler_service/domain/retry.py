@@ -1,0 +1,39 @@
+"""What follows an attempt: success, a retry after backoff, or the end."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from scheduler_service.domain.model import TIMEOUT_ERRORS, Attempt, Failure, Outcome, RetryPolicy, State
+
+
+def backoff(policy: RetryPolicy, attempt: int) -> timedelta:
+    """The wait before the attempt after `attempt` (1-based): initial x coefficient^(attempt-1), capped."""
+    initial = policy.initial_backoff.total_seconds()
+    cap = policy.max_backoff.total_seconds()
+    if initial <= 0 or cap <= 0:
+        return timedelta(0) if initial <= 0 else policy.max_backoff
+    # Compared in log space: the coefficient raised to a large attempt number overflows a float.
+    exponent = max(0, attempt - 1)
+    if math.log(initial) + exponent * math.log(policy.backoff_coefficient) >= math.log(cap):
+        return policy.max_backoff
+    return timedelta(seconds=initial * policy.backoff_coefficient**exponent)
+
+
+def after_success(attempt: Attempt, result: bytes) -> Outcome:
+    return Outcome(attempt.task_id, attempt.attempt, State.COMPLETED, result=result)
+
+
+def after_failure(attempt: Attempt, failure: Failure, now: datetime) -> Outcome:
+    """Retries with backoff unless the failure is non-retryable or attempts are used up.
+
+    A task whose last attempt timed out ends TIMED_OUT, any other FAILED.
+    """
+    policy = attempt.retry
+    retryable = not failure.non_retryable and failure.error_type not in policy.non_retryable_error_types
+    if retryable and attempt.attempt < policy.max_attempts:
+        run_at = now + backoff(policy, attempt.attempt)
+        return Outcome(attempt.task_id, attempt.attempt, State.PENDING, failure=failure, run_at=run_at)
+    final = State.TIMED_OUT if failure.error_type in TIMEOUT_ERRORS else State.FAILED
+    return Outcome(attempt.task_id, attempt.attempt, final, failure=failure)

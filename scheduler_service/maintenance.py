@@ -1,0 +1,84 @@
+"""Time-driven work, done once across replicas by the holder of the leader lease: ending attempts
+past their start_to_close or heartbeat deadline or whose worker's lease is gone, timing out tasks
+past their schedule_to_start deadline, and forgetting workers whose lease ran out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from lowtide.errors import DatabaseUnavailable
+from scheduler_service.domain.model import Failure, Outcome
+from scheduler_service.domain.retry import after_failure
+from scheduler_service.sessions import Registry
+from scheduler_service.store import Store, attempt_of
+
+log = logging.getLogger("lowtide.scheduler.maintenance")
+
+LEADER = "scheduler.maintenance"
+
+_MESSAGES = {
+    "StartToCloseTimeout": "the attempt ran past its start_to_close timeout",
+    "HeartbeatTimeout": "no heartbeat for the attempt within its heartbeat timeout",
+    "WorkerLost": "the worker running the attempt was lost (no heartbeat within its lease)",
+}
+
+
+class Maintenance:
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        *,
+        holder: str,
+        interval: timedelta,
+        lease: timedelta,
+        on_requeued: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._holder = holder
+        self._interval = interval.total_seconds()
+        self._lease = lease
+        self._on_requeued = on_requeued
+        self.leading = False
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    self.leading = await self._store.try_lead(LEADER, self._holder, self._lease)
+                    if self.leading:
+                        await self.tick()
+                except DatabaseUnavailable as error:
+                    self.leading = False
+                    log.warning("maintenance.database_unavailable", extra={"error": str(error)})
+                await asyncio.sleep(self._interval)
+        finally:
+            if self.leading:
+                with contextlib.suppress(DatabaseUnavailable, asyncio.CancelledError):
+                    await asyncio.shield(self._store.resign(LEADER, self._holder))
+
+    async def tick(self, now: datetime | None = None) -> None:
+        await self._store.expire_schedule_to_start()
+        expired = await self._store.expired_attempts()
+        if expired:
+            now = now or datetime.now(UTC)
+            outcomes: list[tuple[Outcome, str | None]] = []
+            for row in expired:
+                failure = Failure(row["reason"], _MESSAGES[row["reason"]])
+                outcomes.append((after_failure(attempt_of(row), failure, now), None))
+            applied = await self._store.finish(outcomes)
+            for outcome, _ in outcomes:
+                ref = (outcome.task_id, outcome.attempt)
+                if ref in applied:
+                    holder = self._registry.holder_of(*ref)
+                    if holder is not None:
+                        holder.cancel([ref])
+            log.info("maintenance.attempts_ended", extra={"count": len(applied)})
+            self._on_requeued()
+        await self._store.delete_expired_workers()

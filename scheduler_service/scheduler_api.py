@@ -1,0 +1,156 @@
+"""SchedulerService: submit, get, cancel, list and wait. Thin: proto in, store call, proto out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeAlias
+
+import grpc
+
+from lowtide.config import Config
+from lowtide.errors import InvalidArgument, NotFound, TooLarge
+from lowtide.grpc_status import handles_errors
+from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc
+from scheduler_service import convert
+from scheduler_service.sessions import Registry
+from scheduler_service.store import Store
+
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+
+MAX_PAGE = 1000
+MAX_WAIT = timedelta(minutes=5)
+FINISHED = {"completed", "failed", "cancelled", "timed_out", "skipped", "shed"}
+
+
+class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
+    def __init__(self, *, config: Config, store: Store, registry: Registry, wake: Callable[[], None]) -> None:
+        self._config = config
+        self._store = store
+        self._registry = registry
+        self._wake = wake
+        self._finished = asyncio.Condition()
+
+    async def task_finished(self) -> None:
+        """Called when attempts were applied, so waiters look again at once."""
+        async with self._finished:
+            self._finished.notify_all()
+
+    def _validate(self, spec: Any) -> Any:
+        return convert.new_task(
+            spec,
+            defaults=self._config.retry,
+            max_payload=self._config.scheduler.max_payload_bytes,
+        )
+
+    @handles_errors
+    async def SubmitTask(
+        self, request: scheduler_pb2.SubmitTaskRequest, context: Context
+    ) -> scheduler_pb2.SubmitTaskResponse:
+        if not request.HasField("task"):
+            raise InvalidArgument("task", "is required")
+        task = self._validate(request.task)
+        [submitted] = await self._store.insert_tasks([task])
+        self._wake()
+        row = await self._store.get_task(submitted.id)
+        assert row is not None
+        return scheduler_pb2.SubmitTaskResponse(task=convert.task_message(row), created=submitted.created)
+
+    @handles_errors
+    async def SubmitTasks(
+        self, request: scheduler_pb2.SubmitTasksRequest, context: Context
+    ) -> scheduler_pb2.SubmitTasksResponse:
+        limit = self._config.scheduler.max_batch_tasks
+        if len(request.tasks) > limit:
+            raise TooLarge(f"tasks: {len(request.tasks)} tasks is over the limit of {limit} per batch")
+        tasks = []
+        for index, spec in enumerate(request.tasks):
+            try:
+                tasks.append(self._validate(spec))
+            except InvalidArgument as error:
+                raise InvalidArgument(f"tasks[{index}].{error.field}", str(error).split(": ", 1)[1]) from None
+            except TooLarge as error:
+                raise TooLarge(f"tasks[{index}].{error}") from None
+        if not tasks:
+            return scheduler_pb2.SubmitTasksResponse()
+        submitted = await self._store.insert_tasks(tasks)
+        self._wake()
+        return scheduler_pb2.SubmitTasksResponse(
+            tasks=[scheduler_pb2.SubmittedTask(id=s.id, created=s.created) for s in submitted]
+        )
+
+    async def _get(self, task_id: int) -> Any:
+        if task_id <= 0:
+            raise InvalidArgument("id", "must be a positive task id")
+        row = await self._store.get_task(task_id)
+        if row is None:
+            raise NotFound(f"task {task_id} not found")
+        return row
+
+    @handles_errors
+    async def GetTask(self, request: scheduler_pb2.GetTaskRequest, context: Context) -> scheduler_pb2.GetTaskResponse:
+        return scheduler_pb2.GetTaskResponse(task=convert.task_message(await self._get(request.id)))
+
+    @handles_errors
+    async def CancelTask(
+        self, request: scheduler_pb2.CancelTaskRequest, context: Context
+    ) -> scheduler_pb2.CancelTaskResponse:
+        if request.id <= 0:
+            raise InvalidArgument("id", "must be a positive task id")
+        row = await self._store.cancel(request.id)
+        if row is None:
+            raise NotFound(f"task {request.id} not found")
+        if row["previous_state"] == "running" and row["worker_id"]:
+            session = self._registry.get(row["worker_id"])
+            if session is not None:
+                session.cancel([(row["id"], row["attempt"])])
+        return scheduler_pb2.CancelTaskResponse(task=convert.task_message(row))
+
+    @handles_errors
+    async def ListTasks(
+        self, request: scheduler_pb2.ListTasksRequest, context: Context
+    ) -> scheduler_pb2.ListTasksResponse:
+        if request.page_size > MAX_PAGE:
+            raise InvalidArgument("page_size", f"must be at most {MAX_PAGE}")
+        before_id = None
+        if request.page_token:
+            if not request.page_token.isdigit():
+                raise InvalidArgument("page_token", "is not a token this service gave out")
+            before_id = int(request.page_token)
+        size = request.page_size or 100
+        rows = await self._store.list_tasks(
+            queue=request.queue or None,
+            state=convert.state_filter(request.state),
+            activity_type=request.activity_type or None,
+            before_id=before_id,
+            limit=size + 1,
+        )
+        more = len(rows) > size
+        rows = rows[:size]
+        return scheduler_pb2.ListTasksResponse(
+            tasks=[convert.task_message(r) for r in rows],
+            next_page_token=str(rows[-1]["id"]) if more else "",
+        )
+
+    @handles_errors
+    async def WaitTask(
+        self, request: scheduler_pb2.WaitTaskRequest, context: Context
+    ) -> scheduler_pb2.WaitTaskResponse:
+        timeout = timedelta(seconds=30)
+        if request.HasField("timeout"):
+            timeout = convert.duration("timeout", request.timeout)
+        if timeout > MAX_WAIT:
+            raise InvalidArgument("timeout", "must be at most 5m")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout.total_seconds()
+        while True:
+            row = await self._get(request.id)
+            left = deadline - loop.time()
+            if row["state"] in FINISHED or left <= 0:
+                return scheduler_pb2.WaitTaskResponse(task=convert.task_message(row), finished=row["state"] in FINISHED)
+            # Woken when this replica applies results; the short cap covers other replicas.
+            async with self._finished:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._finished.wait(), min(left, 0.25))

@@ -1,0 +1,168 @@
+"""Wires the scheduler together and serves it: `start_scheduler(config)` for tests and `up`,
+`serve(config)` for `lowtide scheduler serve` (runs until SIGTERM or SIGINT)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from lowtide.config import Config
+from lowtide.db import Database, apply_migrations
+from lowtide.errors import ConfigError, DatabaseUnavailable
+from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
+from scheduler_service.completer import Completer
+from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.maintenance import Maintenance
+from scheduler_service.scheduler_api import SchedulerApi
+from scheduler_service.sessions import Registry
+from scheduler_service.store import Store
+from scheduler_service.worker_stream import WorkerStream
+
+log = logging.getLogger("lowtide.scheduler")
+
+SERVICES = (
+    scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name,
+    worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+)
+
+
+@dataclass
+class Scheduler:
+    """A running scheduler replica."""
+
+    config: Config
+    db: Database
+    store: Store
+    registry: Registry
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    stream: WorkerStream
+    port: int
+    scheduler_id: str
+    background: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def target(self) -> str:
+        host = self.config.scheduler.listen.rsplit(":", 1)[0]
+        return f"{host}:{self.port}"
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Graceful: health goes NOT_SERVING, workers are told to drain, streams end, then exit."""
+        await self.health.enter_graceful_shutdown()
+        self.stream.stopping = True
+        await self.server.stop(grace)
+        for task in self.background:
+            task.cancel()
+        for task in self.background:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.db.close()
+
+
+async def _listen(db: Database, registry: Registry) -> None:
+    """Wake-ups and cancels from other replicas (and this one), through LISTEN/NOTIFY."""
+    delay = 0.1
+    while True:
+        try:
+            async with db.listen("lowtide_wake", "lowtide_cancel") as notifications:
+                delay = 0.1
+                async for note in notifications:
+                    channel, _, payload = note.partition(":")
+                    if channel == "lowtide_wake":
+                        registry.wake_all()
+                    elif channel == "lowtide_cancel":
+                        task_id, attempt, worker_id = payload.split(":", 2)
+                        session = registry.get(worker_id)
+                        if session is not None:
+                            session.cancel([(int(task_id), int(attempt))])
+        except DatabaseUnavailable as error:
+            log.warning("listen.reconnecting", extra={"error": str(error)})
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)
+
+
+async def start_scheduler(config: Config, *, database_url: str | None = None) -> Scheduler:
+    url = database_url or config.database.url
+    if not url:
+        raise ConfigError("no database URL: set LOWTIDE_DATABASE_URL or [database] url")
+    await apply_migrations(url)
+    db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
+    await db.open()
+    store = Store(db)
+    registry = Registry()
+    scheduler_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+    limits = {t: c.max_concurrency for t, c in config.types.items() if c.max_concurrency is not None}
+    cfg = config.scheduler
+
+    api: SchedulerApi | None = None
+
+    def applied(count: int) -> None:
+        if api is not None and count:
+            asyncio.get_running_loop().create_task(api.task_finished())
+
+    completer = Completer(store, on_applied=applied)
+    dispatcher = Dispatcher(store, poll_interval=cfg.poll_interval, limits=limits)
+    api = SchedulerApi(config=config, store=store, registry=registry, wake=registry.wake_all)
+    stream = WorkerStream(
+        store=store,
+        registry=registry,
+        dispatcher=dispatcher,
+        completer=completer,
+        scheduler_id=scheduler_id,
+        heartbeat_interval=cfg.heartbeat_interval,
+        lease_timeout=cfg.lease_timeout,
+        limits=limits,
+    )
+    maintenance = Maintenance(
+        store,
+        registry,
+        holder=scheduler_id,
+        interval=cfg.maintenance_interval,
+        lease=cfg.leader_lease,
+        on_requeued=registry.wake_all,
+    )
+    options = [
+        ("grpc.max_receive_message_length", cfg.max_message_bytes),
+        ("grpc.max_send_message_length", cfg.max_message_bytes),
+    ]
+    server = grpc.aio.server(options=options)
+    scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server(api, server)
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(stream, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((*SERVICES, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
+    port = server.add_insecure_port(cfg.listen)
+    if port == 0:
+        await db.close()
+        raise ConfigError(f"[scheduler] listen: cannot listen on {cfg.listen}")
+    await server.start()
+    for service in ("", *SERVICES):
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    background = [
+        asyncio.create_task(completer.run(), name="completer"),
+        asyncio.create_task(maintenance.run(), name="maintenance"),
+        asyncio.create_task(_listen(db, registry), name="listen"),
+    ]
+    log.info("scheduler.started", extra={"listen": cfg.listen, "port": port, "scheduler_id": scheduler_id})
+    return Scheduler(config, db, store, registry, server, health_servicer, stream, port, scheduler_id, background)
+
+
+async def serve(config: Config, *, database_url: str | None = None) -> None:
+    scheduler = await start_scheduler(config, database_url=database_url)
+    print(f"lowtide scheduler listening on {scheduler.target}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("scheduler.stopping")
+    await scheduler.stop()

@@ -1,0 +1,101 @@
+"""Connected workers, one session per Connect stream, and the registry that finds them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
+from scheduler_service.domain.model import Attempt
+
+
+class WorkerSession:
+    """What the scheduler knows of one connected worker.
+
+    `in_flight` holds the attempts it was sent and has not reported: the worker's busy slots.
+    Reports are fenced against it first (cheap), then against the database (authoritative).
+    """
+
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        pool: str,
+        queues: tuple[str, ...],
+        activity_types: tuple[str, ...],
+        slots: int,
+    ) -> None:
+        self.worker_id = worker_id
+        self.pool = pool
+        self.queues = queues
+        self.activity_types = activity_types
+        self.slots = slots
+        self.in_flight: dict[int, Attempt] = {}
+        self.outbox: asyncio.Queue[worker_pb2.SchedulerMessage] = asyncio.Queue()
+        self.wake = asyncio.Event()
+        self.closed = False
+        self.draining = False
+        # Set once its unreported attempts have been ended, so that is never done twice.
+        self.released = False
+
+    @property
+    def free(self) -> int:
+        if self.closed or self.draining:
+            return 0
+        return max(0, self.slots - len(self.in_flight))
+
+    def send(self, message: worker_pb2.SchedulerMessage) -> None:
+        if not self.closed:
+            self.outbox.put_nowait(message)
+
+    def cancel(self, refs: list[tuple[int, int]]) -> None:
+        """Stops attempts on the worker; they no longer take its slots."""
+        dropped = []
+        for task_id, attempt in refs:
+            held = self.in_flight.get(task_id)
+            if held is not None and held.attempt == attempt:
+                del self.in_flight[task_id]
+                dropped.append(task_pb2.TaskRef(task_id=task_id, attempt=attempt))
+        if dropped:
+            self.send(worker_pb2.SchedulerMessage(cancel=worker_pb2.CancelTasks(tasks=dropped)))
+            self.wake.set()
+
+    def reject(self, refs: list[tuple[int, int]], reason: str) -> None:
+        if not refs:
+            return
+        reports = [
+            worker_pb2.RejectedReport(task=task_pb2.TaskRef(task_id=t, attempt=a), reason=reason) for t, a in refs
+        ]
+        self.send(worker_pb2.SchedulerMessage(rejected=worker_pb2.ReportsRejected(reports=reports)))
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._sessions: dict[str, WorkerSession] = {}
+
+    def __iter__(self) -> Iterator[WorkerSession]:
+        return iter(list(self._sessions.values()))
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, worker_id: str) -> WorkerSession | None:
+        return self._sessions.get(worker_id)
+
+    def add(self, session: WorkerSession) -> None:
+        self._sessions[session.worker_id] = session
+
+    def remove(self, session: WorkerSession) -> None:
+        if self._sessions.get(session.worker_id) is session:
+            del self._sessions[session.worker_id]
+
+    def wake_all(self) -> None:
+        for session in self._sessions.values():
+            session.wake.set()
+
+    def holder_of(self, task_id: int, attempt: int) -> WorkerSession | None:
+        for session in self._sessions.values():
+            held = session.in_flight.get(task_id)
+            if held is not None and held.attempt == attempt:
+                return session
+        return None

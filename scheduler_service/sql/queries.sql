@@ -1,0 +1,256 @@
+-- insert_tasks --
+-- Stores a batch of tasks; a row whose idempotency key exists already is not inserted.
+INSERT INTO lowtide.tasks (
+    queue, kind, activity_type, payload, priority, idempotency_key,
+    max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable_error_types,
+    schedule_to_start_ms, start_to_close_ms, heartbeat_ms, schedule_to_start_deadline
+)
+SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_key,
+       n.max_attempts, n.initial_backoff_ms, n.backoff_coefficient, n.max_backoff_ms,
+       string_to_array(n.non_retryable, E'\x1f'),
+       n.schedule_to_start_ms, n.start_to_close_ms, n.heartbeat_ms,
+       now() + n.schedule_to_start_ms * interval '1 millisecond'
+FROM unnest(
+    %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
+    %(priorities)s::int[], %(idempotency_keys)s::text[], %(max_attempts)s::int[],
+    %(initial_backoff_ms)s::bigint[], %(backoff_coefficients)s::float8[], %(max_backoff_ms)s::bigint[],
+    %(non_retryable)s::text[], %(schedule_to_start_ms)s::bigint[], %(start_to_close_ms)s::bigint[],
+    %(heartbeat_ms)s::bigint[]
+) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, idempotency_key, max_attempts,
+                      initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable,
+                      schedule_to_start_ms, start_to_close_ms, heartbeat_ms, ord)
+ORDER BY n.ord
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, idempotency_key
+
+-- tasks_by_idempotency_key --
+-- The ids of existing tasks with these idempotency keys.
+SELECT id, idempotency_key FROM lowtide.tasks WHERE idempotency_key = ANY(%(keys)s::text[])
+
+-- notify_wake --
+-- Wakes the dispatchers of every scheduler replica (delivered at commit).
+SELECT pg_notify('lowtide_wake', '')
+
+-- get_task --
+-- One task, whole.
+SELECT * FROM lowtide.tasks WHERE id = %(id)s
+
+-- get_tasks --
+-- Several tasks, whole.
+SELECT * FROM lowtide.tasks WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id
+
+-- list_tasks --
+-- A page of tasks, newest first, without payloads and results.
+SELECT id, queue, kind, activity_type, ''::bytea AS payload, priority, idempotency_key, state, attempt,
+       max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms,
+       non_retryable_error_types, schedule_to_start_ms, start_to_close_ms, heartbeat_ms, created_at,
+       run_at, started_at, finished_at, NULL::bytea AS result, error_type, error_message,
+       error_non_retryable, worker_id, cancel_requested
+FROM lowtide.tasks
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(activity_type)s::text IS NULL OR activity_type = %(activity_type)s::text)
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- lock_types --
+-- Serialises claims of concurrency-limited types across replicas, until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtext('lowtide.type:' || t))
+FROM unnest(%(types)s::text[]) AS t ORDER BY t
+
+-- count_running_by_type --
+-- How many attempts of each of these types run now.
+SELECT activity_type, count(*)::int AS running
+FROM lowtide.tasks
+WHERE state = 'running' AND activity_type = ANY(%(types)s::text[])
+GROUP BY activity_type
+
+-- claim_tasks --
+-- Takes up to %(limit)s due pending tasks for one worker: best priority first, FIFO within a
+-- priority, each type capped at its room. One index walk per (queue, type), so rows of types
+-- outside the plan (held, at their limit, or not this worker's) are never read.
+WITH candidates AS (
+    SELECT c.id, c.priority, c.run_at, ty.cap,
+           row_number() OVER (PARTITION BY ty.activity_type
+                              ORDER BY c.priority DESC, c.run_at, c.id) AS nth
+    FROM unnest(%(queues)s::text[]) AS q(queue)
+    CROSS JOIN unnest(%(types)s::text[], %(caps)s::int[]) AS ty(activity_type, cap)
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.priority, t.run_at
+        FROM lowtide.tasks t
+        WHERE t.state = 'pending' AND t.queue = q.queue AND t.activity_type = ty.activity_type
+          AND t.run_at <= now()
+        ORDER BY t.priority DESC, t.run_at, t.id
+        LIMIT ty.cap
+        FOR UPDATE SKIP LOCKED
+    ) c
+),
+chosen AS (
+    SELECT id FROM candidates WHERE nth <= cap
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+)
+UPDATE lowtide.tasks t
+SET state = 'running',
+    attempt = t.attempt + 1,
+    worker_id = %(worker_id)s,
+    started_at = now(),
+    close_deadline = now() + t.start_to_close_ms * interval '1 millisecond',
+    heartbeat_deadline = now() + t.heartbeat_ms * interval '1 millisecond',
+    schedule_to_start_deadline = NULL
+FROM chosen
+WHERE t.id = chosen.id
+RETURNING t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
+          t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
+          t.close_deadline, t.heartbeat_ms, t.priority, t.run_at
+
+-- unclaim_tasks --
+-- Hands claimed attempts back untouched (their worker left before they were sent).
+UPDATE lowtide.tasks t
+SET state = 'pending', attempt = t.attempt - 1, worker_id = NULL, started_at = NULL,
+    close_deadline = NULL, heartbeat_deadline = NULL,
+    schedule_to_start_deadline = t.run_at + t.schedule_to_start_ms * interval '1 millisecond'
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt)
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.state = 'running' AND t.worker_id = %(worker_id)s
+
+-- finish_attempts --
+-- Applies what follows a batch of attempts, fenced by (id, attempt, running, worker): a report
+-- for an attempt that is no longer the worker's changes nothing and is left out of RETURNING.
+UPDATE lowtide.tasks t
+SET state = o.state,
+    result = o.result,
+    error_type = COALESCE(o.error_type, t.error_type),
+    error_message = COALESCE(o.error_message, t.error_message),
+    error_non_retryable = COALESCE(o.non_retryable, t.error_non_retryable),
+    run_at = COALESCE(o.run_at, t.run_at),
+    finished_at = CASE WHEN o.state = 'pending' THEN NULL ELSE now() END,
+    schedule_to_start_deadline = CASE WHEN o.state = 'pending'
+        THEN o.run_at + t.schedule_to_start_ms * interval '1 millisecond' END,
+    worker_id = CASE WHEN o.state = 'pending' THEN NULL ELSE t.worker_id END,
+    close_deadline = NULL,
+    heartbeat_deadline = NULL
+FROM unnest(
+    %(ids)s::bigint[], %(attempts)s::int[], %(worker_ids)s::text[], %(states)s::text[],
+    %(results)s::bytea[], %(error_types)s::text[], %(error_messages)s::text[],
+    %(non_retryable)s::bool[], %(run_ats)s::timestamptz[]
+) AS o(id, attempt, worker_id, state, result, error_type, error_message, non_retryable, run_at)
+WHERE t.id = o.id AND t.attempt = o.attempt AND t.state = 'running'
+  AND (o.worker_id IS NULL OR t.worker_id = o.worker_id)
+RETURNING t.id, t.attempt, t.state
+
+-- running_attempts_of_worker --
+-- The attempts a worker runs, locked, to end them when the worker is gone.
+SELECT id, attempt, max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms,
+       non_retryable_error_types
+FROM lowtide.tasks
+WHERE state = 'running' AND worker_id = %(worker_id)s
+FOR UPDATE SKIP LOCKED
+
+-- adopt_attempts --
+-- The attempts a reconnecting worker says it still runs and that are still its own.
+SELECT id, attempt, max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms,
+       non_retryable_error_types, activity_type
+FROM lowtide.tasks t
+JOIN unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt) USING (id, attempt)
+WHERE t.state = 'running' AND t.worker_id = %(worker_id)s
+
+-- expired_attempts --
+-- Running attempts past a deadline or whose worker's lease is gone, locked, with the reason.
+SELECT t.id, t.attempt, t.max_attempts, t.initial_backoff_ms, t.backoff_coefficient,
+       t.max_backoff_ms, t.non_retryable_error_types, t.worker_id,
+       CASE WHEN t.close_deadline < now() THEN 'StartToCloseTimeout'
+            WHEN t.heartbeat_deadline < now() THEN 'HeartbeatTimeout'
+            ELSE 'WorkerLost' END AS reason
+FROM lowtide.tasks t
+LEFT JOIN lowtide.workers w ON w.id = t.worker_id
+WHERE t.state = 'running'
+  AND (t.close_deadline < now() OR t.heartbeat_deadline < now()
+       OR w.id IS NULL OR w.lease_expires_at < now())
+LIMIT %(limit)s
+FOR UPDATE OF t SKIP LOCKED
+
+-- expire_schedule_to_start --
+-- Ends pending tasks whose start deadline has passed.
+UPDATE lowtide.tasks
+SET state = 'timed_out', finished_at = now(), error_type = 'ScheduleToStartTimeout',
+    error_message = 'not started within its schedule_to_start timeout', error_non_retryable = true,
+    schedule_to_start_deadline = NULL
+WHERE id IN (
+    SELECT id FROM lowtide.tasks
+    WHERE state = 'pending' AND schedule_to_start_deadline < now()
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id
+
+-- heartbeat_attempts --
+-- Pushes back the heartbeat deadline of a worker's running attempts.
+UPDATE lowtide.tasks t
+SET heartbeat_deadline = now() + t.heartbeat_ms * interval '1 millisecond'
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt)
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.state = 'running'
+  AND t.worker_id = %(worker_id)s AND t.heartbeat_ms IS NOT NULL
+
+-- cancel_task --
+-- Ends a pending or running task as cancelled; returns it with the state it had before.
+WITH old AS (
+    SELECT id, state, attempt, worker_id FROM lowtide.tasks WHERE id = %(id)s FOR UPDATE
+)
+UPDATE lowtide.tasks t
+SET cancel_requested = true,
+    state = CASE WHEN old.state IN ('pending', 'running') THEN 'cancelled' ELSE t.state END,
+    finished_at = CASE WHEN old.state IN ('pending', 'running') THEN now() ELSE t.finished_at END,
+    close_deadline = NULL,
+    heartbeat_deadline = NULL,
+    schedule_to_start_deadline = NULL
+FROM old
+WHERE t.id = old.id
+RETURNING t.*, old.state AS previous_state
+
+-- notify_cancel --
+-- Tells every replica to stop an attempt on its worker (payload: id:attempt:worker).
+SELECT pg_notify('lowtide_cancel', %(payload)s)
+
+-- upsert_worker --
+-- Records a connected worker and starts its lease.
+INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at)
+VALUES (%(id)s, %(pool)s, %(queues)s, %(activity_types)s, %(slots)s, %(scheduler_id)s,
+        now() + %(lease_ms)s * interval '1 millisecond')
+ON CONFLICT (id) DO UPDATE
+SET pool = EXCLUDED.pool, queues = EXCLUDED.queues, activity_types = EXCLUDED.activity_types,
+    slots = EXCLUDED.slots, scheduler_id = EXCLUDED.scheduler_id, connected_at = now(),
+    lease_expires_at = EXCLUDED.lease_expires_at
+
+-- renew_worker_lease --
+-- Extends a worker's lease (on each heartbeat).
+UPDATE lowtide.workers SET lease_expires_at = now() + %(lease_ms)s * interval '1 millisecond',
+    slots = %(slots)s
+WHERE id = %(id)s
+
+-- delete_worker --
+-- Forgets a worker whose stream has closed.
+DELETE FROM lowtide.workers WHERE id = %(id)s
+
+-- delete_expired_workers --
+-- Forgets workers whose lease ran out and who run nothing any more.
+DELETE FROM lowtide.workers w
+WHERE w.lease_expires_at < now()
+  AND NOT EXISTS (SELECT 1 FROM lowtide.tasks t WHERE t.state = 'running' AND t.worker_id = w.id)
+
+-- try_lead --
+-- Takes or keeps the named leader lease; returns a row only when this holder has it.
+INSERT INTO lowtide.leader (name, holder, expires_at)
+VALUES (%(name)s, %(holder)s, now() + %(ttl_ms)s * interval '1 millisecond')
+ON CONFLICT (name) DO UPDATE
+SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+WHERE lowtide.leader.holder = EXCLUDED.holder OR lowtide.leader.expires_at < now()
+RETURNING holder
+
+-- resign --
+-- Gives up the named leader lease.
+DELETE FROM lowtide.leader WHERE name = %(name)s AND holder = %(holder)s
+
+-- now --
+-- The database's clock, which every deadline is measured against.
+SELECT now() AS now

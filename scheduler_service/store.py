@@ -1,0 +1,268 @@
+"""The scheduler's storage adapter: domain values in, rows out, every query from sql/queries.sql.
+
+Every hot-path call works on a batch: one statement stores many submits, claims up to a worker's
+free slots, or finishes many attempts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from lowtide.db import Database, load_queries
+from lowtide.db.connector import Row
+from scheduler_service.domain.model import Attempt, NewTask, Outcome, RetryPolicy
+from scheduler_service.domain.skiplist import plan_claim
+
+Q = load_queries("scheduler_service.sql")
+
+_SEPARATOR = "\x1f"
+
+
+def _ms(value: timedelta | None) -> int | None:
+    return None if value is None else int(value.total_seconds() * 1000)
+
+
+def retry_policy_of(row: Mapping[str, Any]) -> RetryPolicy:
+    return RetryPolicy(
+        max_attempts=row["max_attempts"],
+        initial_backoff=timedelta(milliseconds=row["initial_backoff_ms"]),
+        backoff_coefficient=row["backoff_coefficient"],
+        max_backoff=timedelta(milliseconds=row["max_backoff_ms"]),
+        non_retryable_error_types=tuple(row["non_retryable_error_types"]),
+    )
+
+
+def attempt_of(row: Mapping[str, Any]) -> Attempt:
+    return Attempt(row["id"], row["attempt"], retry_policy_of(row))
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    id: int
+    created: bool
+
+
+class Store:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def insert_tasks(self, tasks: Sequence[NewTask]) -> list[Submitted]:
+        """Stores the tasks in one statement and returns their ids in order.
+
+        A task whose idempotency key exists already (stored before, or earlier in this batch)
+        is not stored again: its entry carries the first task's id and created=False.
+        """
+        params = {
+            "queues": [t.queue for t in tasks],
+            "kinds": [t.kind.value for t in tasks],
+            "activity_types": [t.activity_type for t in tasks],
+            "payloads": [t.payload for t in tasks],
+            "priorities": [t.priority for t in tasks],
+            "idempotency_keys": [t.idempotency_key for t in tasks],
+            "max_attempts": [t.retry.max_attempts for t in tasks],
+            "initial_backoff_ms": [_ms(t.retry.initial_backoff) for t in tasks],
+            "backoff_coefficients": [t.retry.backoff_coefficient for t in tasks],
+            "max_backoff_ms": [_ms(t.retry.max_backoff) for t in tasks],
+            "non_retryable": [_SEPARATOR.join(t.retry.non_retryable_error_types) for t in tasks],
+            "schedule_to_start_ms": [_ms(t.schedule_to_start) for t in tasks],
+            "start_to_close_ms": [_ms(t.start_to_close) for t in tasks],
+            "heartbeat_ms": [_ms(t.heartbeat) for t in tasks],
+        }
+        async with self.db.transaction() as tx:
+            inserted = await tx.fetch(Q["insert_tasks"], params)
+            keys = [t.idempotency_key for t in tasks if t.idempotency_key]
+            existing: dict[str, int] = {}
+            if len(inserted) < len(tasks) and keys:
+                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys})
+                existing = {r["idempotency_key"]: r["id"] for r in rows}
+            if inserted:
+                await tx.execute(Q["notify_wake"])
+        # Identity values grow in insertion order, which is the batch's order.
+        new_ids = iter(sorted(r["id"] for r in inserted))
+        new_keys = {r["idempotency_key"] for r in inserted if r["idempotency_key"]}
+        seen: dict[str, int] = {}
+        out: list[Submitted] = []
+        for task in tasks:
+            key = task.idempotency_key
+            if key is None:
+                out.append(Submitted(next(new_ids), True))
+            elif key in seen:
+                out.append(Submitted(seen[key], False))
+            elif key in new_keys:
+                seen[key] = next(new_ids)
+                out.append(Submitted(seen[key], True))
+            else:
+                seen[key] = existing[key]
+                out.append(Submitted(seen[key], False))
+        return out
+
+    async def get_task(self, task_id: int) -> Row | None:
+        return await self.db.fetch_one(Q["get_task"], {"id": task_id})
+
+    async def get_tasks(self, task_ids: Sequence[int]) -> list[Row]:
+        return await self.db.fetch(Q["get_tasks"], {"ids": list(task_ids)})
+
+    async def list_tasks(
+        self,
+        *,
+        queue: str | None,
+        state: str | None,
+        activity_type: str | None,
+        before_id: int | None,
+        limit: int,
+    ) -> list[Row]:
+        params = {
+            "queue": queue,
+            "state": state,
+            "activity_type": activity_type,
+            "before_id": before_id,
+            "limit": limit,
+        }
+        return await self.db.fetch(Q["list_tasks"], params)
+
+    async def claim(
+        self,
+        *,
+        worker_id: str,
+        queues: Sequence[str],
+        worker_types: Sequence[str],
+        limit: int,
+        limits: Mapping[str, int],
+        held: frozenset[str] = frozenset(),
+    ) -> list[Row]:
+        """Claims up to `limit` tasks for one worker in one transaction.
+
+        Types with a concurrency limit are locked and counted inside the same transaction, so
+        replicas claiming at once never overshoot a limit together.
+        """
+        async with self.db.transaction() as tx:
+            limited = sorted(t for t in worker_types if t in limits and t not in held)
+            running: dict[str, int] = {}
+            if limited:
+                await tx.execute(Q["lock_types"], {"types": limited})
+                rows = await tx.fetch(Q["count_running_by_type"], {"types": limited})
+                running = {r["activity_type"]: r["running"] for r in rows}
+            plan = plan_claim(worker_types, limit, limits=limits, running=running, held=held)
+            if plan.empty or not any(plan.caps):
+                return []
+            params = {
+                "worker_id": worker_id,
+                "queues": list(queues),
+                "types": list(plan.types),
+                "caps": list(plan.caps),
+                "limit": limit,
+            }
+            return await tx.fetch(Q["claim_tasks"], params)
+
+    async def unclaim(self, worker_id: str, attempts: Sequence[tuple[int, int]]) -> None:
+        await self.db.execute(
+            Q["unclaim_tasks"],
+            {"worker_id": worker_id, "ids": [a[0] for a in attempts], "attempts": [a[1] for a in attempts]},
+        )
+
+    async def finish(self, outcomes: Sequence[tuple[Outcome, str | None]]) -> set[tuple[int, int]]:
+        """Applies outcomes (each with the worker that reported it, or None for the scheduler's own
+        verdicts); returns the (id, attempt) pairs that were applied. The rest were stale."""
+        params: dict[str, list[Any]] = {
+            "ids": [],
+            "attempts": [],
+            "worker_ids": [],
+            "states": [],
+            "results": [],
+            "error_types": [],
+            "error_messages": [],
+            "non_retryable": [],
+            "run_ats": [],
+        }
+        for outcome, worker_id in outcomes:
+            failure = outcome.failure
+            params["ids"].append(outcome.task_id)
+            params["attempts"].append(outcome.attempt)
+            params["worker_ids"].append(worker_id)
+            params["states"].append(outcome.state.value)
+            params["results"].append(outcome.result)
+            params["error_types"].append(failure.error_type if failure else None)
+            params["error_messages"].append(failure.message if failure else None)
+            params["non_retryable"].append(failure.non_retryable if failure else None)
+            params["run_ats"].append(outcome.run_at)
+        rows = await self.db.fetch(Q["finish_attempts"], params)
+        return {(r["id"], r["attempt"]) for r in rows}
+
+    async def running_attempts_of(self, worker_id: str) -> list[Attempt]:
+        rows = await self.db.fetch(Q["running_attempts_of_worker"], {"worker_id": worker_id})
+        return [attempt_of(r) for r in rows]
+
+    async def adopt(self, worker_id: str, refs: Sequence[tuple[int, int]]) -> list[Row]:
+        return await self.db.fetch(
+            Q["adopt_attempts"],
+            {"worker_id": worker_id, "ids": [r[0] for r in refs], "attempts": [r[1] for r in refs]},
+        )
+
+    async def expired_attempts(self, limit: int = 1000) -> list[Row]:
+        return await self.db.fetch(Q["expired_attempts"], {"limit": limit})
+
+    async def expire_schedule_to_start(self, limit: int = 1000) -> int:
+        return len(await self.db.fetch(Q["expire_schedule_to_start"], {"limit": limit}))
+
+    async def heartbeat(self, worker_id: str, refs: Sequence[tuple[int, int]]) -> None:
+        await self.db.execute(
+            Q["heartbeat_attempts"],
+            {"worker_id": worker_id, "ids": [r[0] for r in refs], "attempts": [r[1] for r in refs]},
+        )
+
+    async def cancel(self, task_id: int) -> Row | None:
+        async with self.db.transaction() as tx:
+            row = await tx.fetch_one(Q["cancel_task"], {"id": task_id})
+            if row is not None and row["previous_state"] == "running" and row["worker_id"]:
+                payload = f"{row['id']}:{row['attempt']}:{row['worker_id']}"
+                await tx.execute(Q["notify_cancel"], {"payload": payload})
+            return row
+
+    async def upsert_worker(
+        self,
+        *,
+        worker_id: str,
+        pool: str,
+        queues: Sequence[str],
+        activity_types: Sequence[str],
+        slots: int,
+        scheduler_id: str,
+        lease: timedelta,
+    ) -> None:
+        await self.db.execute(
+            Q["upsert_worker"],
+            {
+                "id": worker_id,
+                "pool": pool,
+                "queues": list(queues),
+                "activity_types": list(activity_types),
+                "slots": slots,
+                "scheduler_id": scheduler_id,
+                "lease_ms": _ms(lease),
+            },
+        )
+
+    async def renew_worker(self, worker_id: str, slots: int, lease: timedelta) -> None:
+        await self.db.execute(Q["renew_worker_lease"], {"id": worker_id, "slots": slots, "lease_ms": _ms(lease)})
+
+    async def delete_worker(self, worker_id: str) -> None:
+        await self.db.execute(Q["delete_worker"], {"id": worker_id})
+
+    async def delete_expired_workers(self) -> None:
+        await self.db.execute(Q["delete_expired_workers"])
+
+    async def try_lead(self, name: str, holder: str, ttl: timedelta) -> bool:
+        row = await self.db.fetch_one(Q["try_lead"], {"name": name, "holder": holder, "ttl_ms": _ms(ttl)})
+        return row is not None
+
+    async def resign(self, name: str, holder: str) -> None:
+        await self.db.execute(Q["resign"], {"name": name, "holder": holder})
+
+    async def now(self) -> datetime:
+        row = await self.db.fetch_one(Q["now"])
+        assert row is not None
+        value: datetime = row["now"]
+        return value

@@ -1,0 +1,237 @@
+"""WorkerService.Connect: one bidirectional stream per worker.
+
+The first message must be a Hello. After it the scheduler pushes assignments into the worker's
+free slots and the worker sends results, heartbeats and slot changes. Every report is fenced by
+(task id, attempt): one for an attempt the worker no longer holds is refused, never applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+from google.protobuf import duration_pb2
+
+from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument, LowtideError
+from lowtide.grpc_status import abort
+from lowtide_client._proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
+from scheduler_service.completer import Completer
+from scheduler_service.convert import name
+from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.domain.model import Failure, Outcome
+from scheduler_service.domain.retry import after_failure, after_success
+from scheduler_service.sessions import Registry, WorkerSession
+from scheduler_service.store import Store, attempt_of
+
+log = logging.getLogger("lowtide.scheduler.workers")
+
+MAX_SLOTS = 10_000
+
+
+def _duration(value: timedelta) -> duration_pb2.Duration:
+    out = duration_pb2.Duration()
+    out.FromTimedelta(value)
+    return out
+
+
+def session_from_hello(hello: worker_pb2.Hello) -> WorkerSession:
+    if not 0 < hello.slots <= MAX_SLOTS:
+        raise InvalidArgument("hello.slots", f"must be between 1 and {MAX_SLOTS}")
+    types = []
+    for activity in hello.activity_types:
+        activity_name = name("hello.activity_types.name", activity.name)
+        if not activity.local:
+            types.append(activity_name)
+    if not types:
+        raise InvalidArgument("hello.activity_types", "must name at least one activity type that is not local")
+    return WorkerSession(
+        worker_id=name("hello.worker_id", hello.worker_id, default=f"worker-{uuid.uuid4().hex[:12]}"),
+        pool=name("hello.pool", hello.pool, default="default"),
+        queues=tuple(sorted({name("hello.queues", q) for q in hello.queues} or {"default"})),
+        activity_types=tuple(sorted(set(types))),
+        slots=hello.slots,
+    )
+
+
+class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
+    def __init__(
+        self,
+        *,
+        store: Store,
+        registry: Registry,
+        dispatcher: Dispatcher,
+        completer: Completer,
+        scheduler_id: str,
+        heartbeat_interval: timedelta,
+        lease_timeout: timedelta,
+        limits: Mapping[str, int],
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._dispatcher = dispatcher
+        self._completer = completer
+        self._scheduler_id = scheduler_id
+        self._heartbeat_interval = heartbeat_interval
+        self._lease = lease_timeout
+        self._limits = limits
+        self.stopping = False
+
+    # Written with context.write() rather than as a generator, so the stub's signature differs.
+    async def Connect(  # type: ignore[override]
+        self,
+        request_iterator: AsyncIterator[worker_pb2.WorkerMessage],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> None:
+        try:
+            first = await anext(request_iterator)
+        except StopAsyncIteration:
+            return
+        try:
+            if first.WhichOneof("message") != "hello":
+                raise FailedPrecondition("the first message on a worker stream must be a hello")
+            session = session_from_hello(first.hello)
+            await self._register(session, first.hello)
+        except LowtideError as error:
+            await abort(context, error)
+        log.info("worker.connected", extra={"worker_id": session.worker_id, "slots": session.slots})
+        reader = asyncio.create_task(self._read(session, request_iterator))
+        feeder = asyncio.create_task(self._dispatcher.run(session))
+        try:
+            welcome = worker_pb2.Welcome(
+                worker_id=session.worker_id,
+                heartbeat_interval=_duration(self._heartbeat_interval),
+                lease_timeout=_duration(self._lease),
+            )
+            await context.write(worker_pb2.SchedulerMessage(welcome=welcome))
+            while True:
+                get = asyncio.ensure_future(session.outbox.get())
+                done, _ = await asyncio.wait({get, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if get not in done:
+                    get.cancel()
+                    break
+                await context.write(get.result())
+            # Send what is still queued (rejections of the worker's last reports).
+            while not session.outbox.empty() and not context.done():
+                await context.write(session.outbox.get_nowait())
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            if reader.exception() is not None and isinstance(reader.exception(), LowtideError):
+                await abort(context, reader.exception())  # type: ignore[arg-type]
+        finally:
+            reader.cancel()
+            feeder.cancel()
+            await self._unregister(session)
+
+    async def _register(self, session: WorkerSession, hello: worker_pb2.Hello) -> None:
+        old = self._registry.get(session.worker_id)
+        if old is not None:
+            # The same worker reconnected before we saw its old stream end: end that one first.
+            old.closed = True
+            await self._release(old)
+            self._registry.remove(old)
+        await self._store.upsert_worker(
+            worker_id=session.worker_id,
+            pool=session.pool,
+            queues=session.queues,
+            activity_types=session.activity_types,
+            slots=session.slots,
+            scheduler_id=self._scheduler_id,
+            lease=self._lease,
+        )
+        if hello.running:
+            refs = [(r.task_id, r.attempt) for r in hello.running]
+            for row in await self._store.adopt(session.worker_id, refs):
+                session.in_flight[row["id"]] = attempt_of(row)
+        self._registry.add(session)
+        session.wake.set()
+
+    async def _unregister(self, session: WorkerSession) -> None:
+        session.closed = True
+        self._registry.remove(session)
+        if self.stopping:
+            # The scheduler is shutting down, not the worker: its lease carries its attempts over
+            # to the next scheduler it connects to.
+            log.info("worker.detached", extra={"worker_id": session.worker_id})
+            return
+        await self._release(session)
+        log.info("worker.disconnected", extra={"worker_id": session.worker_id})
+
+    async def _release(self, session: WorkerSession) -> None:
+        """The worker is gone: its unreported attempts fail as WorkerLost (retried per policy)."""
+        if session.released:
+            return
+        session.released = True
+        try:
+            await self._completer.flushed()
+            attempts = await self._store.running_attempts_of(session.worker_id)
+            now = datetime.now(UTC)
+            lost = Failure("WorkerLost", "the worker's stream closed while the attempt ran")
+            outcomes: list[tuple[Outcome, str | None]] = [
+                (after_failure(a, lost, now), session.worker_id) for a in attempts
+            ]
+            if outcomes:
+                await self._store.finish(outcomes)
+                self._registry.wake_all()
+            await self._store.delete_worker(session.worker_id)
+        except DatabaseUnavailable as error:
+            # The worker's lease will run out and the leader will end its attempts then.
+            log.warning("worker.release_deferred", extra={"worker_id": session.worker_id, "error": str(error)})
+
+    async def _read(self, session: WorkerSession, messages: AsyncIterator[worker_pb2.WorkerMessage]) -> None:
+        async for message in messages:
+            kind = message.WhichOneof("message")
+            if kind == "results":
+                self._on_results(session, message.results)
+            elif kind == "heartbeat":
+                refs = [(r.task_id, r.attempt) for r in message.heartbeat.running]
+                await self._store.renew_worker(session.worker_id, session.slots, self._lease)
+                held = [ref for ref in refs if _holds(session, ref)]
+                if held:
+                    await self._store.heartbeat(session.worker_id, held)
+            elif kind == "slot_update":
+                if message.slot_update.slots > MAX_SLOTS:
+                    raise InvalidArgument("slot_update.slots", f"must be at most {MAX_SLOTS}")
+                session.slots = message.slot_update.slots
+                session.wake.set()
+            elif kind == "hello":
+                raise FailedPrecondition("hello may only be sent once, as the first message")
+            else:
+                raise InvalidArgument("message", "empty or unknown worker message")
+
+    def _on_results(self, session: WorkerSession, results: worker_pb2.Results) -> None:
+        now = datetime.now(UTC)
+        stale: list[tuple[int, int]] = []
+        for result in results.results:
+            ref = (result.task.task_id, result.task.attempt)
+            attempt = session.in_flight.get(ref[0])
+            if attempt is None or attempt.attempt != ref[1]:
+                stale.append(ref)
+                continue
+            outcome_kind = result.WhichOneof("outcome")
+            if outcome_kind == "success":
+                outcome = after_success(attempt, result.success)
+            elif outcome_kind == "failure":
+                failure = Failure(
+                    result.failure.error_type or "Error",
+                    result.failure.message,
+                    result.failure.non_retryable,
+                )
+                outcome = after_failure(attempt, failure, now)
+            else:
+                stale.append(ref)
+                continue
+            del session.in_flight[ref[0]]
+            self._completer.add(outcome, session)
+        session.reject(stale, "the attempt is not held by this worker")
+        session.wake.set()
+
+
+def _holds(session: WorkerSession, ref: tuple[int, int]) -> bool:
+    attempt = session.in_flight.get(ref[0])
+    return attempt is not None and attempt.attempt == ref[1]

@@ -1,0 +1,80 @@
+"""Shared fixtures: a real PostgreSQL (LOWTIDE_TEST_DATABASE_URL, or an embedded server started
+for the session), a migrated template database built once, and a fresh copy of it per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+from lowtide.config import Config, SchedulerConfig
+from lowtide.db import apply_migrations
+from scheduler_service.server import Scheduler, start_scheduler
+
+
+def with_dbname(url: str, dbname: str) -> str:
+    return conninfo.make_conninfo(url, dbname=dbname)
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = os.environ.get("LOWTIDE_TEST_DATABASE_URL")
+    if url:
+        return url
+    from lowtide.db.embedded import start_embedded
+
+    return start_embedded(Path(tmp_path_factory.mktemp("embedded-pg")))
+
+
+def _admin(url: str) -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(url, autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server_url: str) -> Iterator[str]:
+    name = f"lowtide_tpl_{uuid.uuid4().hex[:10]}"
+    with _admin(pg_server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    import asyncio
+
+    asyncio.run(apply_migrations(with_dbname(pg_server_url, name)))
+    yield name
+    with _admin(pg_server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def database_url(pg_server_url: str, template_db: str) -> Iterator[str]:
+    """A fresh, migrated database for one test."""
+    name = f"lowtide_t_{uuid.uuid4().hex[:12]}"
+    with _admin(pg_server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield with_dbname(pg_server_url, name)
+    with _admin(pg_server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def make_config(**scheduler: object) -> Config:
+    """A config with short intervals, so tests of time-driven behaviour stay quick."""
+    base = SchedulerConfig(
+        listen="127.0.0.1:0",
+        heartbeat_interval=timedelta(milliseconds=300),
+        lease_timeout=timedelta(seconds=2),
+        maintenance_interval=timedelta(milliseconds=100),
+        leader_lease=timedelta(seconds=2),
+    )
+    return Config(scheduler=replace(base, **scheduler))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def scheduler(database_url: str) -> AsyncIterator[Scheduler]:
+    running = await start_scheduler(make_config(), database_url=database_url)
+    yield running
+    await running.stop(grace=1.0)

@@ -1,0 +1,72 @@
+"""Submitting, reading, listing and cancelling tasks through a real scheduler and database."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from lowtide_client import Client, TaskState, task_spec
+from scheduler_service.server import Scheduler
+
+
+async def test_submit_then_get_returns_the_stored_task(scheduler: Scheduler) -> None:
+    async with Client(scheduler.target) as client:
+        task = await client.submit("echo", b"hi", queue="q1", priority=3)
+        got = await client.get(task.id)
+    assert got.id == task.id
+    assert got.state == TaskState.Value("TASK_STATE_PENDING")
+    assert (got.queue, got.activity_type, got.payload, got.priority, got.attempt) == (
+        "q1",
+        "echo",
+        b"hi",
+        3,
+        0,
+    )
+
+
+async def test_same_idempotency_key_returns_the_first_task(scheduler: Scheduler) -> None:
+    async with Client(scheduler.target) as client:
+        first = await client.submit("echo", b"1", idempotency_key="order-42")
+        second = await client.submit("echo", b"2", idempotency_key="order-42")
+        batch = await client.submit_many(
+            [
+                task_spec("echo", b"3", idempotency_key="order-42"),
+                task_spec("echo", idempotency_key="new"),
+                task_spec("echo", idempotency_key="new"),
+            ]
+        )
+        listed = await client.list(page_size=100)
+    assert second.id == first.id and second.payload == b"1"
+    assert [(t.id == first.id, t.created) for t in batch[:1]] == [(True, False)]
+    assert batch[1].created and not batch[2].created and batch[2].id == batch[1].id
+    assert len(listed.tasks) == 2
+
+
+async def test_cancel_pending_task_ends_it(scheduler: Scheduler) -> None:
+    async with Client(scheduler.target) as client:
+        task = await client.submit("echo")
+        cancelled = await client.cancel(task.id)
+        again = await client.get(task.id)
+    assert cancelled.state == again.state == TaskState.Value("TASK_STATE_CANCELLED")
+
+
+async def test_unknown_task_is_not_found(scheduler: Scheduler) -> None:
+    async with Client(scheduler.target) as client:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await client.get(987654)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "987654" in (caught.value.details() or "")
+
+
+async def test_list_pages_through_everything(scheduler: Scheduler) -> None:
+    async with Client(scheduler.target) as client:
+        ids = [s.id for s in await client.submit_many([task_spec("echo") for _ in range(25)])]
+        seen: list[int] = []
+        token = ""
+        while True:
+            page = await client.list(page_size=10, page_token=token)
+            seen += [t.id for t in page.tasks]
+            token = page.next_page_token
+            if not token:
+                break
+    assert seen == sorted(ids, reverse=True)

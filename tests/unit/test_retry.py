@@ -1,0 +1,61 @@
+"""Retry decisions: backoff growth and cap, non-retryable failures, attempts running out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduler_service.domain.model import Attempt, Failure, RetryPolicy, State
+from scheduler_service.domain.retry import after_failure, after_success, backoff
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+POLICY = RetryPolicy(3, timedelta(seconds=1), 2.0, timedelta(seconds=3), ("Fatal",))
+
+
+def test_backoff_grows_by_the_coefficient_and_stops_at_the_maximum() -> None:
+    assert [backoff(POLICY, n) for n in (1, 2, 3, 4)] == [
+        timedelta(seconds=1),
+        timedelta(seconds=2),
+        timedelta(seconds=3),
+        timedelta(seconds=3),
+    ]
+
+
+def test_a_failed_attempt_with_attempts_left_is_retried_after_its_backoff() -> None:
+    outcome = after_failure(Attempt(7, 2, POLICY), Failure("Boom", "x"), NOW)
+    assert (outcome.state, outcome.run_at) == (State.PENDING, NOW + timedelta(seconds=2))
+
+
+def test_the_last_attempt_fails_the_task() -> None:
+    assert after_failure(Attempt(7, 3, POLICY), Failure("Boom", "x"), NOW).state is State.FAILED
+
+
+def test_a_timeout_on_the_last_attempt_ends_timed_out() -> None:
+    outcome = after_failure(Attempt(7, 3, POLICY), Failure("StartToCloseTimeout", "late"), NOW)
+    assert outcome.state is State.TIMED_OUT
+
+
+def test_non_retryable_failures_end_the_task_at_once() -> None:
+    assert after_failure(Attempt(7, 1, POLICY), Failure("Boom", "x", non_retryable=True), NOW).state is State.FAILED
+    assert after_failure(Attempt(7, 1, POLICY), Failure("Fatal", "x"), NOW).state is State.FAILED
+
+
+def test_success_completes_with_the_result() -> None:
+    outcome = after_success(Attempt(7, 1, POLICY), b"ok")
+    assert (outcome.state, outcome.result) == (State.COMPLETED, b"ok")
+
+
+@given(
+    attempt=st.integers(1, 10_000),
+    coefficient=st.floats(1.0, 100.0),
+    initial_ms=st.integers(0, 10**6),
+    max_ms=st.integers(0, 10**8),
+)
+def test_backoff_is_never_negative_nor_over_the_maximum(
+    attempt: int, coefficient: float, initial_ms: int, max_ms: int
+) -> None:
+    policy = RetryPolicy(10, timedelta(milliseconds=initial_ms), coefficient, timedelta(milliseconds=max_ms))
+    wait = backoff(policy, attempt)
+    assert timedelta(0) <= wait <= policy.max_backoff
