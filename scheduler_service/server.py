@@ -59,6 +59,8 @@ class Scheduler:
         """Graceful: health goes NOT_SERVING, workers are told to drain, streams end, then exit."""
         await self.health.enter_graceful_shutdown()
         self.stream.stopping = True
+        for session in self.registry:
+            session.detached.set()
         await self.server.stop(grace)
         for task in self.background:
             task.cancel()

@@ -37,6 +37,8 @@ class WorkerSession:
         self.draining = False
         # Set once its unreported attempts have been ended, so that is never done twice.
         self.released = False
+        # Set when the scheduler shuts down: the stream ends and the worker reconnects elsewhere.
+        self.detached = asyncio.Event()
 
     @property
     def free(self) -> int:

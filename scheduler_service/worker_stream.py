@@ -8,7 +8,6 @@ free slots and the worker sends results, heartbeats and slot changes. Every repo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -109,20 +108,24 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                 lease_timeout=_duration(self._lease),
             )
             await context.write(worker_pb2.SchedulerMessage(welcome=welcome))
+            detached = asyncio.ensure_future(session.detached.wait())
             while True:
                 get = asyncio.ensure_future(session.outbox.get())
-                done, _ = await asyncio.wait({get, reader}, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait({get, reader, detached}, return_when=asyncio.FIRST_COMPLETED)
                 if get not in done:
                     get.cancel()
                     break
                 await context.write(get.result())
+            detached.cancel()
             # Send what is still queued (rejections of the worker's last reports).
             while not session.outbox.empty() and not context.done():
                 await context.write(session.outbox.get_nowait())
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-            if reader.exception() is not None and isinstance(reader.exception(), LowtideError):
-                await abort(context, reader.exception())  # type: ignore[arg-type]
+            if reader.done() and not reader.cancelled():
+                failure = reader.exception()
+                if isinstance(failure, LowtideError):
+                    await abort(context, failure)
+                if failure is not None:
+                    raise failure
         finally:
             reader.cancel()
             feeder.cancel()
