@@ -47,7 +47,7 @@ class Completer:
             while self._pending:
                 batch = self._pending[:MAX_BATCH]
                 try:
-                    applied = await self._store.finish([(o, s.worker_id if s else None) for o, s in batch])
+                    applied = await self._write(batch)
                 except DatabaseUnavailable as error:
                     log.warning("completer.retrying", extra={"error": str(error), "batch": len(batch)})
                     await asyncio.sleep(delay)
@@ -65,3 +65,22 @@ class Completer:
                 if self._on_applied is not None:
                     self._on_applied(len(applied))
             self._idle.set()
+
+    async def _write(self, batch: list[tuple[Outcome, WorkerSession | None]]) -> set[tuple[int, int]]:
+        try:
+            return await self._store.finish([(o, s.worker_id if s else None) for o, s in batch])
+        except DatabaseUnavailable:
+            raise
+        except Exception:
+            # One report the database refuses must not stall every other: write them one by one,
+            # and leave out (refuse) only the ones that fail alone.
+            log.exception("completer.batch_refused", extra={"batch": len(batch)})
+            applied: set[tuple[int, int]] = set()
+            for outcome, session in batch:
+                try:
+                    applied |= await self._store.finish([(outcome, session.worker_id if session else None)])
+                except DatabaseUnavailable:
+                    raise
+                except Exception:
+                    log.exception("completer.report_refused", extra={"task_id": outcome.task_id})
+            return applied

@@ -106,6 +106,8 @@ def new_task(spec: task_pb2.TaskSpec, *, defaults: RetryConfig, max_payload: int
         raise TooLarge(f"payload: {len(spec.payload)} bytes is over the limit of {max_payload} bytes")
     if len(spec.idempotency_key) > MAX_KEY:
         raise InvalidArgument("idempotency_key", f"must be at most {MAX_KEY} characters")
+    if "\x00" in spec.idempotency_key:
+        raise InvalidArgument("idempotency_key", "must not contain NUL characters")
     return NewTask(
         queue=name("queue", spec.queue, default="default"),
         kind=PROTO_TO_KIND[spec.kind],
@@ -118,6 +120,16 @@ def new_task(spec: task_pb2.TaskSpec, *, defaults: RetryConfig, max_payload: int
         start_to_close=optional_duration("", spec, "start_to_close_timeout"),
         heartbeat=optional_duration("", spec, "heartbeat_timeout"),
     )
+
+
+def optional_name(field: str, value: str) -> str | None:
+    """A filter: empty means no filter, anything else must be a valid name."""
+    return name(field, value) if value else None
+
+
+def stored_text(value: str, limit: int) -> str:
+    """Text a worker reports, made storable: PostgreSQL text cannot hold NUL, and size is capped."""
+    return value.replace("\x00", "\\0")[:limit]
 
 
 def state_filter(value: int) -> str | None:

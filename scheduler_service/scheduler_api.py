@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeAlias
@@ -21,6 +22,8 @@ from scheduler_service.store import Store
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 MAX_PAGE = 1000
+# Tokens are task ids this service handed out: plain ASCII digits that fit a bigint.
+_PAGE_TOKEN = re.compile(r"[0-9]{1,18}")
 MAX_WAIT = timedelta(minutes=5)
 FINISHED = {"completed", "failed", "cancelled", "timed_out", "skipped", "shed"}
 
@@ -116,14 +119,14 @@ class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
             raise InvalidArgument("page_size", f"must be at most {MAX_PAGE}")
         before_id = None
         if request.page_token:
-            if not request.page_token.isdigit():
+            if not _PAGE_TOKEN.fullmatch(request.page_token):
                 raise InvalidArgument("page_token", "is not a token this service gave out")
             before_id = int(request.page_token)
         size = request.page_size or 100
         rows = await self._store.list_tasks(
-            queue=request.queue or None,
+            queue=convert.optional_name("queue", request.queue),
             state=convert.state_filter(request.state),
-            activity_type=request.activity_type or None,
+            activity_type=convert.optional_name("activity_type", request.activity_type),
             before_id=before_id,
             limit=size + 1,
         )

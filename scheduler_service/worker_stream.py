@@ -21,7 +21,7 @@ from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgum
 from lowtide.grpc_status import abort
 from lowtide_client._proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
-from scheduler_service.convert import name
+from scheduler_service.convert import name, stored_text
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.model import Failure, Outcome
 from scheduler_service.domain.retry import after_failure, after_success
@@ -221,8 +221,8 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                 outcome = after_success(attempt, result.success)
             elif outcome_kind == "failure":
                 failure = Failure(
-                    result.failure.error_type or "Error",
-                    result.failure.message,
+                    stored_text(result.failure.error_type, 200) or "Error",
+                    stored_text(result.failure.message, 8192),
                     result.failure.non_retryable,
                 )
                 outcome = after_failure(attempt, failure, now)

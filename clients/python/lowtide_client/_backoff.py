@@ -28,6 +28,11 @@ class Backoff:
         self._step = min(self._step * self._factor, self._maximum)
         return random.uniform(step / 2, step)
 
+    def cap(self, maximum: float) -> None:
+        """Lower (or raise) the longest delay; never below ``initial``."""
+        self._maximum = max(self._initial, maximum)
+        self._step = min(self._step, self._maximum)
+
     def reset(self) -> None:
         """Start again from ``initial`` (after a success)."""
         self._step = self._initial

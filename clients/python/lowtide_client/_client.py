@@ -254,7 +254,7 @@ class Client:
                     logging.DEBUG,
                     "client.retrying",
                     method=method,
-                    delay=format_duration(timedelta(seconds=delay)),
+                    delay=format_duration(timedelta(milliseconds=round(delay * 1000))),
                     details=exc.details(),
                 )
                 await asyncio.sleep(delay)

@@ -160,7 +160,7 @@ class Runtime:
                 logging.WARNING,
                 "worker.reconnecting",
                 worker_id=self.worker_id,
-                delay=format_duration(timedelta(seconds=delay)),
+                delay=format_duration(timedelta(milliseconds=round(delay * 1000))),
                 reason=reason,
                 running=len(self._attempts.running),
                 unsent_results=len(self._attempts.unsent),
@@ -181,6 +181,10 @@ class Runtime:
                 raise RuntimeError(f"protocol error: expected a Welcome, got {first.WhichOneof('message')}")
             interval = self._welcome(first.welcome)
             backoff.reset()
+            lease = first.welcome.lease_timeout.ToTimedelta().total_seconds()
+            if lease > 0:
+                # Reconnect well within the lease, or the scheduler gives our attempts away.
+                backoff.cap(min(_RECONNECT_MAX, lease / 4))
             queue: asyncio.Queue[_Outgoing] = asyncio.Queue()
             self._outgoing = queue
             self._flush_queued = False

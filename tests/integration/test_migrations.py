@@ -1,0 +1,130 @@
+"""Migrations: applied at once by several starters (tasks and processes) on an empty database,
+each version exactly once; and the migrated schema holds every table and column the
+scheduler's queries name."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from lowtide.db import apply_migrations, load_queries
+from lowtide.db.migrations import available_migrations
+from tests.conftest import with_dbname
+
+REPO = Path(__file__).resolve().parents[2]
+_PLACEHOLDER = re.compile(r"%\(([a-z_][a-z0-9_]*)\)s")
+
+
+@pytest.fixture
+def empty_database(pg_server_url: str) -> Iterator[str]:
+    """A brand-new database with nothing in it (not even the lowtide schema)."""
+    name = f"lowtide_empty_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield with_dbname(pg_server_url, name)
+    finally:
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def recorded_versions(url: str) -> list[int]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT version FROM lowtide.schema_migrations ORDER BY version").fetchall()
+    return [int(row[0]) for row in rows]
+
+
+def all_versions() -> list[int]:
+    return [m.version for m in available_migrations()]
+
+
+async def test_concurrent_starters_apply_each_migration_once(empty_database: str) -> None:
+    results = await asyncio.gather(*(apply_migrations(empty_database) for _ in range(4)))
+    # Between them the four calls applied every migration, each one exactly once.
+    assert sorted(v for applied in results for v in applied) == all_versions()
+    assert recorded_versions(empty_database) == all_versions()
+    # And a later start finds nothing left to do.
+    assert await apply_migrations(empty_database) == []
+
+
+async def test_concurrent_processes_apply_each_migration_once(empty_database: str) -> None:
+    code = (
+        "import asyncio, json, sys; from lowtide.db import apply_migrations; "
+        "print(json.dumps(asyncio.run(apply_migrations(sys.argv[1]))))"
+    )
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            code,
+            empty_database,
+            cwd=REPO,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    try:
+        outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in processes)), 60)
+    finally:
+        for p in processes:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+    for p, (_, err) in zip(processes, outputs, strict=True):
+        assert p.returncode == 0, err.decode(errors="replace")
+    applied = sorted(v for out, _ in outputs for v in json.loads(out))
+    assert applied == all_versions()
+    assert recorded_versions(empty_database) == all_versions()
+
+
+def numbered(sql: str) -> tuple[str, int]:
+    """psycopg's `%(name)s` placeholders as PostgreSQL's `$n` (the same name, the same number);
+    comment lines are dropped first, so a name only mentioned in a comment is not counted."""
+    body = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+    numbers: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return f"${numbers.setdefault(match[1], len(numbers) + 1)}"
+
+    return _PLACEHOLDER.sub(number, body), len(numbers)
+
+
+QUERIES = load_queries("scheduler_service.sql")
+
+
+@pytest.fixture(scope="module")
+def migrated_database(pg_server_url: str, template_db: str) -> Iterator[str]:
+    """One migrated database for every query below: preparing a statement changes nothing."""
+    name = f"lowtide_q_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    try:
+        yield with_dbname(pg_server_url, name)
+    finally:
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_the_queries_file_has_queries() -> None:
+    assert {"insert_tasks", "claim_tasks", "finish_attempts", "get_task"} <= set(QUERIES)
+
+
+@pytest.mark.parametrize("query", sorted(QUERIES))
+def test_every_query_prepares_against_the_migrated_schema(migrated_database: str, query: str) -> None:
+    sql, _ = numbered(QUERIES[query])
+    assert "%(" not in sql, f"{query}: a placeholder that is not %(name)s"
+    with psycopg.connect(migrated_database, autocommit=True) as conn:
+        try:
+            conn.execute(f"PREPARE q AS {sql}")
+        except psycopg.Error as error:
+            pytest.fail(f"query {query!r} does not fit the migrated schema: {error}")
+        conn.execute("DEALLOCATE q")
