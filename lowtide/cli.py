@@ -16,7 +16,7 @@ from lowtide import output
 from lowtide.config import Config, load_config
 from lowtide.errors import LowtideError
 from lowtide.logs import configure_logging
-from lowtide_client import Client, TaskKind, TaskState, parse_duration, task_spec
+from lowtide_client import Client, SignalClient, TaskKind, TaskState, parse_duration, task_spec
 
 _STATES = {name.removeprefix("TASK_STATE_").lower(): value for name, value in TaskState.items() if value}
 
@@ -128,6 +128,53 @@ async def _scheduler_serve(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+async def _signal_serve(args: argparse.Namespace, config: Config) -> int:
+    from signal_service.server import serve
+
+    await serve(config)
+    return 0
+
+
+def _signal_client(args: argparse.Namespace, config: Config) -> SignalClient:
+    return SignalClient(str(args.target or config.signal.listen))
+
+
+def _show_signal(args: argparse.Namespace, state: Any) -> None:
+    if args.json:
+        data = output.to_dict(state)
+        # uint64 is a string in proto's JSON mapping; a version is compared as a number.
+        data["version"] = state.version
+        print(json.dumps(data), flush=True)
+        return
+    value = f"{state.value:g} {state.unit}" if state.HasField("value") else f"no value yet ({state.unit})"
+    parts = [state.name, value, "high" if state.high else "low", f"threshold={state.threshold:g}"]
+    if state.HasField("observed_at"):
+        parts.append(f"observed_at={state.observed_at.ToDatetime().isoformat()}Z")
+    parts += [f"source={state.source or '-'}", f"version={state.version}"]
+    if state.stale:
+        parts.append("STALE")
+    print(" ".join(parts), flush=True)
+
+
+async def _signal_set(args: argparse.Namespace, config: Config) -> int:
+    async with _signal_client(args, config) as client:
+        _show_signal(args, await client.set(args.value, name=args.signal, unit=args.unit))
+    return 0
+
+
+async def _signal_get(args: argparse.Namespace, config: Config) -> int:
+    async with _signal_client(args, config) as client:
+        _show_signal(args, await client.get(args.signal))
+    return 0
+
+
+async def _signal_watch(args: argparse.Namespace, config: Config) -> int:
+    async with _signal_client(args, config) as client:
+        async for state in client.subscribe(args.signal):
+            _show_signal(args, state)
+    return 0
+
+
 async def _up(args: argparse.Namespace, config: Config) -> int:
     from lowtide.up import run_up
 
@@ -154,6 +201,22 @@ def _parser() -> argparse.ArgumentParser:
     scheduler_commands = scheduler.add_subparsers(dest="scheduler_command", required=True)
     serve = scheduler_commands.add_parser("serve", parents=[common], help="serve the scheduler (needs a database)")
     serve.set_defaults(handler=_scheduler_serve)
+
+    signal_target = argparse.ArgumentParser(add_help=False)
+    signal_target.add_argument("--target", help="signal service address (default: [signal] listen, 127.0.0.1:50052)")
+    signal_target.add_argument("--signal", default="", help="signal name (default: [cost] signal, grid)")
+    signal = commands.add_parser("signal", help="the cost signal")
+    signal_commands = signal.add_subparsers(dest="signal_command", required=True)
+    signal_serve = signal_commands.add_parser("serve", parents=[common], help="serve the signal (needs a database)")
+    signal_serve.set_defaults(handler=_signal_serve)
+    signal_set = signal_commands.add_parser("set", parents=[common, signal_target], help="set the signal's value")
+    signal_set.add_argument("value", type=float)
+    signal_set.add_argument("--unit", default="", help="refused unless it is the signal's unit")
+    signal_set.set_defaults(handler=_signal_set)
+    signal_get = signal_commands.add_parser("get", parents=[common, signal_target], help="show the signal")
+    signal_get.set_defaults(handler=_signal_get)
+    watch = signal_commands.add_parser("watch", parents=[common, signal_target], help="print each change as it comes")
+    watch.set_defaults(handler=_signal_watch)
 
     task = commands.add_parser("task", help="submit and inspect tasks")
     task_commands = task.add_subparsers(dest="task_command", required=True)

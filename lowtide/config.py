@@ -40,6 +40,8 @@ class SchedulerConfig:
     max_payload_bytes: int = 1024 * 1024
     max_batch_tasks: int = 10_000
     max_message_bytes: int = 64 * 1024 * 1024
+    # The signal service the scheduler subscribes to for cost holds.
+    signal_target: str = "127.0.0.1:50052"
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,73 @@ class TypeConfig:
     """Per activity type settings, from `[types.NAME]`."""
 
     max_concurrency: int | None = None
+    # A local activity runs inline in a workflow task and is never queued: no hold may name it.
+    local: bool = False
+    # A cost hold defers tasks of this type at most this long (unless the task sets its own).
+    max_defer: timedelta | None = None
+    # A default the submitter's own schedule_to_start overrides; on a held type it warns.
+    schedule_to_start: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """Per queue settings, from `[queues.NAME]`."""
+
+    # Held while the cost signal is high, on this queue only (beside [cost] deferrable_activities).
+    deferrable_activities: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SignalConfig:
+    """The signal service, and the feed that drives the default signal (`[cost] signal`)."""
+
+    listen: str = "127.0.0.1:50052"
+    # static (SetSignal only), replay, uk-carbon-intensity, electricitymaps or watttime.
+    feed: str = "static"
+    # The default signal's unit; empty means the feed's own (gCO2/kWh, or percentile for watttime).
+    unit: str = ""
+    # With no update for this long the signal is marked stale and subscribers are told.
+    stale_after: timedelta = timedelta(hours=1)
+    # How often a feed is polled; the grid APIs publish every 5 to 30 minutes.
+    refresh: timedelta = timedelta(minutes=5)
+    # Replay: trace seconds played per wall-clock second (1440 = one day per minute), from
+    # replay_start (ISO 8601; empty = the trace's first row), of replay_file (empty = bundled GB 2020).
+    replay_speed: float = 1440.0
+    replay_start: str = ""
+    replay_file: str = ""
+    # Empty base_url means the feed's public API.
+    base_url: str = ""
+    token: str = ""
+    username: str = ""
+    password: str = ""
+    # UK Carbon Intensity region id, Electricity Maps zone or WattTime region.
+    region: str = ""
+    timeout: timedelta = timedelta(seconds=10)
+
+
+@dataclass(frozen=True)
+class CostConfig:
+    # The default signal: the one the feed drives and the scheduler's cost holds read.
+    signal: str = "grid"
+    defer_threshold: float = 400.0
+    # Activity types held on every queue while the signal is high.
+    deferrable_activities: tuple[str, ...] = ()
+    # A parked dispatch reference of a held type is looked at again after this long.
+    hold_recheck: timedelta = timedelta(seconds=5)
+    # Hysteresis (optional): once on, the hold ends only below release_below ...
+    release_below: float | None = None
+    # ... and not before it has lasted min_hold.
+    min_hold: timedelta = timedelta(0)
+    # What a stale signal means to the scheduler: "hold" (the default) or "release".
+    on_stale: str = "hold"
+
+
+@dataclass(frozen=True)
+class SignalDefinition:
+    """A further named signal, from `[signals.NAME]`; set through SetSignal only."""
+
+    unit: str = "gCO2/kWh"
+    threshold: float = 400.0
 
 
 @dataclass(frozen=True)
@@ -64,10 +133,20 @@ class Config:
     database: DatabaseConfig = field(default_factory=DatabaseConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
+    signal: SignalConfig = field(default_factory=SignalConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
     types: Mapping[str, TypeConfig] = field(default_factory=dict)
+    signals: Mapping[str, SignalDefinition] = field(default_factory=dict)
+    queues: Mapping[str, QueueConfig] = field(default_factory=dict)
 
 
-_SECTIONS = {"database": DatabaseConfig, "scheduler": SchedulerConfig, "retry": RetryConfig}
+_SECTIONS = {
+    "database": DatabaseConfig,
+    "scheduler": SchedulerConfig,
+    "retry": RetryConfig,
+    "signal": SignalConfig,
+    "cost": CostConfig,
+}
 
 
 def _coerce(section: str, key: str, kind: Any, raw: Any) -> Any:
@@ -85,6 +164,24 @@ def _coerce(section: str, key: str, kind: Any, raw: Any) -> Any:
             return str(raw)
         if kind in ("int | None",):
             return None if raw in (None, "") else int(raw)
+        if kind in ("float | None",):
+            return None if raw in (None, "") else float(raw)
+        if kind in ("timedelta | None",):
+            return None if raw in (None, "") else parse_duration(str(raw))
+        if kind in ("bool", bool):
+            if isinstance(raw, bool):
+                return raw
+            if str(raw).lower() in ("true", "1", "yes"):
+                return True
+            if str(raw).lower() in ("false", "0", "no"):
+                return False
+            raise ValueError(f"not a boolean: {raw!r}")
+        if kind in ("tuple[str, ...]",):
+            if isinstance(raw, str):
+                raw = [part.strip() for part in raw.split(",") if part.strip()]
+            if not isinstance(raw, list | tuple) or not all(isinstance(x, str) for x in raw):
+                raise ValueError("must be a list of names")
+            return tuple(raw)
     except ValueError as error:
         raise ConfigError(f"{where}: {error}") from None
     raise ConfigError(f"{where}: unsupported type {kind}")  # pragma: no cover
@@ -115,7 +212,7 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
             raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
         except tomllib.TOMLDecodeError as error:
             raise ConfigError(f"config file {path}: {error}") from None
-    unknown = set(data) - {*_SECTIONS, "types"}
+    unknown = set(data) - {*_SECTIONS, "types", "signals", "queues"}
     if unknown:
         raise ConfigError(f"unknown section(s) {', '.join(sorted(unknown))}")
     sections = {name: _section(name, cls, data.get(name, {}), env) for name, cls in _SECTIONS.items()}
@@ -125,4 +222,13 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
         limit = types[type_name].max_concurrency
         if limit is not None and limit < 1:
             raise ConfigError(f"[types.{type_name}] max_concurrency: must be at least 1")
-    return Config(types=types, **sections)
+    signals = {
+        name: _section(f"signals.{name}", SignalDefinition, values, {})
+        for name, values in data.get("signals", {}).items()
+    }
+    queues = {
+        name: _section(f"queues.{name}", QueueConfig, values, {}) for name, values in data.get("queues", {}).items()
+    }
+    if sections["cost"].on_stale not in ("hold", "release"):
+        raise ConfigError('[cost] on_stale: must be "hold" or "release"')
+    return Config(types=types, signals=signals, queues=queues, **sections)

@@ -69,7 +69,7 @@ async def run_up(config: Config) -> int:
         where = f"embedded PostgreSQL, data in {config.database.data_dir}"
     await apply_migrations(url)
     env = dict(os.environ, LOWTIDE_DATABASE_URL=url)
-    services = [Service("scheduler", ["scheduler", "serve"], env)]
+    services = [Service("scheduler", ["scheduler", "serve"], env), Service("signal", ["signal", "serve"], env)]
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -79,10 +79,11 @@ async def run_up(config: Config) -> int:
         "lowtide is up\n"
         f"  database:  {where}\n"
         f"  scheduler: {config.scheduler.listen} (gRPC: SchedulerService, WorkerService)\n"
-        "  signal:    not part of this build yet\n"
+        f"  signal:    {config.signal.listen} (gRPC: SignalService; feed: {config.signal.feed})\n"
         "try, in another shell:\n"
         "  lowtide demo-worker\n"
         "  lowtide task submit echo --payload hi\n"
+        "  lowtide signal watch    (and lowtide signal set 520 in a third)\n"
         "Ctrl-C stops everything.",
         flush=True,
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from lowtide.config import RetryConfig
+from lowtide.config import RetryConfig, TypeConfig
 from lowtide.errors import InvalidArgument, TooLarge
 from lowtide_client._proto.lowtide.v1 import task_pb2
 from scheduler_service.domain.model import Kind, NewTask, RetryPolicy, State
@@ -99,7 +99,13 @@ def retry_policy(spec: task_pb2.RetryPolicy | None, defaults: RetryConfig) -> Re
     return policy
 
 
-def new_task(spec: task_pb2.TaskSpec, *, defaults: RetryConfig, max_payload: int) -> NewTask:
+def new_task(
+    spec: task_pb2.TaskSpec,
+    *,
+    defaults: RetryConfig,
+    max_payload: int,
+    type_defaults: Mapping[str, TypeConfig] | None = None,
+) -> NewTask:
     if spec.kind not in PROTO_TO_KIND:
         raise InvalidArgument("kind", f"unknown task kind {spec.kind}")
     if len(spec.payload) > max_payload:
@@ -108,17 +114,25 @@ def new_task(spec: task_pb2.TaskSpec, *, defaults: RetryConfig, max_payload: int
         raise InvalidArgument("idempotency_key", f"must be at most {MAX_KEY} characters")
     if "\x00" in spec.idempotency_key:
         raise InvalidArgument("idempotency_key", "must not contain NUL characters")
+    activity_type = name("activity_type", spec.activity_type)
+    type_config = (type_defaults or {}).get(activity_type)
+    max_defer = optional_duration("", spec, "max_defer")
+    schedule_to_start = optional_duration("", spec, "schedule_to_start_timeout")
+    if type_config is not None:
+        max_defer = type_config.max_defer if max_defer is None else max_defer
+        schedule_to_start = type_config.schedule_to_start if schedule_to_start is None else schedule_to_start
     return NewTask(
         queue=name("queue", spec.queue, default="default"),
         kind=PROTO_TO_KIND[spec.kind],
-        activity_type=name("activity_type", spec.activity_type),
+        activity_type=activity_type,
         payload=spec.payload,
         priority=spec.priority,
         idempotency_key=spec.idempotency_key or None,
         retry=retry_policy(spec.retry_policy if spec.HasField("retry_policy") else None, defaults),
-        schedule_to_start=optional_duration("", spec, "schedule_to_start_timeout"),
+        schedule_to_start=schedule_to_start,
         start_to_close=optional_duration("", spec, "start_to_close_timeout"),
         heartbeat=optional_duration("", spec, "heartbeat_timeout"),
+        max_defer=max_defer,
     )
 
 
@@ -192,4 +206,8 @@ def task_message(row: Mapping[str, Any]) -> task_pb2.Task:
         last_failure=failure,
         worker_id=row["worker_id"] or "",
         cancel_requested=row["cancel_requested"],
+        max_defer=_ms_duration(row.get("max_defer_ms")),
+        released_by=row.get("released_by") or "",
+        signal_at_submit=row.get("signal_at_submit"),
+        signal_at_dispatch=row.get("signal_at_dispatch"),
     )

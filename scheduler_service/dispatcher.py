@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
 from google.protobuf import duration_pb2
@@ -19,18 +19,85 @@ from lowtide.db.connector import Row
 from lowtide.errors import DatabaseUnavailable
 from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.convert import KIND_TO_PROTO
+from scheduler_service.cost import CostHolds
 from scheduler_service.domain.model import Kind
-from scheduler_service.sessions import WorkerSession
+from scheduler_service.sessions import Registry, WorkerSession
 from scheduler_service.store import Store, attempt_of
 
 log = logging.getLogger("lowtide.scheduler.dispatcher")
 
 
 class Dispatcher:
-    def __init__(self, store: Store, *, poll_interval: timedelta, limits: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        *,
+        poll_interval: timedelta,
+        limits: Mapping[str, int],
+        holds: CostHolds,
+        hold_recheck: timedelta,
+    ) -> None:
         self._store = store
+        self._registry = registry
         self._poll = poll_interval.total_seconds()
         self._limits = dict(limits)
+        self.holds = holds
+        self._hold_recheck = hold_recheck.total_seconds()
+        # Dispatch references (wake-ups naming new tasks) that named only held types: each is
+        # rechecked after hold_recheck, or released at once when the hold ends.
+        self.parked: dict[str, tuple[asyncio.TimerHandle, set[tuple[str, str]]]] = {}
+
+    def held_map(self, session: WorkerSession) -> dict[str, frozenset[str]]:
+        """Per queue, the types the cost hold holds for this worker now (read from memory)."""
+        return {
+            queue: self.holds.held_for(
+                queue, worker_deferrable=session.cost_deferrable, worker_held=session.predicate_held
+            )
+            for queue in session.queues
+        }
+
+    def wake_for(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Routes a dispatch reference to each worker: wake it, park it, or leave it alone."""
+        pairs = list(pairs)
+        for session in self._registry:
+            runnable = [(q, t) for q, t in pairs if q in session.queues and t in session.activity_types]
+            if not runnable:
+                continue
+            if self._all_held(session, runnable):
+                self._park(session, runnable)
+            else:
+                session.wake.set()
+
+    def _all_held(self, session: WorkerSession, pairs: list[tuple[str, str]]) -> bool:
+        held = self.held_map(session)
+        return all(t in held.get(q, frozenset()) for q, t in pairs)
+
+    def _park(self, session: WorkerSession, pairs: list[tuple[str, str]]) -> None:
+        parked = self.parked.get(session.worker_id)
+        if parked is not None:
+            parked[1].update(pairs)
+            return
+        loop = asyncio.get_running_loop()
+        handle = loop.call_later(self._hold_recheck, self._recheck, session)
+        self.parked[session.worker_id] = (handle, set(pairs))
+
+    def _recheck(self, session: WorkerSession) -> None:
+        """hold_recheck passed: the reference goes back to dispatch (which also takes held tasks
+        past their max_defer); if its types are still held it is parked again."""
+        _, pairs = self.parked.pop(session.worker_id, (None, set()))
+        if session.closed:
+            return
+        session.wake.set()
+        if pairs and self._all_held(session, sorted(pairs)):
+            self._park(session, sorted(pairs))
+
+    def release_parked(self) -> None:
+        """The hold ended: every parked reference goes back at once, and every worker is woken."""
+        for handle, _ in self.parked.values():
+            handle.cancel()
+        self.parked.clear()
+        self._registry.wake_all()
 
     async def run(self, session: WorkerSession) -> None:
         """Feeds one worker until its session closes."""
@@ -49,6 +116,8 @@ class Dispatcher:
                     worker_types=session.activity_types,
                     limit=free,
                     limits=self._limits,
+                    held=self.held_map(session),
+                    signal=self.holds.value,
                 )
             except DatabaseUnavailable as error:
                 log.warning("dispatch.claim_failed", extra={"error": str(error)})

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeAlias
 
@@ -16,8 +15,11 @@ from lowtide.errors import InvalidArgument, NotFound, TooLarge
 from lowtide.grpc_status import handles_errors
 from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc
 from scheduler_service import convert
+from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
+from scheduler_service.domain.model import NewTask
 from scheduler_service.sessions import Registry
-from scheduler_service.store import Store
+from scheduler_service.store import Store, Submitted
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
@@ -29,11 +31,11 @@ FINISHED = {"completed", "failed", "cancelled", "timed_out", "skipped", "shed"}
 
 
 class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
-    def __init__(self, *, config: Config, store: Store, registry: Registry, wake: Callable[[], None]) -> None:
+    def __init__(self, *, config: Config, store: Store, registry: Registry, dispatcher: Dispatcher) -> None:
         self._config = config
         self._store = store
         self._registry = registry
-        self._wake = wake
+        self._dispatcher = dispatcher
         self._finished = asyncio.Condition()
 
     async def task_finished(self) -> None:
@@ -46,7 +48,13 @@ class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
             spec,
             defaults=self._config.retry,
             max_payload=self._config.scheduler.max_payload_bytes,
+            type_defaults=self._config.types,
         )
+
+    async def _insert(self, tasks: list[NewTask]) -> list[Submitted]:
+        submitted = await self._store.insert_tasks(tasks, signal=self._dispatcher.holds.value)
+        self._dispatcher.wake_for({(t.queue, t.activity_type) for t in tasks})
+        return submitted
 
     @handles_errors
     async def SubmitTask(
@@ -55,8 +63,7 @@ class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
         if not request.HasField("task"):
             raise InvalidArgument("task", "is required")
         task = self._validate(request.task)
-        [submitted] = await self._store.insert_tasks([task])
-        self._wake()
+        [submitted] = await self._insert([task])
         row = await self._store.get_task(submitted.id)
         assert row is not None
         return scheduler_pb2.SubmitTaskResponse(task=convert.task_message(row), created=submitted.created)
@@ -78,8 +85,7 @@ class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
                 raise TooLarge(f"tasks[{index}].{error}") from None
         if not tasks:
             return scheduler_pb2.SubmitTasksResponse()
-        submitted = await self._store.insert_tasks(tasks)
-        self._wake()
+        submitted = await self._insert(tasks)
         return scheduler_pb2.SubmitTasksResponse(
             tasks=[scheduler_pb2.SubmittedTask(id=s.id, created=s.created) for s in submitted]
         )
@@ -157,3 +163,125 @@ class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
             async with self._finished:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._finished.wait(), min(left, 0.25))
+
+    @handles_errors
+    async def ExplainTask(
+        self, request: scheduler_pb2.ExplainTaskRequest, context: Context
+    ) -> scheduler_pb2.ExplainTaskResponse:
+        row = await self._get(request.id)
+        holds = self._dispatcher.holds
+        now = await self._store.now()
+        paused = await self._store.paused_queues()
+        limit_config = self._config.types.get(row["activity_type"])
+        limit = limit_config.max_concurrency if limit_config else None
+        facts = TaskFacts(
+            state=row["state"],
+            queue=row["queue"],
+            kind=row["kind"],
+            activity_type=row["activity_type"],
+            attempt=row["attempt"],
+            run_at=row["run_at"],
+            created_at=row["created_at"],
+            worker_id=row["worker_id"],
+            started_at=row["started_at"],
+            hold_deadline=row["hold_deadline"],
+            released_by=row["released_by"],
+        )
+        pending = row["state"] == "pending"
+        env = Surroundings(
+            now=now,
+            queue_paused_since=paused.get(row["queue"]),
+            held=row["activity_type"] in holds.held_for(row["queue"]),
+            hold=holds.state,
+            limit=limit,
+            running_of_type=await self._store.running_of_type(row["activity_type"]) if pending and limit else 0,
+            workers_for_type=await self._store.workers_for_type(row["queue"], row["activity_type"]) if pending else 0,
+        )
+        text, codes = explain(facts, env)
+        return scheduler_pb2.ExplainTaskResponse(task=convert.task_message(row), explanation=text, reasons=codes)
+
+    @handles_errors
+    async def PauseQueue(
+        self, request: scheduler_pb2.PauseQueueRequest, context: Context
+    ) -> scheduler_pb2.PauseQueueResponse:
+        name = convert.name("queue", request.queue)
+        await self._store.pause_queue(name)
+        return scheduler_pb2.PauseQueueResponse(queue=await self._queue_status(name))
+
+    @handles_errors
+    async def ResumeQueue(
+        self, request: scheduler_pb2.ResumeQueueRequest, context: Context
+    ) -> scheduler_pb2.ResumeQueueResponse:
+        name = convert.name("queue", request.queue)
+        await self._store.resume_queue(name)
+        self._registry.wake_all()
+        return scheduler_pb2.ResumeQueueResponse(queue=await self._queue_status(name))
+
+    async def _queue_status(self, name: str) -> scheduler_pb2.QueueStatus:
+        for queue in await self._queues():
+            if queue.name == name:
+                return queue
+        return scheduler_pb2.QueueStatus(name=name)  # pragma: no cover - _queues lists paused queues
+
+    async def _queues(self) -> list[scheduler_pb2.QueueStatus]:
+        holds = self._dispatcher.holds
+        paused = await self._store.paused_queues()
+        running = await self._store.running_by_queue()
+        queues: dict[str, scheduler_pb2.QueueStatus] = {}
+
+        def queue(name: str) -> scheduler_pb2.QueueStatus:
+            if name not in queues:
+                held = holds.held_for(name)
+                queues[name] = scheduler_pb2.QueueStatus(
+                    name=name,
+                    paused=name in paused,
+                    running=running.get(name, 0),
+                    cost_hold=holds.state.active and bool(holds.config.for_queue(name)),
+                    held_types=sorted(held),
+                )
+            return queues[name]
+
+        for name in [*paused, *running, *self._config.queues]:
+            queue(name)
+        for row in await self._store.pending_by_queue_and_type():
+            status = queue(row["queue"])
+            if row["kind"] == "activity" and row["activity_type"] in status.held_types:
+                status.held_depth += row["depth"]
+                status.oldest_held_age_seconds = max(status.oldest_held_age_seconds, row["oldest_age"])
+            else:
+                status.depth += row["depth"]
+                status.oldest_pending_age_seconds = max(status.oldest_pending_age_seconds, row["oldest_age"])
+        return [queues[name] for name in sorted(queues)]
+
+    @handles_errors
+    async def GetStatus(
+        self, request: scheduler_pb2.GetStatusRequest, context: Context
+    ) -> scheduler_pb2.GetStatusResponse:
+        holds = self._dispatcher.holds
+        signal = holds.signal
+        hold = scheduler_pb2.HoldStatus(
+            signal=holds.signal_name,
+            active=holds.state.active,
+            threshold=signal.threshold if signal else self._config.cost.defer_threshold,
+            stale=bool(signal and signal.stale),
+            reason=holds.state.reason,
+        )
+        if signal is not None and signal.value is not None:
+            hold.value = signal.value
+        if holds.state.since is not None:
+            hold.since.FromDatetime(holds.state.since)
+        pools = [
+            scheduler_pb2.PoolStatus(name=r["pool"], workers=r["workers"], slots=r["slots"], busy_slots=r["busy"])
+            for r in await self._store.pools()
+        ]
+        deferrable = sorted(holds.config.deferrable.union(*(holds.config.per_queue or {}).values()))
+        carbon = [
+            scheduler_pb2.CarbonStatus(
+                activity_type=r["activity_type"],
+                tasks=r["tasks"],
+                mean_at_submit=r["mean_at_submit"],
+                mean_at_dispatch=r["mean_at_dispatch"],
+            )
+            for r in (await self._store.carbon_by_type(deferrable) if deferrable else [])
+        ]
+        return scheduler_pb2.GetStatusResponse(queues=await self._queues(), pools=pools, hold=hold, carbon=carbon)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import socket
@@ -20,7 +21,9 @@ from lowtide.db import Database, apply_migrations
 from lowtide.errors import ConfigError, DatabaseUnavailable
 from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
+from scheduler_service.cost import CostHolds
 from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale, local_conflicts
 from scheduler_service.maintenance import Maintenance
 from scheduler_service.scheduler_api import SchedulerApi
 from scheduler_service.sessions import Registry
@@ -48,6 +51,7 @@ class Scheduler:
     stream: WorkerStream
     port: int
     scheduler_id: str
+    dispatcher: Dispatcher
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
@@ -62,6 +66,7 @@ class Scheduler:
         for session in self.registry:
             session.detached.set()
         await self.server.stop(grace)
+        self.dispatcher.holds.close()
         for task in self.background:
             task.cancel()
         for task in self.background:
@@ -70,7 +75,42 @@ class Scheduler:
         await self.db.close()
 
 
-async def _listen(db: Database, registry: Registry) -> None:
+def check_cost_config(config: Config) -> HoldConfig:
+    """Refuses a hold that names a local activity; warns about held types with a
+    schedule_to_start default (that deadline keeps running during a hold)."""
+    per_queue = {q: frozenset(c.deferrable_activities) for q, c in config.queues.items()}
+    holds = HoldConfig(frozenset(config.cost.deferrable_activities), per_queue)
+    every_held = holds.deferrable.union(*per_queue.values())
+    local = {name for name, t in config.types.items() if t.local}
+    conflicts = local_conflicts(every_held, local)
+    if conflicts:
+        raise ConfigError(
+            f"cost hold names local activit{'y' if len(conflicts) == 1 else 'ies'} {', '.join(sorted(conflicts))}: "
+            "a local activity runs inline in its workflow task, so a hold cannot defer it"
+        )
+    for name in sorted(every_held):
+        type_config = config.types.get(name)
+        if type_config is not None and type_config.schedule_to_start is not None:
+            log.warning(
+                "cost_hold.schedule_to_start_default",
+                extra={
+                    "activity_type": name,
+                    "detail": "schedule_to_start keeps running during a cost hold; a long window times tasks out",
+                },
+            )
+    return holds
+
+
+def _wake_pairs(payload: str) -> list[tuple[str, str]] | None:
+    """The (queue, type) pairs a wake-up names; None means wake everyone."""
+    try:
+        pairs = json.loads(payload)
+        return [(str(q), str(t)) for q, t in pairs]
+    except (ValueError, TypeError):
+        return None
+
+
+async def _listen(db: Database, registry: Registry, dispatcher: Dispatcher) -> None:
     """Wake-ups and cancels from other replicas (and this one), through LISTEN/NOTIFY."""
     delay = 0.1
     while True:
@@ -80,7 +120,11 @@ async def _listen(db: Database, registry: Registry) -> None:
                 async for note in notifications:
                     channel, _, payload = note.partition(":")
                     if channel == "lowtide_wake":
-                        registry.wake_all()
+                        pairs = _wake_pairs(payload)
+                        if pairs is None:
+                            registry.wake_all()
+                        else:
+                            dispatcher.wake_for(pairs)
                     elif channel == "lowtide_cancel":
                         task_id, attempt, worker_id = payload.split(":", 2)
                         session = registry.get(worker_id)
@@ -111,14 +155,40 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         if api is not None and count:
             asyncio.get_running_loop().create_task(api.task_finished())
 
+    hold_config = check_cost_config(config)
     completer = Completer(store, on_applied=applied)
-    dispatcher = Dispatcher(store, poll_interval=cfg.poll_interval, limits=limits)
-    api = SchedulerApi(config=config, store=store, registry=registry, wake=registry.wake_all)
+    dispatcher: Dispatcher | None = None
+
+    def released() -> None:
+        if dispatcher is not None:
+            dispatcher.release_parked()
+
+    holds = CostHolds(
+        target=cfg.signal_target,
+        signal=config.cost.signal,
+        policy=HoldPolicy(
+            release_below=config.cost.release_below,
+            min_hold=config.cost.min_hold,
+            on_stale=OnStale(config.cost.on_stale),
+        ),
+        config=hold_config,
+        on_release=released,
+    )
+    dispatcher = Dispatcher(
+        store,
+        registry,
+        poll_interval=cfg.poll_interval,
+        limits=limits,
+        holds=holds,
+        hold_recheck=config.cost.hold_recheck,
+    )
+    api = SchedulerApi(config=config, store=store, registry=registry, dispatcher=dispatcher)
     stream = WorkerStream(
         store=store,
         registry=registry,
         dispatcher=dispatcher,
         completer=completer,
+        local_types=frozenset(n for n, t in config.types.items() if t.local),
         scheduler_id=scheduler_id,
         heartbeat_interval=cfg.heartbeat_interval,
         lease_timeout=cfg.lease_timeout,
@@ -152,10 +222,13 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     background = [
         asyncio.create_task(completer.run(), name="completer"),
         asyncio.create_task(maintenance.run(), name="maintenance"),
-        asyncio.create_task(_listen(db, registry), name="listen"),
+        asyncio.create_task(_listen(db, registry, dispatcher), name="listen"),
+        asyncio.create_task(holds.run(), name="signal"),
     ]
     log.info("scheduler.started", extra={"listen": cfg.listen, "port": port, "scheduler_id": scheduler_id})
-    return Scheduler(config, db, store, registry, server, health_servicer, stream, port, scheduler_id, background)
+    return Scheduler(
+        config, db, store, registry, server, health_servicer, stream, port, scheduler_id, dispatcher, background
+    )
 
 
 async def serve(config: Config, *, database_url: str | None = None) -> None:

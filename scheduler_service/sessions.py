@@ -31,6 +31,10 @@ class WorkerSession:
         self.activity_types = activity_types
         self.slots = slots
         self.in_flight: dict[int, Attempt] = {}
+        # The worker's own cost-deferrable types (held with the signal), and the types it holds
+        # by its own predicate (HoldUpdate), whatever the signal says.
+        self.cost_deferrable: frozenset[str] = frozenset()
+        self.predicate_held: frozenset[str] = frozenset()
         self.outbox: asyncio.Queue[worker_pb2.SchedulerMessage] = asyncio.Queue()
         self.wake = asyncio.Event()
         self.closed = False

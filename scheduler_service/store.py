@@ -6,6 +6,7 @@ free slots, or finishes many attempts.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,6 +20,14 @@ from scheduler_service.domain.skiplist import plan_claim
 Q = load_queries("scheduler_service.sql")
 
 _SEPARATOR = "\x1f"
+
+
+def wake_payload(tasks: Sequence[NewTask]) -> str:
+    """The (queue, type) pairs of new tasks as JSON; "*" (wake everyone) when too many to name."""
+    pairs = sorted({(t.queue, t.activity_type) for t in tasks})
+    text = json.dumps(pairs)
+    # NOTIFY payloads must stay under 8000 bytes.
+    return text if len(text.encode()) < 7000 else "*"
 
 
 def _ms(value: timedelta | None) -> int | None:
@@ -49,7 +58,7 @@ class Store:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def insert_tasks(self, tasks: Sequence[NewTask]) -> list[Submitted]:
+    async def insert_tasks(self, tasks: Sequence[NewTask], *, signal: float | None = None) -> list[Submitted]:
         """Stores the tasks in one statement and returns their ids in order.
 
         A task whose idempotency key exists already (stored before, or earlier in this batch)
@@ -70,6 +79,8 @@ class Store:
             "schedule_to_start_ms": [_ms(t.schedule_to_start) for t in tasks],
             "start_to_close_ms": [_ms(t.start_to_close) for t in tasks],
             "heartbeat_ms": [_ms(t.heartbeat) for t in tasks],
+            "max_defer_ms": [_ms(t.max_defer) for t in tasks],
+            "signal": signal,
         }
         async with self.db.transaction() as tx:
             inserted = await tx.fetch(Q["insert_tasks"], params)
@@ -79,7 +90,7 @@ class Store:
                 rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys})
                 existing = {r["idempotency_key"]: r["id"] for r in rows}
             if inserted:
-                await tx.execute(Q["notify_wake"])
+                await tx.execute(Q["notify_wake"], {"payload": wake_payload(tasks)})
         # Identity values grow in insertion order, which is the batch's order.
         new_ids = iter(sorted(r["id"] for r in inserted))
         new_keys = {r["idempotency_key"] for r in inserted if r["idempotency_key"]}
@@ -131,29 +142,35 @@ class Store:
         worker_types: Sequence[str],
         limit: int,
         limits: Mapping[str, int],
-        held: frozenset[str] = frozenset(),
+        held: Mapping[str, frozenset[str]] | None = None,
+        signal: float | None = None,
     ) -> list[Row]:
         """Claims up to `limit` tasks for one worker in one transaction.
 
         Types with a concurrency limit are locked and counted inside the same transaction, so
-        replicas claiming at once never overshoot a limit together.
+        replicas claiming at once never overshoot a limit together. `held` maps a queue to the
+        types a cost hold holds on it; `signal` is recorded on each claimed task.
         """
         async with self.db.transaction() as tx:
-            limited = sorted(t for t in worker_types if t in limits and t not in held)
+            limited = sorted(t for t in worker_types if t in limits)
             running: dict[str, int] = {}
             if limited:
                 await tx.execute(Q["lock_types"], {"types": limited})
                 rows = await tx.fetch(Q["count_running_by_type"], {"types": limited})
                 running = {r["activity_type"]: r["running"] for r in rows}
-            plan = plan_claim(worker_types, limit, limits=limits, running=running, held=held)
-            if plan.empty or not any(plan.caps):
+            plan = plan_claim(queues, worker_types, limit, limits=limits, running=running, held=held)
+            if plan.empty:
                 return []
             params = {
                 "worker_id": worker_id,
-                "queues": list(queues),
-                "types": list(plan.types),
-                "caps": list(plan.caps),
+                "queues": [p[0] for p in plan.open],
+                "types": [p[1] for p in plan.open],
+                "caps": [p[2] for p in plan.open],
+                "held_queues": [p[0] for p in plan.held],
+                "held_types": [p[1] for p in plan.held],
+                "held_caps": [p[2] for p in plan.held],
                 "limit": limit,
+                "signal": signal,
             }
             return await tx.fetch(Q["claim_tasks"], params)
 
@@ -266,3 +283,40 @@ class Store:
         assert row is not None
         value: datetime = row["now"]
         return value
+
+    async def pause_queue(self, name: str) -> Row:
+        row = await self.db.fetch_one(Q["pause_queue"], {"name": name})
+        assert row is not None
+        return row
+
+    async def resume_queue(self, name: str) -> bool:
+        """Resumes the queue and moves its schedule_to_start deadlines past the pause."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetch_one(Q["resume_queue"], {"name": name})
+            if row is None:
+                return False
+            await tx.execute(Q["shift_schedule_to_start"], {"name": name, "paused_for": row["paused_for"]})
+            return True
+
+    async def paused_queues(self) -> dict[str, datetime]:
+        return {r["name"]: r["paused_at"] for r in await self.db.fetch(Q["paused_queues"])}
+
+    async def pending_by_queue_and_type(self) -> list[Row]:
+        return await self.db.fetch(Q["pending_by_queue_and_type"])
+
+    async def running_by_queue(self) -> dict[str, int]:
+        return {r["queue"]: r["running"] for r in await self.db.fetch(Q["running_by_queue"])}
+
+    async def pools(self) -> list[Row]:
+        return await self.db.fetch(Q["pools"])
+
+    async def carbon_by_type(self, types: Sequence[str]) -> list[Row]:
+        return await self.db.fetch(Q["carbon_by_type"], {"types": list(types)})
+
+    async def workers_for_type(self, queue: str, activity_type: str) -> int:
+        row = await self.db.fetch_one(Q["workers_for_type"], {"queue": queue, "activity_type": activity_type})
+        return int(row["workers"]) if row else 0
+
+    async def running_of_type(self, activity_type: str) -> int:
+        rows = await self.db.fetch(Q["count_running_by_type"], {"types": [activity_type]})
+        return int(rows[0]["running"]) if rows else 0

@@ -23,6 +23,7 @@ from lowtide_client._proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
 from scheduler_service.convert import name, stored_text
 from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.domain.holds import local_conflicts
 from scheduler_service.domain.model import Failure, Outcome
 from scheduler_service.domain.retry import after_failure, after_success
 from scheduler_service.sessions import Registry, WorkerSession
@@ -39,23 +40,33 @@ def _duration(value: timedelta) -> duration_pb2.Duration:
     return out
 
 
-def session_from_hello(hello: worker_pb2.Hello) -> WorkerSession:
+def session_from_hello(hello: worker_pb2.Hello, *, config_held: frozenset[str] = frozenset()) -> WorkerSession:
+    """A session for the hello, or InvalidArgument / FailedPrecondition saying what is wrong."""
     if not 0 < hello.slots <= MAX_SLOTS:
         raise InvalidArgument("hello.slots", f"must be between 1 and {MAX_SLOTS}")
-    types = []
+    types: list[str] = []
+    local: list[str] = []
     for activity in hello.activity_types:
         activity_name = name("hello.activity_types.name", activity.name)
-        if not activity.local:
-            types.append(activity_name)
+        (local if activity.local else types).append(activity_name)
+    own_held = frozenset(name("hello.cost_deferrable_activities", t) for t in hello.cost_deferrable_activities)
+    conflicts = local_conflicts(own_held | config_held, local)
+    if conflicts:
+        raise FailedPrecondition(
+            f"cost hold names local activity {', '.join(sorted(conflicts))}: a local activity runs inline in "
+            "its workflow task and is never queued, so a hold cannot defer it; remove it from the hold"
+        )
     if not types:
         raise InvalidArgument("hello.activity_types", "must name at least one activity type that is not local")
-    return WorkerSession(
+    session = WorkerSession(
         worker_id=name("hello.worker_id", hello.worker_id, default=f"worker-{uuid.uuid4().hex[:12]}"),
         pool=name("hello.pool", hello.pool, default="default"),
         queues=tuple(sorted({name("hello.queues", q) for q in hello.queues} or {"default"})),
         activity_types=tuple(sorted(set(types))),
         slots=hello.slots,
     )
+    session.cost_deferrable = own_held
+    return session
 
 
 class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
@@ -70,6 +81,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         heartbeat_interval: timedelta,
         lease_timeout: timedelta,
         limits: Mapping[str, int],
+        local_types: frozenset[str] = frozenset(),
     ) -> None:
         self._store = store
         self._registry = registry
@@ -79,7 +91,9 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._heartbeat_interval = heartbeat_interval
         self._lease = lease_timeout
         self._limits = limits
+        self._local_types = local_types
         self.stopping = False
+        self._warned_unregistered: set[str] = set()
 
     # Written with context.write() rather than as a generator, so the stub's signature differs.
     async def Connect(  # type: ignore[override]
@@ -94,7 +108,9 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         try:
             if first.WhichOneof("message") != "hello":
                 raise FailedPrecondition("the first message on a worker stream must be a hello")
-            session = session_from_hello(first.hello)
+            holds = self._dispatcher.holds.config
+            config_held = holds.deferrable.union(*(holds.per_queue or {}).values())
+            session = session_from_hello(first.hello, config_held=config_held)
             await self._register(session, first.hello)
         except LowtideError as error:
             await abort(context, error)
@@ -153,6 +169,19 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                 session.in_flight[row["id"]] = attempt_of(row)
         self._registry.add(session)
         session.wake.set()
+        self._warn_unregistered_holds()
+
+    def _warn_unregistered_holds(self) -> None:
+        """A held name that no connected worker registers does nothing; say so once."""
+        holds = self._dispatcher.holds.config
+        registered = {t for s in self._registry for t in s.activity_types}
+        for held in sorted(holds.deferrable.union(*(holds.per_queue or {}).values()) - registered):
+            if held not in self._warned_unregistered:
+                self._warned_unregistered.add(held)
+                log.warning(
+                    "cost_hold.unregistered_type",
+                    extra={"activity_type": held, "detail": "no connected worker registers it; the hold has no effect"},
+                )
 
     async def _unregister(self, session: WorkerSession) -> None:
         session.closed = True
@@ -202,6 +231,12 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                     raise InvalidArgument("slot_update.slots", f"must be at most {MAX_SLOTS}")
                 session.slots = message.slot_update.slots
                 session.wake.set()
+            elif kind == "hold_update":
+                holding = frozenset(name("hold_update.held_types", t) for t in message.hold_update.held_types)
+                released = session.predicate_held - holding
+                session.predicate_held = holding
+                if released:
+                    session.wake.set()
             elif kind == "hello":
                 raise FailedPrecondition("hello may only be sent once, as the first message")
             else:

@@ -1,5 +1,2 @@
-"""The signal service (not built yet: see issue 3).
-
-Nothing here serves a signal today; `lowtide up` does not start one, and the scheduler does not
-read one yet.
-"""
+"""The signal service: the cost signal (grid carbon intensity or a power price) from a feed or an
+operator, whether it is high, kept in PostgreSQL and pushed to every subscriber (issue 3)."""

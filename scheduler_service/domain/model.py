@@ -50,6 +50,7 @@ class NewTask:
     schedule_to_start: timedelta | None
     start_to_close: timedelta | None
     heartbeat: timedelta | None
+    max_defer: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,22 +3,26 @@
 INSERT INTO lowtide.tasks (
     queue, kind, activity_type, payload, priority, idempotency_key,
     max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable_error_types,
-    schedule_to_start_ms, start_to_close_ms, heartbeat_ms, schedule_to_start_deadline
+    schedule_to_start_ms, start_to_close_ms, heartbeat_ms, schedule_to_start_deadline,
+    max_defer_ms, hold_deadline, signal_at_submit
 )
 SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_key,
        n.max_attempts, n.initial_backoff_ms, n.backoff_coefficient, n.max_backoff_ms,
        string_to_array(n.non_retryable, E'\x1f'),
        n.schedule_to_start_ms, n.start_to_close_ms, n.heartbeat_ms,
-       now() + n.schedule_to_start_ms * interval '1 millisecond'
+       now() + n.schedule_to_start_ms * interval '1 millisecond',
+       n.max_defer_ms,
+       CASE WHEN n.kind = 'activity' THEN now() + n.max_defer_ms * interval '1 millisecond' END,
+       %(signal)s::float8
 FROM unnest(
     %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
     %(priorities)s::int[], %(idempotency_keys)s::text[], %(max_attempts)s::int[],
     %(initial_backoff_ms)s::bigint[], %(backoff_coefficients)s::float8[], %(max_backoff_ms)s::bigint[],
     %(non_retryable)s::text[], %(schedule_to_start_ms)s::bigint[], %(start_to_close_ms)s::bigint[],
-    %(heartbeat_ms)s::bigint[]
+    %(heartbeat_ms)s::bigint[], %(max_defer_ms)s::bigint[]
 ) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, idempotency_key, max_attempts,
                       initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable,
-                      schedule_to_start_ms, start_to_close_ms, heartbeat_ms, ord)
+                      schedule_to_start_ms, start_to_close_ms, heartbeat_ms, max_defer_ms, ord)
 ORDER BY n.ord
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key
@@ -28,8 +32,9 @@ RETURNING id, idempotency_key
 SELECT id, idempotency_key FROM lowtide.tasks WHERE idempotency_key = ANY(%(keys)s::text[])
 
 -- notify_wake --
--- Wakes the dispatchers of every scheduler replica (delivered at commit).
-SELECT pg_notify('lowtide_wake', '')
+-- Wakes the dispatchers of every replica (at commit); the payload names the new (queue, type)
+-- pairs, so a replica can park a wake-up whose types are all held.
+SELECT pg_notify('lowtide_wake', %(payload)s)
 
 -- get_task --
 -- One task, whole.
@@ -45,7 +50,8 @@ SELECT id, queue, kind, activity_type, ''::bytea AS payload, priority, idempoten
        max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms,
        non_retryable_error_types, schedule_to_start_ms, start_to_close_ms, heartbeat_ms, created_at,
        run_at, started_at, finished_at, NULL::bytea AS result, error_type, error_message,
-       error_non_retryable, worker_id, cancel_requested
+       error_non_retryable, worker_id, cancel_requested, max_defer_ms, hold_deadline, released_by,
+       signal_at_submit, signal_at_dispatch
 FROM lowtide.tasks
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -68,26 +74,68 @@ GROUP BY activity_type
 
 -- claim_tasks --
 -- Takes up to %(limit)s due pending tasks for one worker: best priority first, FIFO within a
--- priority, each type capped at its room. One index walk per (queue, type), so rows of types
--- outside the plan (held, at their limit, or not this worker's) are never read.
-WITH candidates AS (
-    SELECT c.id, c.priority, c.run_at, ty.cap,
-           row_number() OVER (PARTITION BY ty.activity_type
-                              ORDER BY c.priority DESC, c.run_at, c.id) AS nth
-    FROM unnest(%(queues)s::text[]) AS q(queue)
-    CROSS JOIN unnest(%(types)s::text[], %(caps)s::int[]) AS ty(activity_type, cap)
+-- priority, each type capped at its room, paused queues left alone. Open (queue, type) pairs
+-- are walked on the pending index; held pairs only for workflow tasks (never held) and for
+-- tasks past their max_defer, each on its own small index. So held rows are never read, and a
+-- claim costs the same with a million of them waiting.
+WITH paused AS (
+    SELECT name FROM lowtide.queues WHERE paused
+),
+open_pairs AS (
+    SELECT p.queue, p.activity_type, p.cap
+    FROM unnest(%(queues)s::text[], %(types)s::text[], %(caps)s::int[]) AS p(queue, activity_type, cap)
+    WHERE p.queue NOT IN (SELECT name FROM paused)
+),
+held_pairs AS (
+    SELECT p.queue, p.activity_type, p.cap
+    FROM unnest(%(held_queues)s::text[], %(held_types)s::text[], %(held_caps)s::int[])
+         AS p(queue, activity_type, cap)
+    WHERE p.queue NOT IN (SELECT name FROM paused)
+),
+candidates AS (
+    SELECT c.id, c.priority, c.run_at, p.activity_type, p.cap, NULL::text AS released_by
+    FROM open_pairs p
     CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.run_at
         FROM lowtide.tasks t
-        WHERE t.state = 'pending' AND t.queue = q.queue AND t.activity_type = ty.activity_type
+        WHERE t.state = 'pending' AND t.queue = p.queue AND t.activity_type = p.activity_type
           AND t.run_at <= now()
         ORDER BY t.priority DESC, t.run_at, t.id
-        LIMIT ty.cap
+        LIMIT p.cap
+        FOR UPDATE SKIP LOCKED
+    ) c
+    UNION ALL
+    SELECT c.id, c.priority, c.run_at, p.activity_type, p.cap, NULL::text
+    FROM held_pairs p
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.priority, t.run_at
+        FROM lowtide.tasks t
+        WHERE t.state = 'pending' AND t.kind = 'workflow' AND t.queue = p.queue
+          AND t.activity_type = p.activity_type AND t.run_at <= now()
+        ORDER BY t.priority DESC, t.run_at, t.id
+        LIMIT p.cap
+        FOR UPDATE SKIP LOCKED
+    ) c
+    UNION ALL
+    SELECT c.id, c.priority, c.run_at, p.activity_type, p.cap, 'max_defer'
+    FROM held_pairs p
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.priority, t.run_at
+        FROM lowtide.tasks t
+        WHERE t.state = 'pending' AND t.hold_deadline IS NOT NULL AND t.queue = p.queue
+          AND t.activity_type = p.activity_type AND t.hold_deadline <= now() AND t.run_at <= now()
+        ORDER BY t.hold_deadline
+        LIMIT p.cap
         FOR UPDATE SKIP LOCKED
     ) c
 ),
+ranked AS (
+    SELECT candidates.*,
+           row_number() OVER (PARTITION BY activity_type ORDER BY priority DESC, run_at, id) AS nth
+    FROM candidates
+),
 chosen AS (
-    SELECT id FROM candidates WHERE nth <= cap
+    SELECT id, released_by FROM ranked WHERE nth <= cap
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
 )
@@ -98,7 +146,9 @@ SET state = 'running',
     started_at = now(),
     close_deadline = now() + t.start_to_close_ms * interval '1 millisecond',
     heartbeat_deadline = now() + t.heartbeat_ms * interval '1 millisecond',
-    schedule_to_start_deadline = NULL
+    schedule_to_start_deadline = NULL,
+    released_by = chosen.released_by,
+    signal_at_dispatch = %(signal)s::float8
 FROM chosen
 WHERE t.id = chosen.id
 RETURNING t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
@@ -179,6 +229,7 @@ SET state = 'timed_out', finished_at = now(), error_type = 'ScheduleToStartTimeo
 WHERE id IN (
     SELECT id FROM lowtide.tasks
     WHERE state = 'pending' AND schedule_to_start_deadline < now()
+      AND queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
@@ -254,3 +305,67 @@ DELETE FROM lowtide.leader WHERE name = %(name)s AND holder = %(holder)s
 -- now --
 -- The database's clock, which every deadline is measured against.
 SELECT now() AS now
+
+-- pause_queue --
+-- Pauses a queue (from now; pausing a paused queue keeps its first pause time).
+INSERT INTO lowtide.queues (name, paused, paused_at) VALUES (%(name)s, true, now())
+ON CONFLICT (name) DO UPDATE
+SET paused = true, paused_at = COALESCE(lowtide.queues.paused_at, now())
+RETURNING name, paused, paused_at
+
+-- resume_queue --
+-- Resumes a queue; returns how long it was paused (NULL when it was not).
+WITH old AS (
+    SELECT name, paused_at FROM lowtide.queues WHERE name = %(name)s AND paused FOR UPDATE
+)
+UPDATE lowtide.queues q SET paused = false, paused_at = NULL
+FROM old WHERE q.name = old.name
+RETURNING q.name, now() - old.paused_at AS paused_for
+
+-- shift_schedule_to_start --
+-- A pause suspends schedule_to_start: push the queue's pending deadlines back by its length.
+UPDATE lowtide.tasks
+SET schedule_to_start_deadline = schedule_to_start_deadline + %(paused_for)s::interval
+WHERE queue = %(name)s AND state = 'pending' AND schedule_to_start_deadline IS NOT NULL
+
+-- paused_queues --
+-- The queues paused now.
+SELECT name, paused_at FROM lowtide.queues WHERE paused
+
+-- pending_by_queue_and_type --
+-- Pending counts and oldest ages per (queue, type), for status and the queue metrics.
+SELECT queue, activity_type, kind, count(*)::bigint AS depth,
+       extract(epoch FROM now() - min(run_at))::float8 AS oldest_age
+FROM lowtide.tasks
+WHERE state = 'pending' AND run_at <= now()
+GROUP BY queue, activity_type, kind
+
+-- running_by_queue --
+-- Running attempts per queue.
+SELECT queue, count(*)::bigint AS running FROM lowtide.tasks WHERE state = 'running' GROUP BY queue
+
+-- carbon_by_type --
+-- For these types: tasks dispatched with a known signal, and the mean signal at submit and dispatch.
+SELECT activity_type, count(*)::bigint AS tasks,
+       avg(signal_at_submit)::float8 AS mean_at_submit, avg(signal_at_dispatch)::float8 AS mean_at_dispatch
+FROM lowtide.tasks
+WHERE activity_type = ANY(%(types)s::text[]) AND signal_at_submit IS NOT NULL
+  AND signal_at_dispatch IS NOT NULL
+GROUP BY activity_type
+
+-- workers_for_type --
+-- Connected workers (any replica) that run this type on this queue.
+SELECT count(*)::int AS workers FROM lowtide.workers
+WHERE %(activity_type)s = ANY(activity_types) AND %(queue)s = ANY(queues) AND lease_expires_at > now()
+
+-- pools --
+-- Connected workers per pool, their slots, and how many of those run an attempt now.
+SELECT w.pool, count(*)::int AS workers, sum(w.slots)::int AS slots,
+       COALESCE(sum(r.running), 0)::int AS busy
+FROM lowtide.workers w
+LEFT JOIN (
+    SELECT worker_id, count(*) AS running FROM lowtide.tasks WHERE state = 'running' GROUP BY worker_id
+) r ON r.worker_id = w.id
+WHERE w.lease_expires_at > now()
+GROUP BY w.pool
+ORDER BY w.pool

@@ -1,4 +1,4 @@
-"""The claim plan: types at their limit are skipped, others capped at their room."""
+"""The claim plan: types at their limit are skipped, held ones walked apart, others capped."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ def test_a_type_at_its_limit_is_in_the_skip_list() -> None:
 
 
 def test_limited_types_are_capped_at_their_room_and_others_at_the_batch() -> None:
-    plan = plan_claim(["b", "a", "c"], 10, limits={"a": 3, "c": 1}, running={"a": 1, "c": 1})
-    assert plan.types == ("a", "b")
-    assert plan.caps == (2, 10)
-    assert plan.skipped == frozenset({"c"})
+    plan = plan_claim(["q"], ["b", "a", "c"], 10, limits={"a": 3, "c": 1}, running={"a": 1, "c": 1})
+    assert plan.open == (("q", "a", 2), ("q", "b", 10))
+    assert plan.at_limit == frozenset({"c"})
 
 
-def test_held_types_are_skipped_like_types_at_their_limit() -> None:
-    plan = plan_claim(["a", "b"], 4, limits={}, running={}, held={"b"})
-    assert (plan.types, plan.skipped) == (("a",), frozenset({"b"}))
+def test_held_types_are_planned_apart_per_queue() -> None:
+    plan = plan_claim(["q1", "q2"], ["a", "b"], 4, limits={}, running={}, held={"q1": frozenset({"b"})})
+    assert plan.open == (("q1", "a", 4), ("q2", "a", 4), ("q2", "b", 4))
+    assert plan.held == (("q1", "b", 4),)
 
 
-def test_nothing_to_claim_when_every_type_is_skipped() -> None:
-    assert plan_claim(["a"], 4, limits={"a": 1}, running={"a": 1}).empty
+def test_nothing_to_claim_when_every_type_is_at_its_limit() -> None:
+    assert plan_claim(["q"], ["a"], 4, limits={"a": 1}, running={"a": 1}).empty

@@ -105,6 +105,7 @@ class Client:
         schedule_to_start_timeout: timedelta | None = None,
         start_to_close_timeout: timedelta | None = None,
         heartbeat_timeout: timedelta | None = None,
+        max_defer: timedelta | None = None,
     ) -> task_pb2.Task:
         """Submit one task and return it as stored.
 
@@ -126,6 +127,7 @@ class Client:
             schedule_to_start_timeout=schedule_to_start_timeout,
             start_to_close_timeout=start_to_close_timeout,
             heartbeat_timeout=heartbeat_timeout,
+            max_defer=max_defer,
         )
         response: scheduler_pb2.SubmitTaskResponse = await self._call(
             "SubmitTask", scheduler_pb2.SubmitTaskRequest(task=spec)

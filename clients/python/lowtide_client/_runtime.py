@@ -31,6 +31,7 @@ from lowtide_client._activities import Activity
 from lowtide_client._attempts import Attempts
 from lowtide_client._backoff import Backoff
 from lowtide_client._durations import format_duration
+from lowtide_client._holds import CostHold, held_now
 from lowtide_client._log import log_event
 from lowtide_client._proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
 
@@ -63,6 +64,9 @@ class Settings:
     slots: int
     max_result_batch: int
     shutdown_grace: float  # seconds
+    cost_deferrable_activities: tuple[str, ...] = ()
+    cost_holds: tuple[CostHold, ...] = ()
+    hold_check_interval: float = 0.25  # seconds
 
 
 class Runtime:
@@ -197,6 +201,8 @@ class Runtime:
             sender = asyncio.create_task(self._send_loop(call, queue))
             reader = asyncio.create_task(self._read_loop(call))
             helpers = [sender, reader, asyncio.create_task(self._heartbeat_loop(queue, interval))]
+            if self._settings.cost_holds:
+                helpers.append(asyncio.create_task(self._hold_loop(queue)))
             await asyncio.wait({sender, reader}, return_when=asyncio.FIRST_COMPLETED)
             if sender.done() and sender.exception() is None:
                 # All written and the request side closed; the scheduler now ends the stream.
@@ -227,6 +233,7 @@ class Runtime:
             activity_types=self._activity_types,
             slots=self._settings.slots,
             running=self._attempts.unreported_refs(),
+            cost_deferrable_activities=self._settings.cost_deferrable_activities,
         )
 
     def _welcome(self, welcome: worker_pb2.Welcome) -> float:
@@ -295,6 +302,19 @@ class Runtime:
             self._attempts.started.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._attempts.started.wait(), due)
+
+    async def _hold_loop(self, queue: asyncio.Queue[_Outgoing]) -> None:
+        """Evaluates the worker's own holds and tells the scheduler each change (and, on a new
+        stream, the current set at once)."""
+        sent: frozenset[str] | None = None
+        while True:
+            held = held_now(self._settings.cost_holds)
+            if held != sent:
+                update = worker_pb2.HoldUpdate(held_types=sorted(held))
+                queue.put_nowait(worker_pb2.WorkerMessage(hold_update=update))
+                log_event(logging.INFO, "worker.hold_changed", held=",".join(sorted(held)) or "-")
+                sent = held
+            await asyncio.sleep(self._settings.hold_check_interval)
 
     def _send(self, message: worker_pb2.WorkerMessage) -> None:
         if self._outgoing is not None:

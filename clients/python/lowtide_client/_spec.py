@@ -33,6 +33,7 @@ def task_spec(
     schedule_to_start_timeout: timedelta | None = None,
     start_to_close_timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
+    max_defer: timedelta | None = None,
 ) -> task_pb2.TaskSpec:
     """Describe one task to submit.
 
@@ -82,6 +83,8 @@ def task_spec(
         spec.start_to_close_timeout.CopyFrom(_duration("start_to_close_timeout", start_to_close_timeout))
     if heartbeat_timeout is not None:
         spec.heartbeat_timeout.CopyFrom(_duration("heartbeat_timeout", heartbeat_timeout))
+    if max_defer is not None:
+        spec.max_defer.CopyFrom(_duration("max_defer", max_defer))
     return spec
 
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import grpc
 
 from lowtide_client._activities import Activity, ActivityFunction, make_activity
+from lowtide_client._holds import CostHold, local_conflicts
 from lowtide_client._log import log_event
 from lowtide_client._runtime import Runtime, Settings
 
@@ -61,6 +62,9 @@ class Worker:
         worker_id: str | None = None,
         max_result_batch: int = 256,
         shutdown_grace: timedelta = timedelta(seconds=30),
+        cost_deferrable_activities: Sequence[str] = (),
+        cost_holds: Sequence[CostHold] = (),
+        hold_check_interval: timedelta = timedelta(milliseconds=250),
     ) -> None:
         if isinstance(queues, str):
             raise TypeError("queues must be a sequence of queue names, not a single str")
@@ -77,6 +81,9 @@ class Worker:
             slots=slots,
             max_result_batch=max_result_batch,
             shutdown_grace=shutdown_grace.total_seconds(),
+            cost_deferrable_activities=tuple(cost_deferrable_activities),
+            cost_holds=tuple(cost_holds),
+            hold_check_interval=hold_check_interval.total_seconds(),
         )
         self._worker_id = worker_id or _default_worker_id()
         self._activities: dict[str, Activity] = {}
@@ -168,6 +175,13 @@ class Worker:
             raise RuntimeError("register at least one activity before run()")
         if self._loop is not None:
             raise RuntimeError("this worker is already running")
+        held = set(self._settings.cost_deferrable_activities).union(*(h.types for h in self._settings.cost_holds))
+        conflicts = local_conflicts(held, (a.name for a in self._activities.values() if a.local))
+        if conflicts:
+            raise ValueError(
+                f"cost hold names local activity {', '.join(sorted(conflicts))}: a local activity runs inline "
+                "in its workflow task, so a hold cannot defer it"
+            )
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._stop_event = asyncio.Event()

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from lowtide_client._proto.lowtide.v1 import task_pb2 as _task_pb2
 import builtins as _builtins
@@ -311,3 +312,326 @@ class WaitTaskResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WaitTaskResponse: _TypeAlias = WaitTaskResponse  # noqa: Y015
+
+@_typing.final
+class ExplainTaskRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExplainTaskRequest: _TypeAlias = ExplainTaskRequest  # noqa: Y015
+
+@_typing.final
+class ExplainTaskResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_FIELD_NUMBER: _builtins.int
+    EXPLANATION_FIELD_NUMBER: _builtins.int
+    REASONS_FIELD_NUMBER: _builtins.int
+    explanation: _builtins.str
+    """e.g. "held: activity type train_model is cost-deferrable and signal grid is 520 gCO2/kWh > 400
+    since 12:03:10"
+    """
+    @_builtins.property
+    def task(self) -> _task_pb2.Task: ...
+    @_builtins.property
+    def reasons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Short codes, e.g. "cost_hold", "queue_paused", "concurrency_limit", "backoff", "no_worker"."""
+
+    def __init__(
+        self,
+        *,
+        task: _task_pb2.Task | None = ...,
+        explanation: _builtins.str = ...,
+        reasons: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["explanation", b"explanation", "reasons", b"reasons", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExplainTaskResponse: _TypeAlias = ExplainTaskResponse  # noqa: Y015
+
+@_typing.final
+class PauseQueueRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PauseQueueRequest: _TypeAlias = PauseQueueRequest  # noqa: Y015
+
+@_typing.final
+class PauseQueueResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def queue(self) -> Global___QueueStatus: ...
+    def __init__(
+        self,
+        *,
+        queue: Global___QueueStatus | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PauseQueueResponse: _TypeAlias = PauseQueueResponse  # noqa: Y015
+
+@_typing.final
+class ResumeQueueRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResumeQueueRequest: _TypeAlias = ResumeQueueRequest  # noqa: Y015
+
+@_typing.final
+class ResumeQueueResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def queue(self) -> Global___QueueStatus: ...
+    def __init__(
+        self,
+        *,
+        queue: Global___QueueStatus | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResumeQueueResponse: _TypeAlias = ResumeQueueResponse  # noqa: Y015
+
+@_typing.final
+class GetStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStatusRequest: _TypeAlias = GetStatusRequest  # noqa: Y015
+
+@_typing.final
+class QueueStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PAUSED_FIELD_NUMBER: _builtins.int
+    DEPTH_FIELD_NUMBER: _builtins.int
+    OLDEST_PENDING_AGE_SECONDS_FIELD_NUMBER: _builtins.int
+    HELD_DEPTH_FIELD_NUMBER: _builtins.int
+    OLDEST_HELD_AGE_SECONDS_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    COST_HOLD_FIELD_NUMBER: _builtins.int
+    HELD_TYPES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    paused: _builtins.bool
+    depth: _builtins.int
+    """Pending tasks a worker could claim now (held ones are counted apart)."""
+    oldest_pending_age_seconds: _builtins.float
+    held_depth: _builtins.int
+    """Pending tasks of types a cost hold holds on this queue now."""
+    oldest_held_age_seconds: _builtins.float
+    running: _builtins.int
+    cost_hold: _builtins.bool
+    """1 while a cost hold is active on this queue."""
+    @_builtins.property
+    def held_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        paused: _builtins.bool = ...,
+        depth: _builtins.int = ...,
+        oldest_pending_age_seconds: _builtins.float = ...,
+        held_depth: _builtins.int = ...,
+        oldest_held_age_seconds: _builtins.float = ...,
+        running: _builtins.int = ...,
+        cost_hold: _builtins.bool = ...,
+        held_types: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cost_hold", b"cost_hold", "depth", b"depth", "held_depth", b"held_depth", "held_types", b"held_types", "name", b"name", "oldest_held_age_seconds", b"oldest_held_age_seconds", "oldest_pending_age_seconds", b"oldest_pending_age_seconds", "paused", b"paused", "running", b"running"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueStatus: _TypeAlias = QueueStatus  # noqa: Y015
+
+@_typing.final
+class PoolStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    WORKERS_FIELD_NUMBER: _builtins.int
+    SLOTS_FIELD_NUMBER: _builtins.int
+    BUSY_SLOTS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    workers: _builtins.int
+    slots: _builtins.int
+    busy_slots: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        workers: _builtins.int = ...,
+        slots: _builtins.int = ...,
+        busy_slots: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["busy_slots", b"busy_slots", "name", b"name", "slots", b"slots", "workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PoolStatus: _TypeAlias = PoolStatus  # noqa: Y015
+
+@_typing.final
+class HoldStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIGNAL_FIELD_NUMBER: _builtins.int
+    ACTIVE_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    THRESHOLD_FIELD_NUMBER: _builtins.int
+    STALE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    signal: _builtins.str
+    active: _builtins.bool
+    value: _builtins.float
+    """Absent until the first value arrives."""
+    threshold: _builtins.float
+    stale: _builtins.bool
+    reason: _builtins.str
+    @_builtins.property
+    def since(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        signal: _builtins.str = ...,
+        active: _builtins.bool = ...,
+        value: _builtins.float | None = ...,
+        threshold: _builtins.float = ...,
+        stale: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        since: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "since", b"since", "value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "active", b"active", "reason", b"reason", "signal", b"signal", "since", b"since", "stale", b"stale", "threshold", b"threshold", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
+    _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__value) -> _WhichOneofReturnType__value | None: ...
+
+Global___HoldStatus: _TypeAlias = HoldStatus  # noqa: Y015
+
+@_typing.final
+class CarbonStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTIVITY_TYPE_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    MEAN_AT_SUBMIT_FIELD_NUMBER: _builtins.int
+    MEAN_AT_DISPATCH_FIELD_NUMBER: _builtins.int
+    activity_type: _builtins.str
+    tasks: _builtins.int
+    mean_at_submit: _builtins.float
+    """Mean signal value when these tasks were submitted, and when they were dispatched."""
+    mean_at_dispatch: _builtins.float
+    def __init__(
+        self,
+        *,
+        activity_type: _builtins.str = ...,
+        tasks: _builtins.int = ...,
+        mean_at_submit: _builtins.float = ...,
+        mean_at_dispatch: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "mean_at_dispatch", b"mean_at_dispatch", "mean_at_submit", b"mean_at_submit", "tasks", b"tasks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CarbonStatus: _TypeAlias = CarbonStatus  # noqa: Y015
+
+@_typing.final
+class GetStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUES_FIELD_NUMBER: _builtins.int
+    POOLS_FIELD_NUMBER: _builtins.int
+    HOLD_FIELD_NUMBER: _builtins.int
+    CARBON_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueStatus]: ...
+    @_builtins.property
+    def pools(self) -> _containers.RepeatedCompositeFieldContainer[Global___PoolStatus]: ...
+    @_builtins.property
+    def hold(self) -> Global___HoldStatus: ...
+    @_builtins.property
+    def carbon(self) -> _containers.RepeatedCompositeFieldContainer[Global___CarbonStatus]:
+        """For cost-deferrable types: the intensity avoided by waiting."""
+
+    def __init__(
+        self,
+        *,
+        queues: _abc.Iterable[Global___QueueStatus] | None = ...,
+        pools: _abc.Iterable[Global___PoolStatus] | None = ...,
+        hold: Global___HoldStatus | None = ...,
+        carbon: _abc.Iterable[Global___CarbonStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["hold", b"hold"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["carbon", b"carbon", "hold", b"hold", "pools", b"pools", "queues", b"queues"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStatusResponse: _TypeAlias = GetStatusResponse  # noqa: Y015

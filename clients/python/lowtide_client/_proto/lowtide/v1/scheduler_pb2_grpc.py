@@ -65,6 +65,26 @@ class SchedulerServiceStub:
                 request_serializer=lowtide_dot_v1_dot_scheduler__pb2.WaitTaskRequest.SerializeToString,
                 response_deserializer=lowtide_dot_v1_dot_scheduler__pb2.WaitTaskResponse.FromString,
                 _registered_method=True)
+        self.ExplainTask = channel.unary_unary(
+                '/lowtide.v1.SchedulerService/ExplainTask',
+                request_serializer=lowtide_dot_v1_dot_scheduler__pb2.ExplainTaskRequest.SerializeToString,
+                response_deserializer=lowtide_dot_v1_dot_scheduler__pb2.ExplainTaskResponse.FromString,
+                _registered_method=True)
+        self.PauseQueue = channel.unary_unary(
+                '/lowtide.v1.SchedulerService/PauseQueue',
+                request_serializer=lowtide_dot_v1_dot_scheduler__pb2.PauseQueueRequest.SerializeToString,
+                response_deserializer=lowtide_dot_v1_dot_scheduler__pb2.PauseQueueResponse.FromString,
+                _registered_method=True)
+        self.ResumeQueue = channel.unary_unary(
+                '/lowtide.v1.SchedulerService/ResumeQueue',
+                request_serializer=lowtide_dot_v1_dot_scheduler__pb2.ResumeQueueRequest.SerializeToString,
+                response_deserializer=lowtide_dot_v1_dot_scheduler__pb2.ResumeQueueResponse.FromString,
+                _registered_method=True)
+        self.GetStatus = channel.unary_unary(
+                '/lowtide.v1.SchedulerService/GetStatus',
+                request_serializer=lowtide_dot_v1_dot_scheduler__pb2.GetStatusRequest.SerializeToString,
+                response_deserializer=lowtide_dot_v1_dot_scheduler__pb2.GetStatusResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServiceServicer:
@@ -110,6 +130,33 @@ class SchedulerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExplainTask(self, request, context):
+        """Why is it pending? A sentence for people, and the reasons as codes for scripts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseQueue(self, request, context):
+        """A paused queue is claimed from by no worker, and its schedule_to_start timers stop.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetStatus(self, request, context):
+        """Queues, pools, holds and the signal as this scheduler sees them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -142,6 +189,26 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     servicer.WaitTask,
                     request_deserializer=lowtide_dot_v1_dot_scheduler__pb2.WaitTaskRequest.FromString,
                     response_serializer=lowtide_dot_v1_dot_scheduler__pb2.WaitTaskResponse.SerializeToString,
+            ),
+            'ExplainTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainTask,
+                    request_deserializer=lowtide_dot_v1_dot_scheduler__pb2.ExplainTaskRequest.FromString,
+                    response_serializer=lowtide_dot_v1_dot_scheduler__pb2.ExplainTaskResponse.SerializeToString,
+            ),
+            'PauseQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseQueue,
+                    request_deserializer=lowtide_dot_v1_dot_scheduler__pb2.PauseQueueRequest.FromString,
+                    response_serializer=lowtide_dot_v1_dot_scheduler__pb2.PauseQueueResponse.SerializeToString,
+            ),
+            'ResumeQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeQueue,
+                    request_deserializer=lowtide_dot_v1_dot_scheduler__pb2.ResumeQueueRequest.FromString,
+                    response_serializer=lowtide_dot_v1_dot_scheduler__pb2.ResumeQueueResponse.SerializeToString,
+            ),
+            'GetStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStatus,
+                    request_deserializer=lowtide_dot_v1_dot_scheduler__pb2.GetStatusRequest.FromString,
+                    response_serializer=lowtide_dot_v1_dot_scheduler__pb2.GetStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -307,6 +374,114 @@ class SchedulerService:
             '/lowtide.v1.SchedulerService/WaitTask',
             lowtide_dot_v1_dot_scheduler__pb2.WaitTaskRequest.SerializeToString,
             lowtide_dot_v1_dot_scheduler__pb2.WaitTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lowtide.v1.SchedulerService/ExplainTask',
+            lowtide_dot_v1_dot_scheduler__pb2.ExplainTaskRequest.SerializeToString,
+            lowtide_dot_v1_dot_scheduler__pb2.ExplainTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lowtide.v1.SchedulerService/PauseQueue',
+            lowtide_dot_v1_dot_scheduler__pb2.PauseQueueRequest.SerializeToString,
+            lowtide_dot_v1_dot_scheduler__pb2.PauseQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lowtide.v1.SchedulerService/ResumeQueue',
+            lowtide_dot_v1_dot_scheduler__pb2.ResumeQueueRequest.SerializeToString,
+            lowtide_dot_v1_dot_scheduler__pb2.ResumeQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lowtide.v1.SchedulerService/GetStatus',
+            lowtide_dot_v1_dot_scheduler__pb2.GetStatusRequest.SerializeToString,
+            lowtide_dot_v1_dot_scheduler__pb2.GetStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

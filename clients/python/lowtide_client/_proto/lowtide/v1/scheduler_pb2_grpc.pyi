@@ -42,6 +42,13 @@ class SchedulerServiceStub:
     ListTasks: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListTasksRequest, _scheduler_pb2.ListTasksResponse]
     WaitTask: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.WaitTaskRequest, _scheduler_pb2.WaitTaskResponse]
     """Waits until the task is finished or the timeout passes, then returns it as it is."""
+    ExplainTask: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ExplainTaskRequest, _scheduler_pb2.ExplainTaskResponse]
+    """Why is it pending? A sentence for people, and the reasons as codes for scripts."""
+    PauseQueue: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.PauseQueueRequest, _scheduler_pb2.PauseQueueResponse]
+    """A paused queue is claimed from by no worker, and its schedule_to_start timers stop."""
+    ResumeQueue: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ResumeQueueRequest, _scheduler_pb2.ResumeQueueResponse]
+    GetStatus: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.GetStatusRequest, _scheduler_pb2.GetStatusResponse]
+    """Queues, pools, holds and the signal as this scheduler sees them."""
 
 @_typing.type_check_only
 class SchedulerServiceAsyncStub(SchedulerServiceStub):
@@ -57,6 +64,13 @@ class SchedulerServiceAsyncStub(SchedulerServiceStub):
     ListTasks: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListTasksRequest, _scheduler_pb2.ListTasksResponse]  # type: ignore[assignment]
     WaitTask: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.WaitTaskRequest, _scheduler_pb2.WaitTaskResponse]  # type: ignore[assignment]
     """Waits until the task is finished or the timeout passes, then returns it as it is."""
+    ExplainTask: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ExplainTaskRequest, _scheduler_pb2.ExplainTaskResponse]  # type: ignore[assignment]
+    """Why is it pending? A sentence for people, and the reasons as codes for scripts."""
+    PauseQueue: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.PauseQueueRequest, _scheduler_pb2.PauseQueueResponse]  # type: ignore[assignment]
+    """A paused queue is claimed from by no worker, and its schedule_to_start timers stop."""
+    ResumeQueue: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ResumeQueueRequest, _scheduler_pb2.ResumeQueueResponse]  # type: ignore[assignment]
+    GetStatus: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.GetStatusRequest, _scheduler_pb2.GetStatusResponse]  # type: ignore[assignment]
+    """Queues, pools, holds and the signal as this scheduler sees them."""
 
 class SchedulerServiceServicer(metaclass=_abc_1.ABCMeta):
     """Submit, inspect and cancel tasks."""
@@ -105,5 +119,36 @@ class SchedulerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_scheduler_pb2.WaitTaskResponse, _abc.Awaitable[_scheduler_pb2.WaitTaskResponse]]:
         """Waits until the task is finished or the timeout passes, then returns it as it is."""
+
+    @_abc_1.abstractmethod
+    def ExplainTask(
+        self,
+        request: _scheduler_pb2.ExplainTaskRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.ExplainTaskResponse, _abc.Awaitable[_scheduler_pb2.ExplainTaskResponse]]:
+        """Why is it pending? A sentence for people, and the reasons as codes for scripts."""
+
+    @_abc_1.abstractmethod
+    def PauseQueue(
+        self,
+        request: _scheduler_pb2.PauseQueueRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.PauseQueueResponse, _abc.Awaitable[_scheduler_pb2.PauseQueueResponse]]:
+        """A paused queue is claimed from by no worker, and its schedule_to_start timers stop."""
+
+    @_abc_1.abstractmethod
+    def ResumeQueue(
+        self,
+        request: _scheduler_pb2.ResumeQueueRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.ResumeQueueResponse, _abc.Awaitable[_scheduler_pb2.ResumeQueueResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetStatus(
+        self,
+        request: _scheduler_pb2.GetStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.GetStatusResponse, _abc.Awaitable[_scheduler_pb2.GetStatusResponse]]:
+        """Queues, pools, holds and the signal as this scheduler sees them."""
 
 def add_SchedulerServiceServicer_to_server(servicer: SchedulerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

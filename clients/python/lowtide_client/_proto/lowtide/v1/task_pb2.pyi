@@ -127,6 +127,7 @@ class TaskSpec(_message.Message):
     SCHEDULE_TO_START_TIMEOUT_FIELD_NUMBER: _builtins.int
     START_TO_CLOSE_TIMEOUT_FIELD_NUMBER: _builtins.int
     HEARTBEAT_TIMEOUT_FIELD_NUMBER: _builtins.int
+    MAX_DEFER_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """"default" when empty"""
     kind: Global___TaskKind.ValueType
@@ -151,6 +152,12 @@ class TaskSpec(_message.Message):
     def heartbeat_timeout(self) -> _duration_pb2.Duration:
         """A running attempt with no heartbeat for this long fails (and may be retried)."""
 
+    @_builtins.property
+    def max_defer(self) -> _duration_pb2.Duration:
+        """A cost hold defers this task at most this long after submission; then it runs anyway
+        (recorded as released by max_defer). Unset: the type's default, or no bound.
+        """
+
     def __init__(
         self,
         *,
@@ -164,10 +171,11 @@ class TaskSpec(_message.Message):
         schedule_to_start_timeout: _duration_pb2.Duration | None = ...,
         start_to_close_timeout: _duration_pb2.Duration | None = ...,
         heartbeat_timeout: _duration_pb2.Duration | None = ...,
+        max_defer: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "max_defer", b"max_defer", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -227,6 +235,10 @@ class Task(_message.Message):
     LAST_FAILURE_FIELD_NUMBER: _builtins.int
     WORKER_ID_FIELD_NUMBER: _builtins.int
     CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
+    MAX_DEFER_FIELD_NUMBER: _builtins.int
+    RELEASED_BY_FIELD_NUMBER: _builtins.int
+    SIGNAL_AT_SUBMIT_FIELD_NUMBER: _builtins.int
+    SIGNAL_AT_DISPATCH_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     queue: _builtins.str
     kind: Global___TaskKind.ValueType
@@ -240,6 +252,11 @@ class Task(_message.Message):
     result: _builtins.bytes
     worker_id: _builtins.str
     cancel_requested: _builtins.bool
+    released_by: _builtins.str
+    """"max_defer" when a cost hold was still on but the task's max_defer had passed; else empty."""
+    signal_at_submit: _builtins.float
+    """The cost signal when the task was submitted, and when its last attempt was dispatched."""
+    signal_at_dispatch: _builtins.float
     @_builtins.property
     def retry_policy(self) -> Global___RetryPolicy: ...
     @_builtins.property
@@ -260,6 +277,8 @@ class Task(_message.Message):
     def finished_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def last_failure(self) -> Global___TaskFailure: ...
+    @_builtins.property
+    def max_defer(self) -> _duration_pb2.Duration: ...
     def __init__(
         self,
         *,
@@ -284,12 +303,23 @@ class Task(_message.Message):
         last_failure: Global___TaskFailure | None = ...,
         worker_id: _builtins.str = ...,
         cancel_requested: _builtins.bool = ...,
+        max_defer: _duration_pb2.Duration | None = ...,
+        released_by: _builtins.str = ...,
+        signal_at_submit: _builtins.float | None = ...,
+        signal_at_dispatch: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "last_failure", b"last_failure", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout", "started_at", b"started_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "created_at", b"created_at", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "last_failure", b"last_failure", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_to_close_timeout", b"start_to_close_timeout", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "payload", b"payload", "priority", b"priority", "queue", b"queue", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "max_defer", b"max_defer", "payload", b"payload", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_to_close_timeout", b"start_to_close_timeout", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__signal_at_dispatch: _TypeAlias = _typing.Literal["signal_at_dispatch"]  # noqa: Y015
+    _WhichOneofArgType__signal_at_dispatch: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch"]  # noqa: Y015
+    _WhichOneofReturnType__signal_at_submit: _TypeAlias = _typing.Literal["signal_at_submit"]  # noqa: Y015
+    _WhichOneofArgType__signal_at_submit: _TypeAlias = _typing.Literal["_signal_at_submit", b"_signal_at_submit"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__signal_at_dispatch) -> _WhichOneofReturnType__signal_at_dispatch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__signal_at_submit) -> _WhichOneofReturnType__signal_at_submit | None: ...
 
 Global___Task: _TypeAlias = Task  # noqa: Y015
 

@@ -31,6 +31,7 @@ class WorkerMessage(_message.Message):
     RESULTS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
     SLOT_UPDATE_FIELD_NUMBER: _builtins.int
+    HOLD_UPDATE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___Hello: ...
     @_builtins.property
@@ -39,6 +40,8 @@ class WorkerMessage(_message.Message):
     def heartbeat(self) -> Global___Heartbeat: ...
     @_builtins.property
     def slot_update(self) -> Global___SlotUpdate: ...
+    @_builtins.property
+    def hold_update(self) -> Global___HoldUpdate: ...
     def __init__(
         self,
         *,
@@ -46,12 +49,13 @@ class WorkerMessage(_message.Message):
         results: Global___Results | None = ...,
         heartbeat: Global___Heartbeat | None = ...,
         slot_update: Global___SlotUpdate | None = ...,
+        hold_update: Global___HoldUpdate | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "results", b"results", "slot_update", b"slot_update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "hello", b"hello", "hold_update", b"hold_update", "message", b"message", "results", b"results", "slot_update", b"slot_update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "hello", b"hello", "message", b"message", "results", b"results", "slot_update", b"slot_update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat", "hello", b"hello", "hold_update", b"hold_update", "message", b"message", "results", b"results", "slot_update", b"slot_update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "results", "heartbeat", "slot_update"]  # noqa: Y015
+    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "results", "heartbeat", "slot_update", "hold_update"]  # noqa: Y015
     _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_message) -> _WhichOneofReturnType_message | None: ...
 
@@ -90,6 +94,7 @@ class Hello(_message.Message):
     ACTIVITY_TYPES_FIELD_NUMBER: _builtins.int
     SLOTS_FIELD_NUMBER: _builtins.int
     RUNNING_FIELD_NUMBER: _builtins.int
+    COST_DEFERRABLE_ACTIVITIES_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """Stable across reconnects: a worker that comes back under the same id within its lease
     keeps the attempts it still runs. The scheduler picks one when empty.
@@ -108,6 +113,10 @@ class Hello(_message.Message):
     def running(self) -> _containers.RepeatedCompositeFieldContainer[_task_pb2.TaskRef]:
         """Attempts this worker is still running from an earlier stream (after a reconnect)."""
 
+    @_builtins.property
+    def cost_deferrable_activities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """This worker's own cost-deferrable types: held while the scheduler's signal is high."""
+
     def __init__(
         self,
         *,
@@ -117,10 +126,11 @@ class Hello(_message.Message):
         activity_types: _abc.Iterable[Global___ActivityType] | None = ...,
         slots: _builtins.int = ...,
         running: _abc.Iterable[_task_pb2.TaskRef] | None = ...,
+        cost_deferrable_activities: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_types", b"activity_types", "pool", b"pool", "queues", b"queues", "running", b"running", "slots", b"slots", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_types", b"activity_types", "cost_deferrable_activities", b"cost_deferrable_activities", "pool", b"pool", "queues", b"queues", "running", b"running", "slots", b"slots", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -199,6 +209,30 @@ class Heartbeat(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Heartbeat: _TypeAlias = Heartbeat  # noqa: Y015
+
+@_typing.final
+class HoldUpdate(_message.Message):
+    """The types this worker holds now by its own predicate (replaces the previous set): the
+    scheduler claims none of them for this worker until they are released.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HELD_TYPES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def held_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        held_types: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["held_types", b"held_types"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HoldUpdate: _TypeAlias = HoldUpdate  # noqa: Y015
 
 @_typing.final
 class SlotUpdate(_message.Message):

@@ -1,0 +1,138 @@
+"""An asyncio client for ``lowtide.v1.SignalService``: read the cost signal, set it from code
+(the runtime-config path), and follow every change.
+
+As with ``Client``, errors are not wrapped: a failed call raises its ``grpc.aio.AioRpcError``
+(INVALID_ARGUMENT for a NaN, infinite or negative value, NOT_FOUND for an unknown signal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import logging
+from collections.abc import AsyncGenerator
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from lowtide_client._backoff import Backoff
+from lowtide_client._log import log_event
+from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
+
+__all__ = ["SignalClient"]
+
+# Resubscribing: 50 ms doubling to 2 s, so a restarted service is found again within seconds.
+_RECONNECT_INITIAL = 0.05
+_RECONNECT_MAX = 2.0
+
+
+class SignalClient:
+    """Get, set and subscribe to signals. An empty ``name`` means the default signal.
+
+    ``SignalClient("host:port")`` opens an insecure channel on first use and closes it in
+    ``close()``; a ``channel=`` you pass is yours and is never closed here.
+    """
+
+    def __init__(self, target: str = "127.0.0.1:50052", *, channel: grpc.aio.Channel | None = None) -> None:
+        self._target = target
+        self._channel: Any = channel
+        self._owns_channel = channel is None
+        self._stub: Any = None
+
+    async def __aenter__(self) -> SignalClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None and self._owns_channel:
+            await channel.close()
+
+    def _stubs(self) -> Any:
+        if self._stub is None:
+            if self._channel is None:
+                self._channel = grpc.aio.insecure_channel(self._target)
+            self._stub = signal_pb2_grpc.SignalServiceStub(self._channel)
+        return self._stub
+
+    async def get(self, name: str = "") -> signal_pb2.SignalState:
+        """The signal's latest state (``HasField("value")`` is false until its first value)."""
+        response: signal_pb2.GetSignalResponse = await self._stubs().GetSignal(signal_pb2.GetSignalRequest(name=name))
+        return response.state
+
+    async def set(
+        self,
+        value: float,
+        *,
+        name: str = "",
+        unit: str = "",
+        observed_at: datetime | None = None,
+        source: str = "",
+    ) -> signal_pb2.SignalState:
+        """Set the signal's value and return the new state. A ``unit`` other than the signal's
+        own is refused rather than converted."""
+        request = signal_pb2.SetSignalRequest(name=name, value=value, unit=unit, source=source)
+        if observed_at is not None:
+            request.observed_at.FromDatetime(observed_at)
+        response: signal_pb2.SetSignalResponse = await self._stubs().SetSignal(request)
+        return response.state
+
+    async def list(self) -> builtins.list[signal_pb2.SignalState]:
+        response: signal_pb2.ListSignalsResponse = await self._stubs().ListSignals(signal_pb2.ListSignalsRequest())
+        return [*response.signals]
+
+    async def history(self, name: str = "", *, limit: int = 0) -> builtins.list[signal_pb2.SignalPoint]:
+        """Recent values, oldest first (the server's default of 1000 when ``limit`` is 0)."""
+        response: signal_pb2.GetHistoryResponse = await self._stubs().GetHistory(
+            signal_pb2.GetHistoryRequest(name=name, limit=limit)
+        )
+        return [*response.points]
+
+    async def forecast(self, name: str = "") -> builtins.list[signal_pb2.SignalPoint]:
+        response: signal_pb2.GetForecastResponse = await self._stubs().GetForecast(
+            signal_pb2.GetForecastRequest(name=name)
+        )
+        return [*response.points]
+
+    async def subscribe(
+        self, name: str = "", *, reconnect: bool = False
+    ) -> AsyncGenerator[signal_pb2.SignalState, None]:
+        """The current state at once, then every change, until the caller stops iterating (the
+        stream is cancelled then, or at ``aclose()``).
+
+        Without ``reconnect``, a lost stream raises its error. With it, UNAVAILABLE (the
+        service stopping or unreachable) is retried forever with jittered backoff, and states
+        not newer than one already yielded (by ``version``) are skipped, so the caller sees each
+        state at most once and in order. Other errors (NOT_FOUND for an unknown signal) are
+        raised either way.
+        """
+        backoff = Backoff(initial=_RECONNECT_INITIAL, maximum=_RECONNECT_MAX)
+        last_version = 0
+        while True:
+            call = self._stubs().Subscribe(signal_pb2.SubscribeRequest(name=name))
+            try:
+                async for response in call:
+                    backoff.reset()
+                    if response.state.version > last_version:
+                        last_version = response.state.version
+                        yield response.state
+                # The server ends a stream only by failing it; an end without a status is a lost stream.
+                if not reconnect:
+                    return
+            except grpc.aio.AioRpcError as exc:
+                if not reconnect or exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+            finally:
+                call.cancel()
+            delay = backoff.next_delay()
+            log_event(logging.DEBUG, "signal_client.resubscribing", name=name, delay=round(delay, 3))
+            await asyncio.sleep(delay)

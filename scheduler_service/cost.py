@@ -1,0 +1,131 @@
+"""The scheduler's view of the cost signal, and the hold it implies.
+
+The scheduler subscribes to the signal service and keeps the latest state in memory; the
+dispatcher reads it once before each claim — no query and no RPC per claim. Until the first value
+arrives the signal counts as high, so held work never starts before the scheduler knows the
+signal. When the hold ends, every dispatcher is woken at once (push, not poll).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+
+import grpc
+
+from lowtide_client import SignalClient
+from scheduler_service.domain.holds import (
+    NO_SIGNAL,
+    HoldConfig,
+    HoldPolicy,
+    HoldState,
+    SignalView,
+    held_types,
+    next_hold,
+)
+
+log = logging.getLogger("lowtide.scheduler.cost")
+
+
+class CostHolds:
+    def __init__(
+        self,
+        *,
+        target: str,
+        signal: str,
+        policy: HoldPolicy,
+        config: HoldConfig,
+        on_release: Callable[[], None],
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.target = target
+        self.signal_name = signal
+        self.policy = policy
+        self.config = config
+        self._on_release = on_release
+        self._clock = clock
+        self.signal: SignalView | None = None
+        self.state = HoldState(True, clock(), NO_SIGNAL)
+        self.connected = False
+        self._recheck: asyncio.TimerHandle | None = None
+
+    @property
+    def value(self) -> float | None:
+        return None if self.signal is None else self.signal.value
+
+    def held_for(
+        self, queue: str, *, worker_deferrable: Iterable[str] = (), worker_held: Iterable[str] = ()
+    ) -> frozenset[str]:
+        return held_types(
+            queue,
+            hold=self.state,
+            config=self.config,
+            worker_deferrable=worker_deferrable,
+            worker_held=worker_held,
+        )
+
+    def update(self, signal: SignalView | None) -> None:
+        """Takes a new signal state (or, with the same one, lets time pass for min_hold)."""
+        self.signal = signal
+        before = self.state
+        self.state = next_hold(before, signal, self.policy, self._clock())
+        if before.active != self.state.active:
+            log.info("cost_hold.changed", extra={"active": self.state.active, "reason": self.state.reason})
+        if before.active and not self.state.active:
+            self._on_release()
+        self._schedule_min_hold_check()
+
+    def _schedule_min_hold_check(self) -> None:
+        # A hold kept only by min_hold ends when min_hold has passed, with no new signal value.
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
+        if self.state.active and self.state.since is not None and self.policy.min_hold:
+            left = (self.state.since + self.policy.min_hold - self._clock()).total_seconds()
+            if left > 0:
+                loop = asyncio.get_running_loop()
+                self._recheck = loop.call_later(left + 0.001, self.update, self.signal)
+
+    async def run(self) -> None:
+        """Subscribes, and resubscribes with jittered backoff whenever the stream ends."""
+        delay = 0.1
+        warned = False
+        while True:
+            try:
+                async with SignalClient(self.target) as client:
+                    async for state in client.subscribe(self.signal_name):
+                        if not self.connected:
+                            log.info("signal.subscribed", extra={"target": self.target, "signal": self.signal_name})
+                        self.connected = True
+                        delay, warned = 0.1, False
+                        self.update(
+                            SignalView(
+                                name=state.name,
+                                value=state.value if state.HasField("value") else None,
+                                threshold=state.threshold,
+                                high=state.high,
+                                stale=state.stale,
+                                unit=state.unit,
+                                version=state.version,
+                            )
+                        )
+            except grpc.aio.AioRpcError as error:
+                if not warned:
+                    log.warning(
+                        "signal.unavailable",
+                        extra={"target": self.target, "code": error.code().name, "retrying": True},
+                    )
+                    warned = True
+            self.connected = False
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 5.0)
+
+    def close(self) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
+        with contextlib.suppress(Exception):
+            self._recheck = None

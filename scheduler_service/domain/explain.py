@@ -1,0 +1,75 @@
+"""Why is it pending? A pure answer from what the scheduler knows, for `lowtide task explain`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from scheduler_service.domain.holds import HoldState
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFacts:
+    state: str
+    queue: str
+    kind: str
+    activity_type: str
+    attempt: int
+    run_at: datetime
+    created_at: datetime
+    worker_id: str | None = None
+    started_at: datetime | None = None
+    hold_deadline: datetime | None = None
+    released_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Surroundings:
+    now: datetime
+    queue_paused_since: datetime | None = None
+    held: bool = False
+    hold: HoldState | None = None
+    limit: int | None = None
+    running_of_type: int = 0
+    workers_for_type: int = 0
+
+
+def _at(moment: datetime) -> str:
+    return moment.strftime("%H:%M:%S")
+
+
+def explain(task: TaskFacts, env: Surroundings) -> tuple[str, list[str]]:
+    """A sentence for people and the reasons as codes, most decisive first."""
+    if task.state == "running":
+        since = f" since {_at(task.started_at)}" if task.started_at else ""
+        return f"running: attempt {task.attempt} on worker {task.worker_id}{since}", ["running"]
+    if task.state != "pending":
+        note = " (released by max_defer while held)" if task.released_by == "max_defer" else ""
+        return f"{task.state}: the task is finished{note}", [task.state]
+    parts: list[str] = []
+    codes: list[str] = []
+    if env.queue_paused_since is not None:
+        parts.append(f"queue {task.queue} is paused since {_at(env.queue_paused_since)}")
+        codes.append("queue_paused")
+    if task.run_at > env.now:
+        wait = (task.run_at - env.now) / timedelta(seconds=1)
+        parts.append(f"waiting for retry backoff until {_at(task.run_at)} ({wait:.1f}s)")
+        codes.append("backoff")
+    if env.held and task.kind == "activity" and env.hold is not None:
+        since = f" since {_at(env.hold.since)}" if env.hold.since else ""
+        text = f"held: activity type {task.activity_type} is cost-deferrable and {env.hold.reason}{since}"
+        if task.hold_deadline is not None:
+            text += f"; it runs anyway at {_at(task.hold_deadline)} (max_defer)"
+        parts.append(text)
+        codes.append("cost_hold")
+    if env.limit is not None and env.running_of_type >= env.limit:
+        parts.append(
+            f"activity type {task.activity_type} is at its concurrency limit ({env.running_of_type}/{env.limit})"
+        )
+        codes.append("concurrency_limit")
+    if env.workers_for_type == 0:
+        parts.append(f"no connected worker runs activity type {task.activity_type} on queue {task.queue}")
+        codes.append("no_worker")
+    if not parts:
+        return "ready: waiting for a free worker slot", ["ready"]
+    return "; ".join(parts), codes

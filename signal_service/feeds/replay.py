@@ -1,0 +1,129 @@
+"""Replays a grid trace (CSV `Time,Carbon Intensity`, half-hourly, times in UTC) at a speed
+factor, from a chosen start, looping at the end or holding the last value.
+
+The position in the trace is a pure function of the time since the replay began, so a replay
+restarted with the same start plays the same values, and polling more or less often skips
+values rather than slowing the trace down.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import io
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from pathlib import Path
+
+from lowtide.errors import ConfigError
+from signal_service.domain import Point, Reading
+
+BUNDLED = "gb_2020_carbon_intensity.csv"
+# Polls of a fast replay are at most this frequent, whatever the speed.
+_MIN_INTERVAL = 0.05
+_FORECAST_POINTS = 96
+
+
+def read_trace(text: str, *, where: str) -> list[Point]:
+    rows = csv.reader(io.StringIO(text))
+    header = next(rows, None)
+    if header is None or [h.strip() for h in header[:2]] != ["Time", "Carbon Intensity"]:
+        raise ConfigError(f"{where}: expected a CSV with the header 'Time,Carbon Intensity'")
+    points = []
+    for number, row in enumerate(rows, start=2):
+        if not row:
+            continue
+        try:
+            at = datetime.fromisoformat(row[0])
+            points.append(Point(at if at.tzinfo else at.replace(tzinfo=UTC), float(row[1])))
+        except (ValueError, IndexError):
+            raise ConfigError(f"{where}: line {number}: expected 'time,value', got {','.join(row)!r}") from None
+    if len(points) < 2:
+        raise ConfigError(f"{where}: a trace needs at least two rows")
+    points.sort(key=lambda p: p.at)
+    return points
+
+
+def load_trace(path: str = "") -> list[Point]:
+    """The trace at path, or the bundled GB 2020 one."""
+    if path:
+        try:
+            return read_trace(Path(path).expanduser().read_text(), where=path)
+        except OSError as error:
+            raise ConfigError(f"[signal] replay_file: cannot read {path}: {error.strerror}") from None
+    return read_trace(resources.files("signal_service.data").joinpath(BUNDLED).read_text(), where=BUNDLED)
+
+
+class Replay:
+    source = "replay"
+    unit = "gCO2/kWh"
+
+    def __init__(
+        self,
+        trace: Sequence[Point],
+        *,
+        speed: float,
+        start: datetime | None = None,
+        loop: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if speed <= 0:
+            raise ConfigError("[signal] replay_speed: must be above 0")
+        self._trace = list(trace)
+        self._times = [p.at for p in self._trace]
+        first, last = self._times[0], self._times[-1]
+        if start is not None and start.tzinfo is None:
+            start = start.replace(tzinfo=UTC)
+        if start is not None and not first <= start <= last:
+            raise ConfigError(f"[signal] replay_start: {start.isoformat()} is outside the trace ({first} to {last})")
+        self._start = start or first
+        # One step past the last row, so that looping plays the last row for as long as the others.
+        self._step = self._times[1] - first
+        self._span = last - first + self._step
+        self._speed = speed
+        self._loop = loop
+        self._clock = clock
+        self._began = clock()
+
+    def trace_time(self) -> datetime:
+        """Where the replay is in the trace now."""
+        played = timedelta(seconds=(self._clock() - self._began) * self._speed)
+        offset = self._start - self._times[0] + played
+        if self._loop:
+            offset %= self._span
+        else:
+            offset = min(offset, self._times[-1] - self._times[0])
+        return self._times[0] + offset
+
+    def _index(self, at: datetime) -> int:
+        return max(0, bisect.bisect_right(self._times, at) - 1)
+
+    async def current(self) -> Reading:
+        # observed_at is the wall-clock time: the replayed value stands for "now" in a demo or a
+        # benchmark, and a 2020 timestamp would make it look ancient.
+        point = self._trace[self._index(self.trace_time())]
+        return Reading(point.value, datetime.now(UTC), self.unit)
+
+    async def forecast(self) -> list[Point]:
+        """The rows ahead in the trace, at the wall-clock times the replay will reach them."""
+        at = self.trace_time()
+        now = datetime.now(UTC)
+        index = self._index(at)
+        points = []
+        for ahead in range(1, _FORECAST_POINTS + 1):
+            position = index + ahead
+            if position >= len(self._trace) and not self._loop:
+                break
+            laps, position = divmod(position, len(self._trace))
+            trace_at = self._times[position] + laps * self._span
+            points.append(Point(now + (trace_at - at) / self._speed, self._trace[position].value))
+        return points
+
+    def interval(self, refresh: float) -> float:
+        """Poll once per trace row (at speed), so that every row is played."""
+        return min(refresh, max(_MIN_INTERVAL, self._step.total_seconds() / self._speed))
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,120 @@
+"""The loop that polls a feed and stores what it reads through the same path as SetSignal.
+
+One replica polls at a time, the holder of a lease in the database: replicas polling together
+would spend the API's quota twice, and two replays begun at different moments would make the
+signal flip between two points of the trace. Another replica takes over when the lease lapses.
+
+A failed poll (FeedError), a refused value (InvalidArgument: NaN, negative, wrong unit) or an
+unreachable database is logged and counted and the loop goes on: the last good value stays, and
+the stale check tells subscribers if failures last longer than stale_after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from lowtide.errors import DatabaseUnavailable, InvalidArgument
+from signal_service.domain import Reading
+from signal_service.feeds.base import Feed, FeedError
+from signal_service.signals import Signals
+
+log = logging.getLogger("lowtide.signal.feed")
+
+
+@dataclass
+class FeedStats:
+    fetches: int = 0
+    errors: int = 0
+    forecast_errors: int = 0
+
+
+def _repeats(signals: Signals, name: str, reading: Reading, source: str) -> bool:
+    """An API polled more often than it publishes answers the same observation again; storing
+    it again would only pad the history. A stale signal is stored anyway, to clear the mark."""
+    latest = signals.fanout.latest(name)
+    return (
+        latest is not None
+        and not latest.stale
+        and latest.source == source
+        and latest.value == reading.value
+        and latest.observed_at == reading.observed_at
+    )
+
+
+async def poll_once(feed: Feed, signals: Signals, name: str, stats: FeedStats) -> bool:
+    """One poll; True when a new value was stored."""
+    stats.fetches += 1
+    try:
+        reading = await feed.current()
+        if _repeats(signals, name, reading, feed.source):
+            return False
+        await signals.set(name, reading.value, unit=reading.unit, observed_at=reading.observed_at, source=feed.source)
+        return True
+    except (FeedError, InvalidArgument) as error:
+        stats.errors += 1
+        log.warning("feed.bad_answer", extra={"feed": feed.source, "error": str(error), "errors": stats.errors})
+    except DatabaseUnavailable as error:
+        stats.errors += 1
+        log.warning("feed.store_failed", extra={"feed": feed.source, "error": str(error)})
+    except Exception:
+        # A fault in an adapter must not end the loop: the signal would silently freeze (until
+        # marked stale) instead of recovering at the next poll.
+        stats.errors += 1
+        log.exception("feed.failed", extra={"feed": feed.source})
+    return False
+
+
+async def refresh_forecast(feed: Feed, signals: Signals, name: str, stats: FeedStats) -> None:
+    try:
+        points = await feed.forecast()
+        await signals.store.set_forecast(name, points, source=feed.source)
+    except (FeedError, DatabaseUnavailable) as error:
+        # Some plans have no forecast; the current value matters far more, so this is quieter.
+        stats.forecast_errors += 1
+        log.info("feed.forecast_failed", extra={"feed": feed.source, "error": str(error)})
+    except Exception:
+        stats.forecast_errors += 1
+        log.exception("feed.forecast_failed", extra={"feed": feed.source})
+
+
+def lease_ttl(interval: float) -> timedelta:
+    """Long enough to outlast a few polls (and their retries), so a leader keeps it."""
+    return timedelta(seconds=max(3 * interval, 2.0))
+
+
+async def _leading(signals: Signals, holder: str, ttl: timedelta) -> bool:
+    try:
+        return await signals.store.hold_feed_lease(holder, ttl)
+    except DatabaseUnavailable:
+        return False
+
+
+async def run_feed(feed: Feed, signals: Signals, name: str, *, refresh: float, stats: FeedStats, holder: str) -> None:
+    """Polls while this replica holds the feed's lease, until cancelled; the forecast is
+    refreshed at most once per `refresh`."""
+    loop = asyncio.get_running_loop()
+    forecast_due = loop.time()
+    interval = feed.interval(refresh)
+    leading = False
+    try:
+        while True:
+            now_leading = await _leading(signals, holder, lease_ttl(interval))
+            if now_leading != leading:
+                leading = now_leading
+                log.info("feed.leading" if leading else "feed.following", extra={"feed": feed.source, "signal": name})
+            if leading:
+                await poll_once(feed, signals, name, stats)
+                if loop.time() >= forecast_due:
+                    await refresh_forecast(feed, signals, name, stats)
+                    forecast_due = loop.time() + refresh
+            await asyncio.sleep(interval)
+            interval = feed.interval(refresh)
+    finally:
+        if leading:
+            with contextlib.suppress(DatabaseUnavailable):
+                await signals.store.release_feed_lease(holder)
+        await feed.aclose()

@@ -1,0 +1,197 @@
+"""Wires the signal service together and serves it: `start_signal_service(config)` for tests and
+`up`, `serve(config)` for `lowtide signal serve` (runs until SIGTERM or SIGINT)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from lowtide.config import Config
+from lowtide.db import Database, apply_migrations
+from lowtide.errors import ConfigError, DatabaseUnavailable, LowtideError
+from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
+from signal_service.api import SignalApi
+from signal_service.fanout import Fanout
+from signal_service.feeds import Feed, feed_unit, make_feed
+from signal_service.feeds.runner import FeedStats, run_feed
+from signal_service.signals import Signals, definitions
+from signal_service.store import SignalStore
+
+log = logging.getLogger("lowtide.signal")
+
+SERVICE = signal_pb2.DESCRIPTOR.services_by_name["SignalService"].full_name
+CHANNEL = "lowtide_signal"
+
+
+@dataclass
+class SignalServer:
+    """A running signal-service replica."""
+
+    config: Config
+    db: Database
+    signals: Signals
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    port: int
+    replica_id: str
+    feed_stats: FeedStats = field(default_factory=FeedStats)
+    background: list[asyncio.Task[None]] = field(default_factory=list)
+    stopped: bool = False
+
+    @property
+    def target(self) -> str:
+        host = self.config.signal.listen.rsplit(":", 1)[0]
+        return f"{host}:{self.port}"
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Ends subscriptions, lets unary calls finish, gives the feed's lease up. Idempotent."""
+        if self.stopped:
+            return
+        self.stopped = True
+        await self.health.enter_graceful_shutdown()
+        # Subscriber streams never end on their own: end them (UNAVAILABLE, so clients
+        # reconnect, to another replica if there is one) and let unary calls finish.
+        self.signals.fanout.close()
+        await self.server.stop(grace)
+        for task in self.background:
+            task.cancel()
+        for task in self.background:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.db.close()
+
+
+async def _listen(db: Database, signals: Signals) -> None:
+    """Changes made by other replicas (and this one), through LISTEN/NOTIFY; the payload is the
+    signal's name, and the state is read back so that no NOTIFY has to carry it."""
+    delay = 0.1
+    while True:
+        try:
+            async with db.listen(CHANNEL) as notifications:
+                delay = 0.1
+                # Changes made while this connection was down were never notified here.
+                await signals.resync()
+                async for note in notifications:
+                    name = note.partition(":")[2]
+                    if name in signals.defined:
+                        await signals.reload(name)
+        except LowtideError as error:
+            log.warning("listen.reconnecting", extra={"error": str(error)})
+        except Exception:
+            # Keep going: without this loop other replicas' changes arrive only by resync.
+            log.exception("listen.failed")
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)
+
+
+def _tick(stale_after: timedelta, refresh: timedelta) -> float:
+    """How often to look for stale signals and re-read the database: often enough that stale is
+    announced within a tenth of stale_after, and replicas agree within refresh at worst."""
+    return max(0.05, min(stale_after.total_seconds() / 10, refresh.total_seconds(), 5.0))
+
+
+async def _maintain(signals: Signals, *, stale_after: timedelta, refresh: timedelta) -> None:
+    """Marks stale the signals with no update for stale_after (any replica may; the mark is
+    stored once and announced by NOTIFY), and re-reads every state as a safety net."""
+    while True:
+        try:
+            for name in await signals.store.mark_stale(stale_after):
+                log.warning("signal.stale", extra={"signal": name, "stale_after": str(stale_after)})
+            await signals.resync()
+        except DatabaseUnavailable as error:
+            log.warning("maintain.failed", extra={"error": str(error)})
+        except Exception:
+            # Keep going: without this loop nothing is ever marked stale again.
+            log.exception("maintain.failed")
+        await asyncio.sleep(_tick(stale_after, refresh))
+
+
+def _grpc_server(signals: Signals, listen: str) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+    # No SO_REUSEPORT: a second service on the same port is an error, not a silent split of
+    # the subscribers between two processes.
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    signal_pb2_grpc.add_SignalServiceServicer_to_server(SignalApi(signals), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((SERVICE, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        raise ConfigError(f"[signal] listen: cannot listen on {listen} (in use, or not an address here)")
+    return server, health_servicer, port
+
+
+async def start_signal_service(
+    config: Config, *, database_url: str | None = None, feed: Feed | None = None
+) -> SignalServer:
+    """Starts a replica. `feed` replaces the configured one (tests pass adapters they built);
+    either way the replica owns it from here and closes it when it stops or fails to start."""
+    url = database_url or config.database.url
+    if not url:
+        raise ConfigError("no database URL: set LOWTIDE_DATABASE_URL or [database] url")
+    cfg = config.signal
+    feed = feed or make_feed(cfg)
+    db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
+    try:
+        await apply_migrations(url)
+        await db.open()
+        signals = Signals(
+            SignalStore(db),
+            Fanout(),
+            definitions(config, feed_unit=feed.unit if feed else feed_unit(cfg)),
+            default=config.cost.signal,
+        )
+        await signals.start()
+        server, health_servicer, port = _grpc_server(signals, cfg.listen)
+        await server.start()
+    except BaseException:
+        await db.close()
+        if feed is not None:
+            await feed.aclose()
+        raise
+    for service in ("", SERVICE):
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    replica_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+    running = SignalServer(config, db, signals, server, health_servicer, port, replica_id)
+    running.background += [
+        asyncio.create_task(_listen(db, signals), name="signal-listen"),
+        asyncio.create_task(
+            _maintain(signals, stale_after=cfg.stale_after, refresh=cfg.refresh), name="signal-maintain"
+        ),
+    ]
+    if feed is not None:
+        runner = run_feed(
+            feed,
+            signals,
+            config.cost.signal,
+            refresh=cfg.refresh.total_seconds(),
+            stats=running.feed_stats,
+            holder=replica_id,
+        )
+        running.background.append(asyncio.create_task(runner, name="signal-feed"))
+    log.info("signal.started", extra={"listen": cfg.listen, "port": port, "feed": cfg.feed, "replica": replica_id})
+    return running
+
+
+async def serve(config: Config, *, database_url: str | None = None) -> None:
+    running = await start_signal_service(config, database_url=database_url)
+    print(f"lowtide signal service listening on {running.target}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("signal.stopping")
+    await running.stop()

@@ -1,0 +1,96 @@
+"""The one path every change takes, whoever makes it (SetSignal, a feed, another replica's
+NOTIFY, the stale check): validated, stored, then published to this replica's subscribers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from lowtide.config import Config
+from lowtide.errors import NotFound
+from signal_service.domain import Reading, SignalState, check_unit, validate_value
+from signal_service.fanout import Fanout
+from signal_service.store import SignalStore
+
+log = logging.getLogger("lowtide.signal")
+
+
+@dataclass(frozen=True, slots=True)
+class Definition:
+    name: str
+    unit: str
+    threshold: float
+
+
+def definitions(config: Config, *, feed_unit: str) -> dict[str, Definition]:
+    """The configured signals: the default one (`[cost]`, in the feed's unit unless `[signal]
+    unit` says otherwise) and every `[signals.NAME]`."""
+    default = config.cost.signal
+    found = {name: Definition(name, d.unit, d.threshold) for name, d in config.signals.items()}
+    found[default] = Definition(default, config.signal.unit or feed_unit, config.cost.defer_threshold)
+    return found
+
+
+class Signals:
+    def __init__(self, store: SignalStore, fanout: Fanout, defined: Mapping[str, Definition], *, default: str) -> None:
+        self.store = store
+        self.fanout = fanout
+        self.defined = dict(defined)
+        self.default = default
+
+    def resolve(self, name: str) -> Definition:
+        """The signal's definition; an empty name means the default signal."""
+        definition = self.defined.get(name or self.default)
+        if definition is None:
+            known = ", ".join(sorted(self.defined))
+            raise NotFound(f"no signal named {name!r}; configured signals: {known}")
+        return definition
+
+    async def start(self) -> None:
+        """Creates or updates the configured signals, then loads every state (a restart resumes
+        the last stored value, marked stale by the stale check if it is old)."""
+        for definition in self.defined.values():
+            await self.store.ensure(definition.name, unit=definition.unit, threshold=definition.threshold)
+        await self.resync()
+
+    async def resync(self) -> None:
+        """Publishes whatever the database holds that this replica has not seen: the safety net
+        for a NOTIFY lost while the listening connection was down."""
+        for state in await self.store.states():
+            if state.name in self.defined:
+                self.fanout.publish(state)
+
+    async def reload(self, name: str) -> SignalState:
+        """The stored state, published here if it is newer than what this replica holds."""
+        definition = self.resolve(name)
+        state = await self.store.get(definition.name)
+        if state is None:
+            raise NotFound(f"signal {definition.name!r} is not stored yet; is the service starting?")
+        self.fanout.publish(state)
+        return state
+
+    async def set(
+        self,
+        name: str,
+        value: float,
+        *,
+        unit: str = "",
+        observed_at: datetime | None = None,
+        source: str = "manual",
+    ) -> SignalState:
+        """Validates and stores a value; a refused value (InvalidArgument) changes nothing."""
+        definition = self.resolve(name)
+        check_unit(unit, definition.unit)
+        validate_value(value, definition.unit)
+        reading = Reading(value, observed_at or datetime.now(UTC), definition.unit)
+        state = await self.store.record(definition.name, reading, source=source)
+        if state is None:
+            raise NotFound(f"signal {definition.name!r} is not stored yet; is the service starting?")
+        self.fanout.publish(state)
+        log.debug(
+            "signal.set",
+            extra={"signal": state.name, "value": state.value, "source": source, "version": state.version},
+        )
+        return state

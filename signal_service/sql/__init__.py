@@ -1,0 +1,1 @@
+"""The signal service's named queries (queries.sql)."""

@@ -1,0 +1,121 @@
+"""The signal service's storage adapter: domain values in and out, every query from sql/queries.sql."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from lowtide.db import Database, load_queries
+from signal_service.domain import Point, Reading, SignalState, is_stale
+
+Q = load_queries("signal_service.sql")
+
+# The history is for plots and benchmarks, not an archive: a week, or the last 10,000 versions
+# of a signal, whichever is less, so a fast replay cannot grow the table without bound.
+HISTORY_VERSIONS = 10_000
+HISTORY_AGE = timedelta(days=7)
+
+
+def state_of(row: Mapping[str, Any]) -> SignalState:
+    return SignalState(
+        name=row["name"],
+        unit=row["unit"],
+        threshold=row["threshold"],
+        value=row["value"],
+        observed_at=row["observed_at"],
+        source=row["source"],
+        version=row["version"],
+        stale=row["stale"],
+    )
+
+
+# The feed runs on one replica at a time: the holder of this lease.
+FEED_LEASE = "signal-feed"
+
+
+class SignalStore:
+    def __init__(
+        self, db: Database, *, history_versions: int = HISTORY_VERSIONS, history_age: timedelta = HISTORY_AGE
+    ) -> None:
+        self.db = db
+        self._keep = {"keep_versions": history_versions, "keep_age": history_age}
+
+    async def ensure(self, name: str, *, unit: str, threshold: float) -> None:
+        """Creates the signal if needed and applies the configured unit and threshold, so every
+        replica (and every subscriber) agrees on what `high` means."""
+        async with self.db.transaction() as tx:
+            changed = await tx.fetch(Q["ensure_signal"], {"name": name, "unit": unit, "threshold": threshold})
+            if changed:
+                await tx.execute(Q["notify_signal"], {"name": name})
+
+    async def get(self, name: str) -> SignalState | None:
+        row = await self.db.fetch_one(Q["get_signal"], {"name": name})
+        return None if row is None else state_of(row)
+
+    async def states(self) -> list[SignalState]:
+        return [state_of(row) for row in await self.db.fetch(Q["list_signals"])]
+
+    async def record(self, name: str, reading: Reading, *, source: str) -> SignalState | None:
+        """Stores a validated reading as the latest value, appends it to the history and tells
+        the other replicas, all in one transaction. None when the signal does not exist."""
+        params: dict[str, Any] = {
+            "name": name,
+            "value": reading.value,
+            "observed_at": reading.observed_at,
+            "source": source,
+        }
+        async with self.db.transaction() as tx:
+            row = await tx.fetch_one(Q["record_value"], params)
+            if row is None:
+                return None
+            await tx.execute(Q["record_history"], {**params, "version": row["version"]})
+            await tx.execute(
+                Q["trim_history"],
+                {"name": name, "version": row["version"], **self._keep},
+            )
+            await tx.execute(Q["notify_signal"], {"name": name})
+        return state_of(row)
+
+    async def mark_stale(self, stale_after: timedelta) -> list[str]:
+        """Marks stale the signals with no update for stale_after (the rule is the domain's,
+        timed by the database's clock); returns their names. Any replica may run this: a
+        signal already marked, or updated meanwhile, is not marked (nor announced) again."""
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(Q["fresh_signals"])
+            marked = []
+            for row in rows:
+                if not is_stale(row["updated_at"], stale_after, row["now"]):
+                    continue
+                if await tx.fetch_one(Q["mark_stale"], {"name": row["name"], "version": row["version"]}):
+                    await tx.execute(Q["notify_signal"], {"name": row["name"]})
+                    marked.append(row["name"])
+        return marked
+
+    async def history(self, name: str, *, since: datetime | None, limit: int) -> list[Point]:
+        rows = await self.db.fetch(Q["history"], {"name": name, "since": since, "limit": limit})
+        return [Point(row["observed_at"], row["value"]) for row in rows]
+
+    async def set_forecast(self, name: str, points: Sequence[Point], *, source: str) -> None:
+        params = {
+            "name": name,
+            "at": [p.at for p in points],
+            "values": [p.value for p in points],
+            "source": source,
+        }
+        await self.db.execute(Q["set_forecast"], params)
+
+    async def forecast(self, name: str) -> tuple[list[Point], str]:
+        row = await self.db.fetch_one(Q["get_forecast"], {"name": name})
+        if row is None:
+            return [], ""
+        points = [Point(at, value) for at, value in zip(row["forecast_at"], row["forecast_value"], strict=True)]
+        return points, row["forecast_source"]
+
+    async def hold_feed_lease(self, holder: str, ttl: timedelta) -> bool:
+        """Takes or renews the feed's lease; False while another replica holds it."""
+        row = await self.db.fetch_one(Q["hold_feed_lease"], {"name": FEED_LEASE, "holder": holder, "ttl": ttl})
+        return row is not None
+
+    async def release_feed_lease(self, holder: str) -> None:
+        await self.db.execute(Q["release_feed_lease"], {"name": FEED_LEASE, "holder": holder})

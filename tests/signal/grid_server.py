@@ -1,0 +1,96 @@
+"""A real HTTP server on 127.0.0.1:0 that plays a grid-data API: each path answers what the test
+put there (a status, a body, an optional delay), and every request is recorded."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+
+@dataclass
+class Answer:
+    body: Any
+    status: int = 200
+    delay: float = 0.0
+    # A body given as str is sent as is (malformed JSON); anything else is JSON-encoded.
+
+
+@dataclass
+class Request:
+    path: str
+    query: str
+    headers: dict[str, str]
+
+
+@dataclass
+class GridApi:
+    url: str = ""
+    answers: dict[str, list[Answer]] = field(default_factory=dict)
+    requests: list[Request] = field(default_factory=list)
+
+    def on(self, path: str, *answers: Answer) -> None:
+        """Answers for a path, in turn; the last one repeats. A path ending in `*` is a prefix,
+        for paths that carry the current time."""
+        self.answers[path] = list(answers)
+
+    def take(self, path: str) -> Answer:
+        queue = self.answers.get(path)
+        if queue is None:
+            prefixes = [p for p in self.answers if p.endswith("*") and path.startswith(p[:-1])]
+            queue = self.answers[max(prefixes, key=len)] if prefixes else None
+        if not queue:
+            return Answer({"error": f"no answer for {path}"}, status=404)
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    def paths(self) -> list[str]:
+        return [r.path for r in self.requests]
+
+
+def _handler(api: GridApi) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            parts = urlsplit(self.path)
+            api.requests.append(Request(parts.path, parts.query, {k.lower(): v for k, v in self.headers.items()}))
+            answer = api.take(parts.path)
+            if answer.delay:
+                time.sleep(answer.delay)
+            body = answer.body if isinstance(answer.body, str) else json.dumps(answer.body)
+            data = body.encode()
+            try:
+                self.send_response(answer.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                # The client gave up (a timeout test); nothing to answer.
+                pass
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    return Handler
+
+
+@contextmanager
+def grid_api() -> Iterator[GridApi]:
+    api = GridApi()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
+    server.daemon_threads = True
+    server.block_on_close = False
+    api.url = f"http://127.0.0.1:{server.server_address[1]}"
+    # A short poll interval: shutdown() waits for the next poll, once per test.
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), name="grid-api", daemon=True)
+    thread.start()
+    try:
+        yield api
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,55 @@
+"""The signal's configuration: `[signal]`, `[cost]`, `[signals.NAME]` and their environment overrides."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from lowtide.config import load_config
+from lowtide.errors import ConfigError
+from signal_service.feeds import make_feed
+from signal_service.signals import Definition, definitions
+
+
+def test_defaults() -> None:
+    config = load_config(env={})
+    assert config.signal.listen == "127.0.0.1:50052"
+    assert config.signal.feed == "static"
+    assert (config.cost.signal, config.cost.defer_threshold) == ("grid", 400.0)
+    assert definitions(config, feed_unit="gCO2/kWh") == {"grid": Definition("grid", "gCO2/kWh", 400.0)}
+
+
+def test_toml_and_environment(tmp_path: Path) -> None:
+    path = tmp_path / "lowtide.toml"
+    path.write_text(
+        '[signal]\nfeed = "watttime"\nstale_after = "10m"\nregion = "CAISO_NORTH"\n\n'
+        '[cost]\ndefer_threshold = 70.0\n\n[signals.price]\nunit = "EUR/MWh"\nthreshold = 120\n'
+    )
+    config = load_config(path, env={"LOWTIDE_SIGNAL_LISTEN": "0.0.0.0:7000", "LOWTIDE_COST_SIGNAL": "carbon"})
+    assert config.signal.listen == "0.0.0.0:7000"
+    assert config.signal.stale_after == timedelta(minutes=10)
+    assert definitions(config, feed_unit="percentile") == {
+        "carbon": Definition("carbon", "percentile", 70.0),
+        "price": Definition("price", "EUR/MWh", 120.0),
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[signal]\nfeed = "carrier-pigeon"\n', "[signal] feed"),
+        ('[signal]\nfeed = "electricitymaps"\n', "[signal] region"),
+        ('[signal]\nfeed = "watttime"\n', "[signal] username, password and region"),
+        ('[signal]\nfeed = "replay"\nreplay_start = "yesterday"\n', "[signal] replay_start"),
+        ('[signal]\nfeed = "replay"\nreplay_speed = 0\n', "[signal] replay_speed"),
+        ('[signal]\nfeed = "replay"\nreplay_file = "/nonexistent.csv"\n', "[signal] replay_file"),
+    ],
+)
+def test_a_bad_feed_configuration_is_refused_with_the_key_named(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "lowtide.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        make_feed(load_config(path, env={}).signal)
+    assert message in str(caught.value)

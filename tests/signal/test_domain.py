@@ -1,0 +1,50 @@
+"""The signal's pure rules: high, refused values, stale."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from lowtide.errors import InvalidArgument
+from signal_service.domain import check_unit, is_high, is_stale, validate_value
+
+
+def test_high_until_the_first_value_then_above_the_threshold() -> None:
+    assert is_high(None, 400.0)
+    assert is_high(400.1, 400.0)
+    assert not is_high(400.0, 400.0)
+    assert not is_high(-5.0, 0.0)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_values_are_refused_in_any_unit(value: float) -> None:
+    for unit in ("gCO2/kWh", "EUR/MWh"):
+        with pytest.raises(InvalidArgument) as caught:
+            validate_value(value, unit, field="readings[2].value")
+        assert str(caught.value).startswith("readings[2].value:")
+
+
+def test_negative_intensities_are_refused_negative_prices_are_not() -> None:
+    for unit in ("gCO2/kWh", "percentile", "lbs/MWh"):
+        with pytest.raises(InvalidArgument, match="cannot be negative"):
+            validate_value(-0.5, unit)
+    assert validate_value(-0.5, "EUR/MWh") == -0.5
+    assert validate_value(0.0, "gCO2/kWh") == 0.0
+
+
+def test_another_unit_is_refused_an_omitted_one_is_not() -> None:
+    check_unit("", "gCO2/kWh")
+    check_unit("gCO2/kWh", "gCO2/kWh")
+    with pytest.raises(InvalidArgument) as caught:
+        check_unit("percentile", "gCO2/kWh")
+    assert caught.value.field == "unit"
+
+
+def test_stale_after_no_update_for_stale_after() -> None:
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    limit = timedelta(minutes=10)
+    assert not is_stale(None, limit, now)
+    assert not is_stale(now - limit, limit, now)
+    assert is_stale(now - limit - timedelta(seconds=1), limit, now)

@@ -1,0 +1,66 @@
+"""Fan-out without a server: the latest state per subscriber, newer versions only, cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from signal_service.domain import SignalState
+from signal_service.fanout import Closed, Fanout
+
+
+def state(version: int, value: float | None = 1.0, name: str = "grid") -> SignalState:
+    return SignalState(name, "gCO2/kWh", 400.0, value, None, "test", version, False)
+
+
+async def test_a_subscriber_starts_with_the_current_state() -> None:
+    fanout = Fanout()
+    fanout.publish(state(3))
+    with fanout.subscribe("grid") as subscription:
+        assert await subscription.next() == state(3)
+
+
+async def test_a_slow_subscriber_skips_to_the_latest_and_never_loses_it() -> None:
+    fanout = Fanout()
+    with fanout.subscribe("grid") as slow, fanout.subscribe("grid") as fast:
+        for version in range(1, 6):
+            fanout.publish(state(version, float(version)))
+            assert (await fast.next()).version == version
+        assert await slow.next() == state(5, 5.0)
+        assert slow.pending is None
+
+
+async def test_older_or_repeated_versions_are_dropped() -> None:
+    fanout = Fanout()
+    assert fanout.publish(state(2))
+    assert not fanout.publish(state(2))
+    assert not fanout.publish(state(1))
+    assert fanout.latest("grid") == state(2)
+
+
+async def test_subscribers_only_get_their_signal_and_are_removed_on_exit() -> None:
+    fanout = Fanout()
+    with fanout.subscribe("grid") as grid:
+        with fanout.subscribe("price"):
+            fanout.publish(state(1, name="price"))
+            assert fanout.subscriber_count == 2
+        waiter = asyncio.ensure_future(grid.next())
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        fanout.publish(state(1))
+        assert (await waiter).name == "grid"
+    assert fanout.subscriber_count == 0
+    assert fanout.subscriptions("grid") == ()
+
+
+async def test_closing_ends_current_and_later_subscriptions() -> None:
+    fanout = Fanout()
+    fanout.publish(state(1))
+    with fanout.subscribe("grid") as subscription:
+        await subscription.next()
+        fanout.close()
+        with pytest.raises(Closed):
+            await subscription.next()
+    with fanout.subscribe("grid") as late, pytest.raises(Closed):
+        await late.next()

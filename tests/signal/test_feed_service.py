@@ -1,0 +1,143 @@
+"""Feeds driving a running service: configured by `[signal]`, stored and pushed like SetSignal,
+and a bad answer leaves the last good value in place."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from lowtide_client import SignalClient
+from lowtide_client._proto.lowtide.v1 import signal_pb2
+from signal_service.domain import Point, Reading
+from signal_service.server import start_signal_service
+from tests.helpers import eventually
+from tests.signal.conftest import signal_config
+from tests.signal.grid_server import Answer, grid_api
+from tests.signal.test_feeds import uk_entry
+
+
+async def test_uk_feed_value_and_forecast_reach_subscribers_and_a_bad_answer_keeps_the_last(
+    database_url: str,
+) -> None:
+    with grid_api() as api:
+        api.on("/intensity", Answer({"data": [uk_entry("2026-11-29T23:00Z", 450, 430)]}))
+        ahead = [uk_entry("2026-11-29T23:30Z", 420, None), uk_entry("2026-11-30T00:00Z", 380, None)]
+        # The forecast's path carries the service's current time.
+        api.on("/intensity/*", Answer({"data": ahead}))
+        config = signal_config(
+            feed="uk-carbon-intensity",
+            base_url=api.url,
+            refresh=timedelta(milliseconds=100),
+            timeout=timedelta(milliseconds=200),
+        )
+        running = await start_signal_service(config, database_url=database_url)
+        try:
+            async with SignalClient(running.target) as client:
+                subscription = client.subscribe()
+                state = await asyncio.wait_for(anext(subscription), 5.0)
+                if not state.HasField("value"):
+                    state = await asyncio.wait_for(anext(subscription), 5.0)
+                assert (state.value, state.high, state.source) == (430.0, True, "uk-carbon-intensity")
+                points = await eventually(client.forecast)
+                assert [p.value for p in points] == [420.0, 380.0]
+
+                # The same half hour again is not stored again.
+                polls = running.feed_stats.fetches
+                await eventually(lambda: _at_least(running.feed_stats.fetches, polls + 3))
+                assert len(await client.history()) == 1
+
+                api.on("/intensity", Answer("{broken", status=200))
+                errors = running.feed_stats.errors
+                await eventually(lambda: _at_least(running.feed_stats.errors, errors + 2))
+                assert (await client.get()).value == 430.0
+
+                api.on("/intensity", Answer({"data": [uk_entry("2026-11-29T23:30Z", 380, None)]}))
+                state = await asyncio.wait_for(anext(subscription), 5.0)
+                assert (state.value, state.high) == (380.0, False)
+                await subscription.aclose()
+        finally:
+            await running.stop()
+
+
+async def _at_least(value: int, wanted: int) -> bool:
+    return value >= wanted
+
+
+async def test_replay_feed_plays_the_bundled_trace(database_url: str) -> None:
+    # One half-hour row every 50 ms.
+    config = signal_config(feed="replay", replay_speed=36_000.0, replay_start="2020-06-01T12:00:00")
+    running = await start_signal_service(config, database_url=database_url)
+    try:
+        async with SignalClient(running.target) as client:
+            seen = set()
+            async for state in client.subscribe():
+                if state.HasField("value"):
+                    assert state.source == "replay"
+                    seen.add(state.value)
+                if len(seen) >= 3:
+                    break
+            assert len(await client.history()) >= 3
+    finally:
+        await running.stop()
+
+
+async def test_one_replica_polls_the_feed_and_another_takes_over_when_it_stops(database_url: str) -> None:
+    with grid_api() as api:
+        api.on("/intensity", Answer({"data": [uk_entry("2026-11-29T23:00Z", 200, 210)]}))
+        api.on("/intensity/*", Answer({"data": []}))
+        config = signal_config(feed="uk-carbon-intensity", base_url=api.url, refresh=timedelta(milliseconds=100))
+        one = await start_signal_service(config, database_url=database_url)
+        two = await start_signal_service(config, database_url=database_url)
+        try:
+            await eventually(lambda: _at_least(one.feed_stats.fetches + two.feed_stats.fetches, 5))
+            polling = [r for r in (one, two) if r.feed_stats.fetches]
+            assert len(polling) == 1
+            leader, follower = (one, two) if polling[0] is one else (two, one)
+            await leader.stop()
+            # The stopping leader gives the lease up, so the follower starts within a poll or two.
+            await eventually(lambda: _at_least(follower.feed_stats.fetches, 1), within=3.0)
+        finally:
+            for running in (one, two):
+                await running.stop()
+
+
+class FaultyOnceFeed:
+    """A feed whose first poll fails with a bug of its own, not a FeedError."""
+
+    source = "faulty-once"
+    unit = "gCO2/kWh"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def current(self) -> Reading:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("a bug in the adapter")
+        return Reading(123.0, datetime.now(UTC), self.unit)
+
+    async def forecast(self) -> list[Point]:
+        return []
+
+    def interval(self, refresh: float) -> float:
+        return 0.05
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_fault_in_an_adapter_is_counted_and_the_next_poll_recovers(database_url: str) -> None:
+    running = await start_signal_service(signal_config(), database_url=database_url, feed=FaultyOnceFeed())
+    try:
+        async with SignalClient(running.target) as client:
+            state = await eventually(lambda: _valued(client))
+        assert state is not None
+        assert (state.value, state.source) == (123.0, "faulty-once")
+        assert running.feed_stats.errors == 1
+    finally:
+        await running.stop()
+
+
+async def _valued(client: SignalClient) -> signal_pb2.SignalState | None:
+    state = await client.get()
+    return state if state.HasField("value") else None
