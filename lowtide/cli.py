@@ -49,6 +49,7 @@ async def _task_submit(args: argparse.Namespace, config: Config) -> int:
         "schedule_to_start_timeout": args.schedule_to_start,
         "start_to_close_timeout": args.start_to_close,
         "heartbeat_timeout": args.heartbeat_timeout,
+        "max_defer": args.max_defer,
     }
     async with Client(_target(args, config)) as client:
         if args.count > 1:
@@ -104,6 +105,38 @@ async def _task_list(args: argparse.Namespace, config: Config) -> int:
             token = page.next_page_token
             if not token:
                 break
+    return 0
+
+
+async def _task_explain(args: argparse.Namespace, config: Config) -> int:
+    async with Client(_target(args, config)) as client:
+        response = await client.explain(args.id)
+        if args.json:
+            data = output.to_dict(response.task)
+            data.update(explanation=response.explanation, reasons=list(response.reasons))
+            print(json.dumps(data), flush=True)
+        else:
+            print(f"task {args.id}: {response.explanation}", flush=True)
+    return 0
+
+
+async def _queue(args: argparse.Namespace, config: Config) -> int:
+    async with Client(_target(args, config)) as client:
+        if args.queue_command == "pause":
+            queue = await client.pause_queue(args.name)
+        else:
+            queue = await client.resume_queue(args.name)
+        _print(args, queue, f"queue {queue.name} {'paused' if queue.paused else 'running'}")
+    return 0
+
+
+async def _status(args: argparse.Namespace, config: Config) -> int:
+    async with Client(_target(args, config)) as client:
+        status = await client.status()
+    if args.json:
+        print(output.dumps(status), flush=True)
+        return 0
+    print(output.status_text(status), flush=True)
     return 0
 
 
@@ -235,6 +268,7 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--schedule-to-start", type=_duration, metavar="DURATION")
     submit.add_argument("--start-to-close", type=_duration, metavar="DURATION")
     submit.add_argument("--heartbeat-timeout", type=_duration, metavar="DURATION")
+    submit.add_argument("--max-defer", type=_duration, metavar="DURATION", help="longest a cost hold may defer it")
     submit.add_argument("--count", type=int, default=1, help="submit N copies in batches")
     submit.add_argument(
         "--wait",
@@ -256,6 +290,19 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--type")
     listing.add_argument("--limit", type=int, default=50)
     listing.set_defaults(handler=_task_list)
+    explain = task_commands.add_parser("explain", parents=[common, client], help="why is it pending?")
+    explain.add_argument("id", type=int)
+    explain.set_defaults(handler=_task_explain)
+
+    queue = commands.add_parser("queue", help="pause and resume queues")
+    queue_commands = queue.add_subparsers(dest="queue_command", required=True)
+    for verb, text in (("pause", "stop claims from a queue (its schedule_to_start timers stop)"), ("resume", "resume")):
+        command = queue_commands.add_parser(verb, parents=[common, client], help=text)
+        command.add_argument("name")
+        command.set_defaults(handler=_queue)
+
+    status = commands.add_parser("status", parents=[common, client], help="queues, pools, holds, carbon")
+    status.set_defaults(handler=_status)
 
     demo = commands.add_parser(
         "demo-worker", parents=[common, client], help="run a built-in worker (echo, sleep, fail)"

@@ -65,3 +65,30 @@ def _show(raw: bytes) -> str:
         return repr(raw.decode("utf-8"))
     except UnicodeDecodeError:
         return f"<{len(raw)} bytes>"
+
+
+def status_text(status: Any) -> str:
+    """`lowtide status` for people: the hold, then queues, pools and carbon."""
+    hold = status.hold
+    value = f"{hold.value:g}" if hold.HasField("value") else "no value yet"
+    lines = [
+        f"cost hold: {'ACTIVE' if hold.active else 'off'} (signal {hold.signal}: {value}, threshold {hold.threshold:g}"
+        f"{', stale' if hold.stale else ''}) - {hold.reason}",
+        "",
+        f"{'queue':<16}{'paused':>8}{'depth':>8}{'oldest':>9}{'held':>8}{'oldest held':>13}{'running':>9}  held types",
+    ]
+    for q in status.queues:
+        lines.append(
+            f"{q.name:<16}{'yes' if q.paused else 'no':>8}{q.depth:>8}{q.oldest_pending_age_seconds:>8.1f}s"
+            f"{q.held_depth:>8}{q.oldest_held_age_seconds:>12.1f}s{q.running:>9}  {','.join(q.held_types) or '-'}"
+        )
+    lines += ["", f"{'pool':<16}{'workers':>8}{'slots':>8}{'busy':>8}"]
+    lines += [f"{p.name:<16}{p.workers:>8}{p.slots:>8}{p.busy_slots:>8}" for p in status.pools]
+    if status.carbon:
+        lines += ["", f"{'deferrable type':<20}{'tasks':>8}{'at submit':>12}{'at dispatch':>13}{'avoided':>10}"]
+        for c in status.carbon:
+            avoided = c.mean_at_submit - c.mean_at_dispatch
+            lines.append(
+                f"{c.activity_type:<20}{c.tasks:>8}{c.mean_at_submit:>12.1f}{c.mean_at_dispatch:>13.1f}{avoided:>10.1f}"
+            )
+    return "\n".join(lines)

@@ -191,6 +191,31 @@ class Client:
         response: scheduler_pb2.ListTasksResponse = await self._call("ListTasks", request)
         return response
 
+    async def explain(self, task_id: int) -> scheduler_pb2.ExplainTaskResponse:
+        """Why is it pending? The task, a sentence, and the reasons as short codes."""
+        response: scheduler_pb2.ExplainTaskResponse = await self._call(
+            "ExplainTask", scheduler_pb2.ExplainTaskRequest(id=task_id)
+        )
+        return response
+
+    async def pause_queue(self, queue: str) -> scheduler_pb2.QueueStatus:
+        """No worker claims from a paused queue, and its schedule_to_start timers stop."""
+        response: scheduler_pb2.PauseQueueResponse = await self._call(
+            "PauseQueue", scheduler_pb2.PauseQueueRequest(queue=queue)
+        )
+        return response.queue
+
+    async def resume_queue(self, queue: str) -> scheduler_pb2.QueueStatus:
+        response: scheduler_pb2.ResumeQueueResponse = await self._call(
+            "ResumeQueue", scheduler_pb2.ResumeQueueRequest(queue=queue)
+        )
+        return response.queue
+
+    async def status(self) -> scheduler_pb2.GetStatusResponse:
+        """Queues (claimable and held apart), pools, the cost hold and carbon accounting."""
+        response: scheduler_pb2.GetStatusResponse = await self._call("GetStatus", scheduler_pb2.GetStatusRequest())
+        return response
+
     # The timeout is part of the request (the scheduler does the waiting), hence the noqa.
     async def wait(self, task_id: int, *, timeout: timedelta = timedelta(seconds=30)) -> task_pb2.Task:  # noqa: ASYNC109
         """Wait until the task is finished or ``timeout`` has passed; return it as it is then.
