@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
@@ -203,8 +204,13 @@ async def _signal_get(args: argparse.Namespace, config: Config) -> int:
 
 async def _signal_watch(args: argparse.Namespace, config: Config) -> int:
     async with _signal_client(args, config) as client:
-        async for state in client.subscribe(args.signal):
-            _show_signal(args, state)
+        try:
+            async for state in client.subscribe(args.signal):
+                _show_signal(args, state)
+        except BrokenPipeError:
+            # The reader went away (`watch | head`): a normal end. Python would otherwise
+            # complain again when it flushes stdout at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -42,6 +42,10 @@ class SchedulerConfig:
     max_message_bytes: int = 64 * 1024 * 1024
     # The signal service the scheduler subscribes to for cost holds.
     signal_target: str = "127.0.0.1:50052"
+    # Prometheus /metrics (empty: not served).
+    metrics_listen: str = "127.0.0.1:9464"
+    # How often queue figures (depth, held depth, ages) are read from the database.
+    metrics_interval: timedelta = timedelta(seconds=5)
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,8 @@ class SignalConfig:
     replay_speed: float = 1440.0
     replay_start: str = ""
     replay_file: str = ""
+    # At the trace's end: start again (true), or hold its last value (false).
+    replay_loop: bool = True
     # Empty base_url means the feed's public API.
     base_url: str = ""
     token: str = ""

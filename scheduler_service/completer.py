@@ -10,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from lowtide.errors import DatabaseUnavailable
 from scheduler_service.domain.model import Outcome
 from scheduler_service.sessions import WorkerSession
 from scheduler_service.store import Store
+
+if TYPE_CHECKING:
+    from scheduler_service.metrics import SchedulerMetrics
 
 log = logging.getLogger("lowtide.scheduler.completer")
 
@@ -29,6 +33,7 @@ class Completer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._on_applied = on_applied
+        self.metrics: SchedulerMetrics | None = None
 
     def add(self, outcome: Outcome, session: WorkerSession | None) -> None:
         self._pending.append((outcome, session))
@@ -60,6 +65,8 @@ class Completer:
                     ref = (outcome.task_id, outcome.attempt)
                     if ref not in applied and session is not None:
                         stale.setdefault(id(session), (session, []))[1].append(ref)
+                if self.metrics is not None:
+                    self._count(batch, applied)
                 for session, refs in stale.values():
                     session.reject(refs, "the attempt is no longer this worker's (lease lost, cancelled or timed out)")
                 if self._on_applied is not None:
@@ -84,3 +91,17 @@ class Completer:
                 except Exception:
                     log.exception("completer.report_refused", extra={"task_id": outcome.task_id})
             return applied
+
+    def _count(self, batch: list[tuple[Outcome, WorkerSession | None]], applied: set[tuple[int, int]]) -> None:
+        assert self.metrics is not None
+        by_state: dict[str, int] = {}
+        rejected = 0
+        for outcome, _ in batch:
+            if (outcome.task_id, outcome.attempt) in applied:
+                by_state[outcome.state.value] = by_state.get(outcome.state.value, 0) + 1
+            else:
+                rejected += 1
+        for state, count in by_state.items():
+            self.metrics.finished.add(count, {"state": state})
+        if rejected:
+            self.metrics.rejected.add(rejected)

@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2
 
@@ -20,6 +21,9 @@ from lowtide.errors import DatabaseUnavailable
 from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.convert import KIND_TO_PROTO
 from scheduler_service.cost import CostHolds
+
+if TYPE_CHECKING:
+    from scheduler_service.metrics import SchedulerMetrics
 from scheduler_service.domain.model import Kind
 from scheduler_service.sessions import Registry, WorkerSession
 from scheduler_service.store import Store, attempt_of
@@ -47,6 +51,7 @@ class Dispatcher:
         # Dispatch references (wake-ups naming new tasks) that named only held types: each is
         # rechecked after hold_recheck, or released at once when the hold ends.
         self.parked: dict[str, tuple[asyncio.TimerHandle, set[tuple[str, str]]]] = {}
+        self.metrics: SchedulerMetrics | None = None
 
     def held_map(self, session: WorkerSession) -> dict[str, frozenset[str]]:
         """Per queue, the types the cost hold holds for this worker now (read from memory)."""

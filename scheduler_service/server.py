@@ -19,12 +19,14 @@ from grpc_reflection.v1alpha import reflection
 from lowtide.config import Config
 from lowtide.db import Database, apply_migrations
 from lowtide.errors import ConfigError, DatabaseUnavailable
+from lowtide.metrics import start_metrics
 from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
 from scheduler_service.cost import CostHolds
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale, local_conflicts
 from scheduler_service.maintenance import Maintenance
+from scheduler_service.metrics import SchedulerMetrics
 from scheduler_service.scheduler_api import SchedulerApi
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
@@ -52,6 +54,7 @@ class Scheduler:
     port: int
     scheduler_id: str
     dispatcher: Dispatcher
+    metrics: SchedulerMetrics
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
@@ -73,6 +76,7 @@ class Scheduler:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.db.close()
+        self.metrics.metrics.shutdown()
 
 
 def check_cost_config(config: Config) -> HoldConfig:
@@ -183,6 +187,15 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         hold_recheck=config.cost.hold_recheck,
     )
     api = SchedulerApi(config=config, store=store, registry=registry, dispatcher=dispatcher)
+    metrics = SchedulerMetrics(
+        start_metrics("lowtide-scheduler", cfg.metrics_listen),
+        store=store,
+        registry=registry,
+        holds=holds,
+        parked=lambda: len(dispatcher.parked) if dispatcher else 0,
+    )
+    dispatcher.metrics = metrics
+    completer.metrics = metrics
     stream = WorkerStream(
         store=store,
         registry=registry,
@@ -224,10 +237,22 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         asyncio.create_task(maintenance.run(), name="maintenance"),
         asyncio.create_task(_listen(db, registry, dispatcher), name="listen"),
         asyncio.create_task(holds.run(), name="signal"),
+        asyncio.create_task(metrics.run(cfg.metrics_interval), name="metrics"),
     ]
     log.info("scheduler.started", extra={"listen": cfg.listen, "port": port, "scheduler_id": scheduler_id})
     return Scheduler(
-        config, db, store, registry, server, health_servicer, stream, port, scheduler_id, dispatcher, background
+        config,
+        db,
+        store,
+        registry,
+        server,
+        health_servicer,
+        stream,
+        port,
+        scheduler_id,
+        dispatcher,
+        metrics,
+        background,
     )
 
 

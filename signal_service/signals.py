@@ -52,6 +52,12 @@ class Signals:
         """Creates or updates the configured signals, then loads every state (a restart resumes
         the last stored value, marked stale by the stale check if it is old)."""
         for definition in self.defined.values():
+            if definition.unit == "percentile" and not 0 <= definition.threshold <= 100:
+                # e.g. the watttime feed with the gCO2/kWh default of 400: never high.
+                log.warning(
+                    "signal.threshold_out_of_range",
+                    extra={"signal": definition.name, "threshold": definition.threshold, "unit": definition.unit},
+                )
             await self.store.ensure(definition.name, unit=definition.unit, threshold=definition.threshold)
         await self.resync()
 

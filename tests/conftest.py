@@ -69,6 +69,8 @@ def make_config(**scheduler: object) -> Config:
         lease_timeout=timedelta(seconds=2),
         maintenance_interval=timedelta(milliseconds=100),
         leader_lease=timedelta(seconds=2),
+        metrics_listen="127.0.0.1:0",
+        metrics_interval=timedelta(milliseconds=200),
     )
     return Config(scheduler=replace(base, **scheduler))  # type: ignore[arg-type]
 

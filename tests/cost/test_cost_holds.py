@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -255,3 +256,23 @@ def test_the_python_worker_refuses_a_hold_on_a_local_activity() -> None:
     worker.register("lookup", lambda payload: payload, local=True)
     with pytest.raises(ValueError, match="local activity lookup"):
         asyncio.run(worker.run())
+
+
+async def test_metrics_show_held_work_apart_and_the_hold_gauge(pair: Pair) -> None:
+    await pair.set_signal(520)
+    async with Client(pair.scheduler.target) as client:
+        await client.submit_many([task_spec("train") for _ in range(3)] + [task_spec("echo")])
+    port = pair.scheduler.metrics.metrics.port
+    assert port
+
+    async def scrape() -> str:
+        def get() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                return str(response.read().decode())
+
+        text = await asyncio.to_thread(get)
+        return text if 'lowtide_queue_held_depth{queue="default"} 3.0' in text else ""
+
+    text = await eventually(scrape)
+    assert 'lowtide_queue_depth{queue="default"} 1.0' in text
+    assert 'lowtide_cost_hold{queue="default",signal="grid"} 1.0' in text

@@ -31,7 +31,13 @@ def free_port() -> int:
 def user_env(data_dir: Path, listen: str) -> dict[str, str]:
     """A shell with no lowtide settings but the data folder and the address."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOWTIDE_")}
-    env.update(LOWTIDE_DATABASE_DATA_DIR=str(data_dir), LOWTIDE_SCHEDULER_LISTEN=listen)
+    env.update(
+        LOWTIDE_DATABASE_DATA_DIR=str(data_dir),
+        LOWTIDE_SCHEDULER_LISTEN=listen,
+        # Off: a fixed metrics port could be taken on the machine running the tests.
+        LOWTIDE_SCHEDULER_METRICS_LISTEN="",
+        LOWTIDE_SIGNAL_METRICS_LISTEN="",
+    )
     return env
 
 

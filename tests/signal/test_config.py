@@ -30,6 +30,8 @@ def test_toml_and_environment(tmp_path: Path) -> None:
     config = load_config(path, env={"LOWTIDE_SIGNAL_LISTEN": "0.0.0.0:7000", "LOWTIDE_COST_SIGNAL": "carbon"})
     assert config.signal.listen == "0.0.0.0:7000"
     assert config.signal.stale_after == timedelta(minutes=10)
+    assert config.signal.replay_loop
+    assert not load_config(env={"LOWTIDE_SIGNAL_REPLAY_LOOP": "false"}).signal.replay_loop
     assert definitions(config, feed_unit="percentile") == {
         "carbon": Definition("carbon", "percentile", 70.0),
         "price": Definition("price", "EUR/MWh", 120.0),

@@ -1,0 +1,59 @@
+"""Metrics through the OpenTelemetry SDK, exported for Prometheus.
+
+Each service has its own MeterProvider and Prometheus registry (so several services in one
+process, as in the tests, never mix their figures) and serves `/metrics` on its own port:
+9464 for the scheduler, 9465 for the signal service. OpenTelemetry names (`lowtide.queue.depth`)
+reach Prometheus as `lowtide_queue_depth`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import Meter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+
+from lowtide.errors import ConfigError
+
+
+@dataclass
+class Metrics:
+    meter: Meter
+    provider: MeterProvider
+    registry: CollectorRegistry
+    server: Any = None
+
+    @property
+    def port(self) -> int | None:
+        return None if self.server is None else int(self.server.server_port)
+
+    def text(self) -> str:
+        """What a Prometheus scrape would read now."""
+        return generate_latest(self.registry).decode()
+
+    def shutdown(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        self.provider.shutdown()
+
+
+def start_metrics(service: str, listen: str) -> Metrics:
+    """Starts the service's meter; serves /metrics on `listen` (host:port) unless it is empty."""
+    registry = CollectorRegistry()
+    reader = PrometheusMetricReader(registry=registry, scope_info_enabled=False)
+    provider = MeterProvider(metric_readers=[reader], resource=Resource.create({"service.name": service}))
+    metrics = Metrics(provider.get_meter(service), provider, registry)
+    if listen:
+        host, _, port = listen.rpartition(":")
+        try:
+            server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+        except (OSError, ValueError) as error:
+            provider.shutdown()
+            raise ConfigError(f"metrics: cannot listen on {listen}: {error}") from None
+        metrics.server = server
+    return metrics
