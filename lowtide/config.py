@@ -84,6 +84,8 @@ class SignalConfig:
     """The signal service, and the feed that drives the default signal (`[cost] signal`)."""
 
     listen: str = "127.0.0.1:50052"
+    # Prometheus /metrics (empty: not served).
+    metrics_listen: str = "127.0.0.1:9465"
     # static (SetSignal only), replay, uk-carbon-intensity, electricitymaps or watttime.
     feed: str = "static"
     # The default signal's unit; empty means the feed's own (gCO2/kWh, or percentile for watttime).

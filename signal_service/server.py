@@ -19,11 +19,13 @@ from grpc_reflection.v1alpha import reflection
 from lowtide.config import Config
 from lowtide.db import Database, apply_migrations
 from lowtide.errors import ConfigError, DatabaseUnavailable, LowtideError
+from lowtide.metrics import Metrics, start_metrics
 from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.api import SignalApi
 from signal_service.fanout import Fanout
 from signal_service.feeds import Feed, feed_unit, make_feed
 from signal_service.feeds.runner import FeedStats, run_feed
+from signal_service.metrics import register_signal_metrics
 from signal_service.signals import Signals, definitions
 from signal_service.store import SignalStore
 
@@ -45,6 +47,7 @@ class SignalServer:
     port: int
     replica_id: str
     feed_stats: FeedStats = field(default_factory=FeedStats)
+    metrics: Metrics | None = None
     background: list[asyncio.Task[None]] = field(default_factory=list)
     stopped: bool = False
 
@@ -69,6 +72,8 @@ class SignalServer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.db.close()
+        if self.metrics is not None:
+            self.metrics.shutdown()
 
 
 async def _listen(db: Database, signals: Signals) -> None:
@@ -165,6 +170,12 @@ async def start_signal_service(
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     replica_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
     running = SignalServer(config, db, signals, server, health_servicer, port, replica_id)
+    try:
+        running.metrics = start_metrics("lowtide-signal", cfg.metrics_listen)
+    except ConfigError:
+        await running.stop(grace=0)
+        raise
+    register_signal_metrics(running.metrics, signals.fanout, running.feed_stats, cfg.feed)
     running.background += [
         asyncio.create_task(_listen(db, signals), name="signal-listen"),
         asyncio.create_task(

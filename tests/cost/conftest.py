@@ -39,7 +39,9 @@ def cost_config(signal_target: str, **cost: Any) -> Config:
 
 @pytest.fixture
 async def signal(database_url: str) -> AsyncIterator[SignalServer]:
-    running = await start_signal_service(Config(signal=SignalConfig(listen="127.0.0.1:0")), database_url=database_url)
+    running = await start_signal_service(
+        Config(signal=SignalConfig(listen="127.0.0.1:0", metrics_listen="127.0.0.1:0")), database_url=database_url
+    )
     yield running
     await running.stop(grace=0.5)
 

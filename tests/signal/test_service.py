@@ -243,3 +243,16 @@ async def test_a_reconnecting_subscriber_follows_a_restart(database_url: str) ->
             await subscription.aclose()
         finally:
             await second.stop()
+
+
+async def test_metrics_show_the_signal_and_its_subscribers(signal_server: SignalServer) -> None:
+    async with SignalClient(signal_server.target) as client:
+        await client.set(520)
+        stream = client.subscribe()
+        await anext(stream)
+        assert signal_server.metrics is not None
+        text = signal_server.metrics.text()
+        await stream.aclose()
+    assert 'lowtide_signal_value{signal="grid",unit="gCO2/kWh"} 520.0' in text
+    assert 'lowtide_signal_high{signal="grid",unit="gCO2/kWh"} 1.0' in text
+    assert "lowtide_signal_subscribers 1.0" in text

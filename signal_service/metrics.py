@@ -1,0 +1,61 @@
+"""The signal service's metrics: each signal's value, high and stale flags, feed fetches and
+errors, and the number of subscribers. All are read at scrape time from memory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from lowtide.metrics import Metrics
+from signal_service.fanout import Fanout
+from signal_service.feeds.runner import FeedStats
+
+
+def register_signal_metrics(metrics: Metrics, fanout: Fanout, stats: FeedStats, feed: str) -> None:
+    meter = metrics.meter
+
+    def states() -> Iterable[tuple[dict[str, str], float | None, bool, bool]]:
+        for state in fanout.all():
+            yield {"signal": state.name, "unit": state.unit}, state.value, state.high, state.stale
+
+    def value(options: CallbackOptions) -> Iterable[Observation]:
+        for labels, current, _, _ in states():
+            if current is not None:
+                yield Observation(current, labels)
+
+    def threshold(options: CallbackOptions) -> Iterable[Observation]:
+        for state in fanout.all():
+            yield Observation(state.threshold, {"signal": state.name, "unit": state.unit})
+
+    def high(options: CallbackOptions) -> Iterable[Observation]:
+        for labels, _, is_high, _ in states():
+            yield Observation(1 if is_high else 0, labels)
+
+    def stale(options: CallbackOptions) -> Iterable[Observation]:
+        for labels, _, _, is_stale in states():
+            yield Observation(1 if is_stale else 0, labels)
+
+    def subscribers(options: CallbackOptions) -> Iterable[Observation]:
+        yield Observation(fanout.subscriber_count)
+
+    def fetches(options: CallbackOptions) -> Iterable[Observation]:
+        yield Observation(stats.fetches, {"feed": feed})
+
+    def errors(options: CallbackOptions) -> Iterable[Observation]:
+        yield Observation(stats.errors, {"feed": feed, "kind": "value"})
+        yield Observation(stats.forecast_errors, {"feed": feed, "kind": "forecast"})
+
+    meter.create_observable_gauge("lowtide.signal.value", callbacks=[value], description="The signal's value")
+    meter.create_observable_gauge("lowtide.signal.threshold", callbacks=[threshold], description="Above it: high")
+    meter.create_observable_gauge("lowtide.signal.high", callbacks=[high], unit="1", description="1 while high")
+    meter.create_observable_gauge("lowtide.signal.stale", callbacks=[stale], unit="1", description="1 while stale")
+    meter.create_observable_gauge(
+        "lowtide.signal.subscribers", callbacks=[subscribers], unit="{subscriber}", description="Open Subscribe streams"
+    )
+    meter.create_observable_counter(
+        "lowtide.signal.feed.fetches", callbacks=[fetches], unit="{fetch}", description="Feed polls"
+    )
+    meter.create_observable_counter(
+        "lowtide.signal.feed.errors", callbacks=[errors], unit="{error}", description="Bad or failed feed answers"
+    )
