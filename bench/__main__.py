@@ -1,0 +1,165 @@
+"""`python -m bench`: one JSON object on stdout: lowtide against Procrastinate and PgQueuer on
+the same PostgreSQL, then lowtide's own figures (signal fan-out, cost-hold release, claim cost
+with a million held rows).
+
+Progress and the workers' own warnings go to stderr. The exit status is 1 when a selected
+benchmark failed (its entry then holds `error`), 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from bench._machine import describe_machine
+from bench._pg import DEFAULT_SERVER_URL
+
+BENCHMARKS = ("lowtide", "procrastinate", "pgqueuer", "signal_fanout", "hold_release", "held_claim")
+PEERS = ("procrastinate", "pgqueuer")
+
+
+def _default_url() -> str:
+    return (
+        os.environ.get("LOWTIDE_BENCH_DATABASE_URL")
+        or os.environ.get("LOWTIDE_TEST_DATABASE_URL")
+        or DEFAULT_SERVER_URL
+    )
+
+
+def _names(value: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(BENCHMARKS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"choose from {','.join(BENCHMARKS)}; got {value!r}")
+    return names
+
+
+def _counts(value: str) -> list[int]:
+    try:
+        counts = [int(n) for n in value.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers like 1,2,4; got {value!r}")
+    return counts
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--database-url",
+        default=_default_url(),
+        help="server to benchmark on; each run gets a database of its own, created and dropped "
+        "(default: $LOWTIDE_BENCH_DATABASE_URL, $LOWTIDE_TEST_DATABASE_URL or %(default)s)",
+    )
+    parser.add_argument("--tasks", type=int, default=10_000, help="jobs per run (default %(default)s)")
+    parser.add_argument(
+        "--only",
+        type=_names,
+        default=list(BENCHMARKS),
+        help=f"comma-separated subset of {','.join(BENCHMARKS)} (default: all)",
+    )
+    parser.add_argument(
+        "--processes",
+        type=_counts,
+        default=[1, 2, 4],
+        help="worker-process counts to time each peer with (default 1,2,4)",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="times to repeat every run; the best counts (default 1)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds one run may take before its workers are killed (default %(default)s)",
+    )
+    args = parser.parse_args(argv)
+    if args.tasks < 1 or args.repeat < 1 or args.timeout <= 0:
+        parser.error("--tasks and --repeat must be at least 1, --timeout positive")
+    return args
+
+
+async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
+    # Imported on demand: each peer needs only its own library, so `--only pgqueuer` works
+    # without Procrastinate installed and the other way round.
+    if name == "lowtide":
+        from bench.lowtide_bench import run_lowtide
+
+        return await run_lowtide(args.database_url, args.tasks)
+    if name == "signal_fanout":
+        from bench.fanout_bench import signal_fanout
+
+        return await signal_fanout(args.database_url)
+    if name == "hold_release":
+        from bench.holds_bench import hold_release
+
+        return await hold_release(args.database_url)
+    if name == "held_claim":
+        from bench.holds_bench import held_claim
+
+        return await held_claim(args.database_url)
+    if name == "procrastinate":
+        from bench.procrastinate_bench import run_procrastinate as run_peer
+    else:
+        from bench.pgqueuer_bench import run_pgqueuer as run_peer
+    return await run_peer(
+        args.database_url,
+        tasks=args.tasks,
+        processes=args.processes,
+        repeat=args.repeat,
+        timeout_s=args.timeout,
+    )
+
+
+def _ratios(report: dict[str, object]) -> dict[str, float]:
+    lowtide = report.get("lowtide")
+    if not isinstance(lowtide, dict) or not isinstance(lowtide.get("tasks_per_s"), int | float):
+        return {}
+    ratios: dict[str, float] = {}
+    for peer in PEERS:
+        result = report.get(peer)
+        if isinstance(result, dict) and isinstance(result.get("best_tasks_per_s"), int | float):
+            ratios[f"lowtide_vs_{peer}"] = round(lowtide["tasks_per_s"] / result["best_tasks_per_s"], 3)
+    return ratios
+
+
+async def _main(args: argparse.Namespace) -> int:
+    # SIGTERM unwinds like Ctrl-C does (asyncio.run cancels on SIGINT): by cancelling this task,
+    # so every `finally` on the way out stops the workers and drops the run's database.
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    report: dict[str, object] = {"machine": await describe_machine(args.database_url)}
+    report["tasks"] = args.tasks
+    status = 0
+    # One after another, never side by side: on two cores concurrent runs would measure each other.
+    for name in (n for n in BENCHMARKS if n in args.only):
+        print(f"[{name}] starting", file=sys.stderr, flush=True)
+        try:
+            report[name] = await _run_one(name, args)
+        except Exception as exc:
+            print(f"[{name}] failed: {exc!r}", file=sys.stderr, flush=True)
+            report[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            status = 1
+    if ratios := _ratios(report):
+        report["ratios"] = ratios
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    try:
+        return asyncio.run(_main(args))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("interrupted; workers stopped and databases dropped", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

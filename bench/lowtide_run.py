@@ -1,0 +1,206 @@
+"""lowtide's own figures: no-op tasks through the real services, as separate processes.
+
+- `tasks_per_s`: a scheduler process and 4 `lowtide demo-worker` processes (echo, 64 slots each)
+  are started and connected first; then N tasks are submitted in batches of 1,000 while the
+  workers run, and the clock runs from the first submit to the last completion (submit ->
+  complete, end to end).
+- `drain_tasks_per_s`: the same N tasks submitted while no worker is connected, then the
+  workers connect; the clock runs from their connecting until the last completion — the
+  method the peers are measured with.
+- `dispatch_latency_ms`: on an idle queue, one task at a time: the time from the task's row
+  being committed (`created_at`) to its claim (`started_at`), both by the database clock;
+  plus the submit -> result round trip seen by the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+
+from bench._pg import throwaway_database
+from lowtide_client import Client, task_spec
+
+WORKERS = 4
+SLOTS = 64
+LATENCY_SAMPLES = 200
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _env(database_url: str, target: str) -> dict[str, str]:
+    return dict(
+        os.environ,
+        LOWTIDE_DATABASE_URL=database_url,
+        LOWTIDE_SCHEDULER_LISTEN=target,
+        LOWTIDE_SCHEDULER_METRICS_LISTEN="",
+        LOWTIDE_LOG_LEVEL="WARNING",
+    )
+
+
+async def _spawn(env: dict[str, str], *args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(sys.executable, "-m", "lowtide", *args, env=env)
+
+
+async def _stop(processes: list[asyncio.subprocess.Process]) -> None:
+    for process in processes:
+        if process.returncode is None:
+            process.terminate()
+    for process in processes:
+        try:
+            await asyncio.wait_for(process.wait(), 15)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+async def _count(conn: psycopg.AsyncConnection[Any], sql: str) -> int:
+    cur = await conn.execute(sql)  # type: ignore[arg-type]
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def _wait_for(conn: psycopg.AsyncConnection[Any], sql: str, want: int, within: float) -> float:
+    deadline = time.monotonic() + within
+    while True:
+        if await _count(conn, sql) >= want:
+            return time.perf_counter()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{sql!r} did not reach {want} within {within}s")
+        await asyncio.sleep(0.01)
+
+
+@asynccontextmanager
+async def _services(database_url: str) -> AsyncIterator[tuple[str, dict[str, str], list[Any]]]:
+    target = f"127.0.0.1:{_free_port()}"
+    env = _env(database_url, target)
+    processes = [await _spawn(env, "scheduler", "serve")]
+    try:
+        async with Client(target) as client:
+            # The first call retries until the scheduler listens.
+            await client.list(page_size=1)
+        yield target, env, processes
+    finally:
+        await _stop(processes)
+
+
+async def _start_workers(env: dict[str, str], target: str, conn: psycopg.AsyncConnection[Any]) -> list[Any]:
+    workers = [
+        await _spawn(env, "demo-worker", "--target", target, "--types", "echo", "--slots", str(SLOTS))
+        for _ in range(WORKERS)
+    ]
+    await _wait_for(conn, "SELECT count(*) FROM lowtide.workers", WORKERS, 60)
+    return workers
+
+
+async def _throughput(database_url: str, tasks: int) -> dict[str, float]:
+    async with (
+        _services(database_url) as (target, env, processes),
+        await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn,
+    ):
+        processes.extend(await _start_workers(env, target, conn))
+        async with Client(target) as client:
+            specs = [task_spec("echo", b"") for _ in range(tasks)]
+            started = time.perf_counter()
+            for i in range(0, tasks, 1000):
+                await client.submit_many(specs[i : i + 1000])
+            submitted = time.perf_counter()
+        done = await _wait_for(conn, "SELECT count(*) FROM lowtide.tasks WHERE state = 'completed'", tasks, 600)
+        await _stop(processes[1:])
+    return {
+        "tasks_per_s": round(tasks / (done - started)),
+        "submit_per_s": round(tasks / (submitted - started)),
+        "seconds": round(done - started, 3),
+    }
+
+
+async def _drain(database_url: str, tasks: int) -> dict[str, float]:
+    async with (
+        _services(database_url) as (target, env, processes),
+        await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn,
+    ):
+        async with Client(target) as client:
+            specs = [task_spec("echo", b"") for _ in range(tasks)]
+            for i in range(0, tasks, 1000):
+                await client.submit_many(specs[i : i + 1000])
+        workers = [
+            await _spawn(env, "demo-worker", "--target", target, "--types", "echo", "--slots", str(SLOTS))
+            for _ in range(WORKERS)
+        ]
+        processes.extend(workers)
+        # The clock starts when the first worker has connected (process start-up excluded).
+        await _wait_for(conn, "SELECT count(*) FROM lowtide.workers", 1, 60)
+        started = time.perf_counter()
+        done = await _wait_for(conn, "SELECT count(*) FROM lowtide.tasks WHERE state = 'completed'", tasks, 600)
+    return {"drain_tasks_per_s": round(tasks / (done - started)), "drain_seconds": round(done - started, 3)}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return round(ordered[index], 3)
+
+
+async def _latency(database_url: str) -> dict[str, Any]:
+    async with (
+        _services(database_url) as (target, env, processes),
+        await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn,
+    ):
+        processes.extend(await _start_workers(env, target, conn))
+        round_trips: list[float] = []
+        async with Client(target) as client:
+            for _ in range(LATENCY_SAMPLES):
+                await asyncio.sleep(0.02)  # let the queue go idle between samples
+                t0 = time.perf_counter()
+                task = await client.submit(
+                    "echo",
+                    b"",
+                )
+                await client.wait(task.id)
+                round_trips.append((time.perf_counter() - t0) * 1000)
+        cur = await conn.execute(
+            "SELECT extract(epoch FROM started_at - created_at) * 1000 FROM lowtide.tasks WHERE attempt = 1"
+        )
+        dispatch = [float(r[0]) for r in await cur.fetchall()]
+    return {
+        "dispatch_latency_ms": {
+            "p50": _percentile(dispatch, 0.5),
+            "p99": _percentile(dispatch, 0.99),
+            "mean": round(statistics.fmean(dispatch), 3),
+            "samples": len(dispatch),
+        },
+        "submit_to_result_ms": {"p50": _percentile(round_trips, 0.5), "p99": _percentile(round_trips, 0.99)},
+    }
+
+
+async def run(server_url: str, tasks: int) -> dict[str, Any]:
+    result: dict[str, Any] = {"workers": WORKERS, "slots_per_worker": SLOTS, "tasks": tasks}
+    async with throwaway_database(server_url, "bench_lowtide") as url:
+        result.update(await _throughput(url, tasks))
+    async with throwaway_database(server_url, "bench_lowtide") as url:
+        result.update(await _drain(url, tasks))
+    async with throwaway_database(server_url, "bench_lowtide") as url:
+        result.update(await _latency(url))
+    return result
+
+
+if __name__ == "__main__":
+    import json
+
+    url = os.environ.get("LOWTIDE_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    print(json.dumps(asyncio.run(run(url, count)), indent=2))
