@@ -217,7 +217,7 @@ async def _signal_watch(args: argparse.Namespace, config: Config) -> int:
 async def _up(args: argparse.Namespace, config: Config) -> int:
     from lowtide.up import run_up
 
-    return await run_up(config)
+    return await run_up(config, demo=args.demo)
 
 
 Handler = Callable[[argparse.Namespace, Config], Coroutine[Any, Any, int]]
@@ -234,6 +234,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", parents=[common], help="run lowtide (embedded PostgreSQL unless configured)")
+    up.add_argument(
+        "--demo", action="store_true", help="replayed grid trace, demo workers and a task generator, shown live"
+    )
     up.set_defaults(handler=_up)
 
     scheduler = commands.add_parser("scheduler", help="the scheduler service")

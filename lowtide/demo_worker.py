@@ -3,6 +3,8 @@
 - `echo`: returns its payload.
 - `sleep`: sleeps for the number of seconds in its payload (e.g. `0.5`), then returns it.
 - `fail`: raises, with the payload as the message.
+- `train`: stands for heavy, deferrable work: sleeps like `sleep` (the demo holds it while the
+  grid signal is high).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 
 from lowtide_client import Worker
 
-ACTIVITIES = ("echo", "sleep", "fail")
+ACTIVITIES = ("echo", "sleep", "fail", "train")
 
 
 class DemoFailure(Exception):
@@ -39,7 +41,7 @@ async def fail(payload: bytes) -> bytes:
 async def run_demo_worker(
     *, target: str, pool: str, queues: list[str], types: list[str], slots: int, worker_id: str | None
 ) -> None:
-    functions = {"echo": echo, "sleep": sleep, "fail": fail}
+    functions = {"echo": echo, "sleep": sleep, "fail": fail, "train": sleep}
     unknown = set(types) - set(functions)
     if unknown:
         raise SystemExit(f"demo-worker: unknown type(s) {', '.join(sorted(unknown))}; have {', '.join(ACTIVITIES)}")

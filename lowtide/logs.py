@@ -15,7 +15,12 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"me
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+    # lowtide_client puts its event and fields into the message already (it logs without us).
+    return {
+        k: v
+        for k, v in record.__dict__.items()
+        if k not in _STANDARD and not k.startswith("_") and k not in ("lowtide_event", "lowtide_fields")
+    }
 
 
 class KeyValueFormatter(logging.Formatter):

@@ -13,9 +13,13 @@ import signal
 import sys
 import time
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from lowtide.config import Config
 from lowtide.db import apply_migrations
 from lowtide.db.embedded import start_embedded
+from lowtide.demo import demo_env, demo_worker_args, generate, show
 
 log = logging.getLogger("lowtide.up")
 
@@ -59,7 +63,23 @@ async def _supervise(service: Service, stopping: asyncio.Event) -> None:
         delay = min(delay * 2, 30.0)
 
 
-async def run_up(config: Config) -> int:
+async def _wait_serving(target: str, within: float = 60.0) -> bool:
+    """Waits until the service at `target` reports SERVING through gRPC health checking."""
+    deadline = asyncio.get_running_loop().time() + within
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while asyncio.get_running_loop().time() < deadline:
+            try:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return True
+            except grpc.aio.AioRpcError:
+                pass
+            await asyncio.sleep(0.1)
+    return False
+
+
+async def run_up(config: Config, *, demo: bool = False) -> int:
     url = config.database.url
     if url:
         where = "the database at LOWTIDE_DATABASE_URL"
@@ -69,27 +89,62 @@ async def run_up(config: Config) -> int:
         where = f"embedded PostgreSQL, data in {config.database.data_dir}"
     await apply_migrations(url)
     env = dict(os.environ, LOWTIDE_DATABASE_URL=url)
-    services = [Service("scheduler", ["scheduler", "serve"], env), Service("signal", ["signal", "serve"], env)]
+    # The scheduler subscribes to the signal service this process starts, wherever it listens.
+    env.setdefault("LOWTIDE_SCHEDULER_SIGNAL_TARGET", config.signal.listen)
+    if demo:
+        for key, value in demo_env().items():
+            env.setdefault(key, value)
+    services = [Service("signal", ["signal", "serve"], env), Service("scheduler", ["scheduler", "serve"], env)]
+    scheduler_target = config.scheduler.listen
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     supervisors = [asyncio.create_task(_supervise(s, stopping)) for s in services]
+    ready = await asyncio.gather(_wait_serving(scheduler_target), _wait_serving(config.signal.listen))
+    if not all(ready):
+        log.error("up.not_serving", extra={"scheduler": ready[0], "signal": ready[1]})
+    workers = [Service(f"demo-worker-{i}", demo_worker_args(scheduler_target, i), env) for i in (1, 2)] if demo else []
+    supervisors += [asyncio.create_task(_supervise(s, stopping)) for s in workers]
+    feed = env.get("LOWTIDE_SIGNAL_FEED", config.signal.feed)
     print(
         "lowtide is up\n"
         f"  database:  {where}\n"
-        f"  scheduler: {config.scheduler.listen} (gRPC: SchedulerService, WorkerService)\n"
-        f"  signal:    {config.signal.listen} (gRPC: SignalService; feed: {config.signal.feed})\n"
-        "try, in another shell:\n"
-        "  lowtide demo-worker\n"
-        "  lowtide task submit echo --payload hi\n"
-        "  lowtide signal watch    (and lowtide signal set 520 in a third)\n"
-        "Ctrl-C stops everything.",
+        f"  scheduler: {scheduler_target} (gRPC: SchedulerService, WorkerService)\n"
+        f"  signal:    {config.signal.listen} (gRPC: SignalService; feed: {feed})\n"
+        f"  metrics:   {config.scheduler.metrics_listen or 'off'} (scheduler), "
+        f"{config.signal.metrics_listen or 'off'} (signal)\n"
+        + (
+            "demo: the 2020 GB grid trace replayed at a day per minute, threshold 215 gCO2/kWh;\n"
+            "  two demo workers; every second 2 echo + 1 train (held while the signal is high)\n"
+            if demo
+            else "try, in another shell:\n"
+            "  lowtide demo-worker\n"
+            "  lowtide task submit echo --payload hi\n"
+            "  lowtide signal watch    (and lowtide signal set 520 in a third)\n"
+        )
+        + "Ctrl-C stops everything.",
         flush=True,
+    )
+    extras = (
+        [
+            asyncio.create_task(generate(scheduler_target, stopping)),
+            asyncio.create_task(show(scheduler_target, stopping)),
+        ]
+        if demo
+        else []
     )
     await stopping.wait()
     print("stopping ...", flush=True)
-    await asyncio.gather(*(s.stop() for s in services))
+    for task in extras:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    # Workers first, so they hand their work back to a scheduler that is still there; the
+    # signal service last, so the scheduler never sees it go.
+    await asyncio.gather(*(s.stop() for s in workers))
+    for service in reversed(services):
+        await service.stop()
     for task in supervisors:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

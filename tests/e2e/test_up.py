@@ -11,7 +11,9 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -193,3 +195,44 @@ async def test_up_runs_tasks_and_keeps_them_across_a_restart(session: Session) -
     )
     assert (earlier["state"], earlier["result"]) == ("completed", "hi")
     await ctrl_c(session, up)
+
+
+def test_up_demo_shows_held_work_while_the_replayed_signal_is_high(tmp_path: Path) -> None:
+    """`lowtide up --demo`: the replayed trace crosses its threshold and the live line shows it."""
+    data_dir = tmp_path / "data"
+    env = user_env(data_dir, f"127.0.0.1:{free_port()}")
+    env.update(LOWTIDE_SIGNAL_LISTEN=f"127.0.0.1:{free_port()}", LOWTIDE_LOG_LEVEL="WARNING")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lowtide", "up", "--demo"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 90
+        # The trace's second day rises over the threshold (215) within a minute at a day/minute.
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "HIGH - holding train" in line and " held    0 " not in line:
+                break
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        pid = postmaster_pid(data_dir)
+        if pid is not None:
+            os.kill(pid, signal.SIGQUIT)
+    assert postmaster_pid(data_dir) is None, "the embedded PostgreSQL outlived `lowtide up`"
+    text = "".join(lines)
+    assert "lowtide is up" in text and "feed: replay" in text
+    assert "low  - releasing" in text
+    assert any("HIGH - holding train" in line and " held    0 " not in line for line in lines), text[-2000:]
