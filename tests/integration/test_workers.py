@@ -227,3 +227,31 @@ async def test_a_hello_without_runnable_types_is_refused(scheduler: Scheduler) -
                 pass
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "hello.activity_types" in (caught.value.details() or "")
+
+
+async def test_a_worker_that_stops_heartbeating_loses_its_task(scheduler: Scheduler) -> None:
+    """A silent worker (stream open, no heartbeats) loses its attempt after lease_timeout; the
+    attempt is counted, another worker runs it, and the silent one is told to stop."""
+    async with Client(scheduler.target) as client, grpc.aio.insecure_channel(scheduler.target) as channel:
+        task = await client.submit("quiet", b"x", max_attempts=3, initial_backoff=timedelta(milliseconds=50))
+        outgoing: asyncio.Queue[worker_pb2.WorkerMessage] = asyncio.Queue()
+        hello = worker_pb2.Hello(worker_id="silent", activity_types=[worker_pb2.ActivityType(name="quiet")], slots=1)
+        await outgoing.put(worker_pb2.WorkerMessage(hello=hello))
+
+        async def requests() -> AsyncIterator[worker_pb2.WorkerMessage]:
+            while True:
+                yield await outgoing.get()
+
+        call = worker_pb2_grpc.WorkerServiceStub(channel).Connect(requests())
+        kinds: list[str] = []
+        async for reply in call:
+            kinds.append(reply.WhichOneof("message") or "")
+            if kinds[-1] == "cancel":
+                break
+        call.cancel()
+        worker = Worker(target=scheduler.target, slots=1)
+        worker.register("quiet", lambda payload: payload)
+        async with worker:
+            done = await client.wait(task.id, timeout=timedelta(seconds=10))
+    assert kinds == ["welcome", "assignments", "cancel"]
+    assert (done.state, done.attempt, done.last_failure.error_type) == (COMPLETED, 2, "WorkerLost")
