@@ -69,6 +69,21 @@ class TypeConfig:
     max_defer: timedelta | None = None
     # A default the submitter's own schedule_to_start overrides; on a held type it warns.
     schedule_to_start: timedelta | None = None
+    # For fixed starts that do not give their own estimated_duration.
+    estimated_duration: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """Per pool settings, from `[pools.NAME]`; a pool not configured gets these defaults."""
+
+    max_workers: int = 1
+    # At most max(1, floor(max_workers x reservable_fraction)) reservations may overlap.
+    reservable_fraction: float = 0.5
+    # The longest a slot is held idle before a fixed start (and when holding is first checked).
+    max_hold: timedelta = timedelta(minutes=5)
+    # Reservations starting within this horizon count in the pool's desired workers.
+    autoscale_horizon: timedelta = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -146,6 +161,10 @@ class Config:
     types: Mapping[str, TypeConfig] = field(default_factory=dict)
     signals: Mapping[str, SignalDefinition] = field(default_factory=dict)
     queues: Mapping[str, QueueConfig] = field(default_factory=dict)
+    pools: Mapping[str, PoolConfig] = field(default_factory=dict)
+
+    def pool(self, name: str) -> PoolConfig:
+        return self.pools.get(name) or PoolConfig()
 
 
 _SECTIONS = {
@@ -220,7 +239,7 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
             raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
         except tomllib.TOMLDecodeError as error:
             raise ConfigError(f"config file {path}: {error}") from None
-    unknown = set(data) - {*_SECTIONS, "types", "signals", "queues"}
+    unknown = set(data) - {*_SECTIONS, "types", "signals", "queues", "pools"}
     if unknown:
         raise ConfigError(f"unknown section(s) {', '.join(sorted(unknown))}")
     sections = {name: _section(name, cls, data.get(name, {}), env) for name, cls in _SECTIONS.items()}
@@ -237,6 +256,12 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
     queues = {
         name: _section(f"queues.{name}", QueueConfig, values, {}) for name, values in data.get("queues", {}).items()
     }
+    pools = {name: _section(f"pools.{name}", PoolConfig, values, {}) for name, values in data.get("pools", {}).items()}
+    for name, pool in pools.items():
+        if pool.max_workers < 1:
+            raise ConfigError(f"[pools.{name}] max_workers: must be at least 1")
+        if not 0.0 < pool.reservable_fraction <= 1.0:
+            raise ConfigError(f"[pools.{name}] reservable_fraction: must be in (0, 1]")
     if sections["cost"].on_stale not in ("hold", "release"):
         raise ConfigError('[cost] on_stale: must be "hold" or "release"')
-    return Config(types=types, signals=signals, queues=queues, **sections)
+    return Config(types=types, signals=signals, queues=queues, pools=pools, **sections)

@@ -11,6 +11,9 @@ from __future__ import annotations
 class LowtideError(Exception):
     """Something went wrong in lowtide."""
 
+    # Binary trailing metadata (key ending in -bin, value) that details the error for clients.
+    trailing: tuple[tuple[str, bytes], ...] = ()
+
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or (self.__doc__ or "").strip())
 
@@ -37,6 +40,20 @@ class AlreadyExists(LowtideError):
 
 class FailedPrecondition(LowtideError):
     """The request cannot be carried out in the current state."""
+
+
+class ReservationConflict(FailedPrecondition):
+    """Admission refused a fixed start: the pool's reservable capacity is taken in its window.
+
+    `trailing` carries a serialized lowtide.v1.ReservationConflict under RESERVATION_CONFLICT_KEY.
+    """
+
+    def __init__(self, message: str, details: bytes) -> None:
+        super().__init__(message)
+        self.trailing = ((RESERVATION_CONFLICT_KEY, details),)
+
+
+RESERVATION_CONFLICT_KEY = "lowtide-reservation-conflict-bin"
 
 
 class DatabaseUnavailable(LowtideError):

@@ -28,6 +28,8 @@ def status_for(error: errors.LowtideError) -> grpc.StatusCode:
 
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], error: errors.LowtideError) -> NoReturn:
+    if error.trailing:
+        context.set_trailing_metadata(error.trailing)
     await context.abort(status_for(error), str(error))
     raise AssertionError("context.abort returned")  # pragma: no cover
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
@@ -16,6 +16,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from lowtide.config import RetryConfig, TypeConfig
 from lowtide.errors import InvalidArgument, TooLarge
 from lowtide_client._proto.lowtide.v1 import task_pb2
+from scheduler_service.domain.fixed import FixedStart, MissPolicy
 from scheduler_service.domain.model import Kind, NewTask, RetryPolicy, State
 
 MAX_NAME = 200
@@ -99,12 +100,61 @@ def retry_policy(spec: task_pb2.RetryPolicy | None, defaults: RetryConfig) -> Re
     return policy
 
 
+MISS_POLICIES = {
+    task_pb2.MISS_POLICY_UNSPECIFIED: MissPolicy.RUN_LATE,
+    task_pb2.MISS_POLICY_RUN_LATE: MissPolicy.RUN_LATE,
+    task_pb2.MISS_POLICY_SKIP: MissPolicy.SKIP,
+}
+MISS_TO_PROTO = {MissPolicy.RUN_LATE: task_pb2.MISS_POLICY_RUN_LATE, MissPolicy.SKIP: task_pb2.MISS_POLICY_SKIP}
+DEFAULT_TOLERANCE = timedelta(seconds=1)
+
+
+def fixed_start(spec: task_pb2.TaskSpec, type_config: TypeConfig | None, now: datetime) -> FixedStart | None:
+    """The fixed start a spec asks for, validated; None for a regular task."""
+    has_at, has_in = spec.HasField("start_at"), spec.HasField("start_in")
+    if not (has_at or has_in):
+        for extra in ("start_tolerance", "estimated_duration"):
+            if spec.HasField(extra):
+                raise InvalidArgument(extra, "only for a fixed start: set start_at or start_in too")
+        if spec.on_miss != task_pb2.MISS_POLICY_UNSPECIFIED:
+            raise InvalidArgument("on_miss", "only for a fixed start: set start_at or start_in too")
+        return None
+    if has_at and has_in:
+        raise InvalidArgument("start_at", "give start_at or start_in, not both")
+    if has_at:
+        if not 0 <= spec.start_at.nanos < 1_000_000_000 or not 0 < spec.start_at.seconds < 253402300800:
+            raise InvalidArgument("start_at", "is not a valid timestamp")
+        start = spec.start_at.ToDatetime(tzinfo=UTC)
+    else:
+        start = now + duration("start_in", spec.start_in)
+    tolerance = DEFAULT_TOLERANCE
+    if spec.HasField("start_tolerance"):
+        tolerance = duration("start_tolerance", spec.start_tolerance)
+    if start + tolerance < now:
+        raise InvalidArgument("start_at", f"{start.isoformat()} is in the past")
+    if start - now > MAX_DURATION:
+        raise InvalidArgument("start_at", f"must be at most {MAX_DURATION.days} days ahead")
+    if spec.on_miss not in MISS_POLICIES:
+        raise InvalidArgument("on_miss", f"unknown miss policy {spec.on_miss}")
+    estimate = optional_duration("", spec, "estimated_duration")
+    if estimate is None:
+        estimate = type_config.estimated_duration if type_config else None
+    if estimate is None:
+        raise InvalidArgument(
+            "estimated_duration",
+            "is required for a fixed start (or configure [types.NAME] estimated_duration): "
+            "the reservation must know how long the task occupies its slot",
+        )
+    return FixedStart(start, tolerance, MISS_POLICIES[spec.on_miss], estimate)
+
+
 def new_task(
     spec: task_pb2.TaskSpec,
     *,
     defaults: RetryConfig,
     max_payload: int,
     type_defaults: Mapping[str, TypeConfig] | None = None,
+    now: datetime | None = None,
 ) -> NewTask:
     if spec.kind not in PROTO_TO_KIND:
         raise InvalidArgument("kind", f"unknown task kind {spec.kind}")
@@ -133,6 +183,8 @@ def new_task(
         start_to_close=optional_duration("", spec, "start_to_close_timeout"),
         heartbeat=optional_duration("", spec, "heartbeat_timeout"),
         max_defer=max_defer,
+        pool=name("pool", spec.pool, default="default"),
+        fixed=fixed_start(spec, type_config, now or datetime.now(UTC)),
     )
 
 
@@ -210,4 +262,12 @@ def task_message(row: Mapping[str, Any]) -> task_pb2.Task:
         released_by=row.get("released_by") or "",
         signal_at_submit=row.get("signal_at_submit"),
         signal_at_dispatch=row.get("signal_at_dispatch"),
+        pool=row.get("pool") or "default",
+        start_at=_timestamp(row.get("start_at")),
+        start_tolerance=_ms_duration(row.get("start_tolerance_ms")),
+        on_miss=MISS_TO_PROTO[MissPolicy(row["on_miss"])] if row.get("on_miss") else task_pb2.MISS_POLICY_UNSPECIFIED,
+        estimated_duration=_ms_duration(row.get("estimated_duration_ms")),
+        missed=bool(row.get("missed")),
+        miss_reason=row.get("miss_reason") or "",
+        start_hit=row.get("start_hit"),
     )

@@ -8,7 +8,6 @@ freed slot, by a cancel — or until the poll interval passes, which is only the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
@@ -23,6 +22,7 @@ from scheduler_service.convert import KIND_TO_PROTO
 from scheduler_service.cost import CostHolds
 
 if TYPE_CHECKING:
+    from scheduler_service.fixed_starts import FixedStarts
     from scheduler_service.metrics import SchedulerMetrics
 from scheduler_service.domain.model import Kind
 from scheduler_service.sessions import Registry, WorkerSession
@@ -52,6 +52,7 @@ class Dispatcher:
         # rechecked after hold_recheck, or released at once when the hold ends.
         self.parked: dict[str, tuple[asyncio.TimerHandle, set[tuple[str, str]]]] = {}
         self.metrics: SchedulerMetrics | None = None
+        self.fixed: FixedStarts | None = None
 
     def held_map(self, session: WorkerSession) -> dict[str, frozenset[str]]:
         """Per queue, the types the cost hold holds for this worker now (read from memory)."""
@@ -105,45 +106,86 @@ class Dispatcher:
         self._registry.wake_all()
 
     async def run(self, session: WorkerSession) -> None:
-        """Feeds one worker until its session closes."""
+        """Feeds one worker until its session closes: due fixed starts first (on held slots or
+        any free one), then regular work into the slots that are neither busy nor held."""
         delay = 0.05
         while not session.closed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(session.wake.wait(), self._poll)
-            session.wake.clear()
-            free = session.free
-            if free <= 0:
-                continue
+            polled = False
             try:
-                rows = await self._store.claim(
-                    worker_id=session.worker_id,
-                    queues=session.queues,
-                    worker_types=session.activity_types,
-                    limit=free,
-                    limits=self._limits,
-                    held=self.held_map(session),
-                    signal=self.holds.value,
-                )
+                await asyncio.wait_for(session.wake.wait(), self._poll)
+            except TimeoutError:
+                polled = True
+            session.wake.clear()
+            try:
+                fixed_full = await self._claim_fixed(session, polled)
+                if self.fixed is not None:
+                    self.fixed.offer_slots(session)
+                free = session.free
+                rows: list[Row] = []
+                if free > 0:
+                    rows = await self._store.claim(
+                        worker_id=session.worker_id,
+                        queues=session.queues,
+                        worker_types=session.activity_types,
+                        limit=free,
+                        limits=self._limits,
+                        held=self.held_map(session),
+                        signal=self.holds.value,
+                    )
             except DatabaseUnavailable as error:
                 log.warning("dispatch.claim_failed", extra={"error": str(error)})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
             delay = 0.05
-            if not rows:
-                continue
-            if session.closed:
-                # The worker left while the claim ran: hand the attempts back untouched.
-                await self._store.unclaim(session.worker_id, [(r["id"], r["attempt"]) for r in rows])
-                return
-            assignments = []
-            for row in rows:
-                session.in_flight[row["id"]] = attempt_of(row)
-                assignments.append(assignment(row))
-            session.send(worker_pb2.SchedulerMessage(assignments=worker_pb2.Assignments(assignments=assignments)))
-            if len(rows) == free:
+            sent_full = bool(rows) and await self._send(session, rows) and len(rows) == free
+            if sent_full or fixed_full:
                 # A full batch: more may be waiting, so claim again without sleeping.
                 session.wake.set()
+
+    async def _claim_fixed(self, session: WorkerSession, polled: bool) -> bool:
+        """Claims due fixed-start tasks of the worker's pool into its busy-or-held room; True
+        when the batch came back full (more may be due)."""
+        if self.fixed is None or not (polled or session.pool in self.fixed.due):
+            return False
+        room = session.slots - len(session.in_flight)
+        if room <= 0 or session.closed or session.draining:
+            return False
+        self.fixed.due.discard(session.pool)
+        rows = await self._store.claim_fixed_due(
+            worker_id=session.worker_id,
+            pool=session.pool,
+            queues=session.queues,
+            worker_types=session.activity_types,
+            limit=room,
+            signal=self.holds.value,
+        )
+        if not rows:
+            return False
+        self.fixed.dispatched([r["id"] for r in rows])
+        await self._send(session, rows)
+        if self.metrics is not None:
+            self.metrics.fixed_started(rows)
+        if len(rows) == room:
+            self.fixed.due.add(session.pool)
+            return True
+        return False
+
+    async def _send(self, session: WorkerSession, rows: list[Row]) -> bool:
+        if session.closed:
+            # The worker left while the claim ran: hand the attempts back untouched.
+            await self._store.unclaim(session.worker_id, [(r["id"], r["attempt"]) for r in rows])
+            return False
+        now = asyncio.get_running_loop().time()
+        assignments = []
+        for row in rows:
+            session.in_flight[row["id"]] = attempt_of(row)
+            session.sent_at[row["id"]] = now
+            assignments.append(assignment(row))
+        session.send(worker_pb2.SchedulerMessage(assignments=worker_pb2.Assignments(assignments=assignments)))
+        if self.metrics is not None:
+            self.metrics.dispatched.add(len(rows), {"pool": session.pool})
+        return True
 
 
 def assignment(row: Row) -> worker_pb2.Assignment:

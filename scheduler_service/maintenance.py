@@ -10,12 +10,18 @@ import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from lowtide.errors import DatabaseUnavailable
+from scheduler_service.domain.fixed import miss_reason
 from scheduler_service.domain.model import Failure, Outcome
 from scheduler_service.domain.retry import after_failure
+from scheduler_service.fixed_starts import FixedStarts
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store, attempt_of
+
+if TYPE_CHECKING:
+    from scheduler_service.metrics import SchedulerMetrics
 
 log = logging.getLogger("lowtide.scheduler.maintenance")
 
@@ -38,7 +44,11 @@ class Maintenance:
         interval: timedelta,
         lease: timedelta,
         on_requeued: Callable[[], None],
+        fixed: FixedStarts | None = None,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
+        self._fixed = fixed
+        self._metrics = metrics
         self._store = store
         self._registry = registry
         self._holder = holder
@@ -65,6 +75,7 @@ class Maintenance:
 
     async def tick(self, now: datetime | None = None) -> None:
         await self._store.expire_schedule_to_start()
+        await self._apply_misses()
         expired = await self._store.expired_attempts()
         if expired:
             now = now or datetime.now(UTC)
@@ -82,3 +93,17 @@ class Maintenance:
             log.info("maintenance.attempts_ended", extra={"count": len(applied)})
             self._on_requeued()
         await self._store.delete_expired_workers()
+
+    async def _apply_misses(self) -> None:
+        """Fixed starts not started by start + tolerance: skip, or run late (due at once)."""
+        applied = await self._store.apply_misses(
+            lambda row: miss_reason(workers_in_pool=row["workers_in_pool"], dependencies_pending=False)
+        )
+        for row in applied:
+            log.info("fixed.missed", extra={"task_id": row["id"], "pool": row["pool"], "reason": row["reason"]})
+            if self._metrics is not None:
+                self._metrics.misses.add(1, {"pool": row["pool"], "reason": row["reason"]})
+            if self._fixed is not None:
+                self._fixed.dispatched([row["id"]])
+                if row["state"] == "pending":
+                    self._fixed.mark_due(row["pool"])

@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from lowtide.config import Config
+from lowtide.db.connector import Row
 from lowtide.errors import DatabaseUnavailable
 from lowtide.metrics import Metrics
+from lowtide_client._proto.lowtide.v1 import scheduler_pb2
 from scheduler_service.cost import CostHolds
+from scheduler_service.domain.capacity import desired_workers
+from scheduler_service.domain.fixed import reservation_capacity
+from scheduler_service.fixed_starts import FixedStarts
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 
@@ -35,15 +42,34 @@ class QueueFigures:
 
 
 @dataclass
+class PoolFigures:
+    hit_rate: float | None = None
+    desired_workers: int = 0
+    held_slots: int = 0
+    reservations_ahead: int = 0
+
+
+@dataclass
 class Snapshot:
     queues: dict[str, QueueFigures] = field(default_factory=dict)
+    pools: dict[str, PoolFigures] = field(default_factory=dict)
 
 
 class SchedulerMetrics:
     def __init__(
-        self, metrics: Metrics, *, store: Store, registry: Registry, holds: CostHolds, parked: Callable[[], int]
+        self,
+        metrics: Metrics,
+        *,
+        store: Store,
+        registry: Registry,
+        holds: CostHolds,
+        parked: Callable[[], int],
+        config: Config,
+        fixed: FixedStarts | None = None,
     ) -> None:
         self.metrics = metrics
+        self._config = config
+        self.fixed = fixed
         self._parked_count = parked
         self._store = store
         self._registry = registry
@@ -55,6 +81,14 @@ class SchedulerMetrics:
         )
         self.finished = meter.create_counter(
             "lowtide.tasks.finished", unit="{task}", description="Attempts ended, by what followed (state)"
+        )
+        self.fixed_starts = meter.create_counter(
+            "lowtide.fixed_start.started",
+            unit="{task}",
+            description="Fixed starts dispatched, by hit (within tolerance)",
+        )
+        self.misses = meter.create_counter(
+            "lowtide.fixed_start.misses", unit="{task}", description="Fixed starts missed, by reason"
         )
         self.rejected = meter.create_counter(
             "lowtide.reports.rejected", unit="{report}", description="Worker reports refused as stale"
@@ -69,6 +103,16 @@ class SchedulerMetrics:
         for name, unit, description, attribute in gauges:
             meter.create_observable_gauge(
                 name, callbacks=[self._queue_callback(attribute)], unit=unit, description=description
+            )
+        pool_gauges = [
+            ("lowtide.pool.fixed_start_hit_rate", "1", "Share of fixed starts within tolerance", "hit_rate"),
+            ("lowtide.pool.desired_workers", "{worker}", "Workers the pool should have", "desired_workers"),
+            ("lowtide.pool.held_slots", "{slot}", "Slots held idle for fixed starts", "held_slots"),
+            ("lowtide.pool.reservations_ahead", "{task}", "Admitted fixed starts not started", "reservations_ahead"),
+        ]
+        for name, unit, description, attribute in pool_gauges:
+            meter.create_observable_gauge(
+                name, callbacks=[self._pool_callback(attribute)], unit=unit, description=description
             )
         meter.create_observable_gauge(
             "lowtide.cost_hold", callbacks=[self._cost_hold], unit="1", description="1 while a cost hold is active"
@@ -89,6 +133,20 @@ class SchedulerMetrics:
                 yield Observation(getattr(figures, attribute), {"queue": queue})
 
         return observe
+
+    def _pool_callback(self, attribute: str):  # type: ignore[no-untyped-def]
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            for pool, figures in self.snapshot.pools.items():
+                value = getattr(figures, attribute)
+                if value is not None:
+                    yield Observation(value, {"pool": pool})
+
+        return observe
+
+    def fixed_started(self, rows: Iterable[Row]) -> None:
+        for row in rows:
+            if row["attempt"] == 1:
+                self.fixed_starts.add(1, {"pool": row["pool"], "hit": str(bool(row["start_hit"])).lower()})
 
     def _queues_with_holds(self) -> Iterable[str]:
         return set(self.snapshot.queues) | set(self._holds.config.per_queue or {})
@@ -122,7 +180,11 @@ class SchedulerMetrics:
                 figures.oldest_pending_age = max(figures.oldest_pending_age, row["oldest_age"])
         for queue, count in running.items():
             queues.setdefault(queue, QueueFigures()).running = count
-        self.snapshot = Snapshot(queues)
+        self.snapshot = Snapshot(queues, {p.name: _figures(p) for p in await self.pool_status()})
+
+    async def pool_status(self) -> list[scheduler_pb2.PoolStatus]:
+        """Per pool: workers, slots, busy and held slots, reservations, hit rate, desired workers."""
+        return await pool_status(self._store, self._registry, self._holds, self._config, self.fixed)
 
     async def run(self, interval: timedelta) -> None:
         while True:
@@ -131,3 +193,80 @@ class SchedulerMetrics:
             except DatabaseUnavailable as error:
                 log.warning("metrics.refresh_failed", extra={"error": str(error)})
             await asyncio.sleep(interval.total_seconds())
+
+
+def _figures(status: scheduler_pb2.PoolStatus) -> PoolFigures:
+    hit_rate = None if math.isnan(status.fixed_start_hit_rate) else status.fixed_start_hit_rate
+    return PoolFigures(hit_rate, status.desired_workers, status.held_slots, status.reservations_ahead)
+
+
+async def pool_status(
+    store: Store, registry: Registry, holds: CostHolds, config: Config, fixed: FixedStarts | None
+) -> list[scheduler_pb2.PoolStatus]:
+    """The pools as GetStatus, the metrics and the KEDA scaler see them."""
+    now = await store.now()
+    pools: dict[str, scheduler_pb2.PoolStatus] = {}
+
+    def pool(name: str) -> scheduler_pb2.PoolStatus:
+        if name not in pools:
+            settings = config.pool(name)
+            pools[name] = scheduler_pb2.PoolStatus(
+                name=name,
+                fixed_start_hit_rate=math.nan,
+                max_workers=settings.max_workers,
+                reservation_capacity=reservation_capacity(settings.max_workers, settings.reservable_fraction),
+            )
+        return pools[name]
+
+    for name in config.pools:
+        pool(name)
+    for row in await store.pools():
+        status = pool(row["pool"])
+        status.workers, status.slots, status.busy_slots = row["workers"], row["slots"], row["busy"]
+    ahead_in_horizon: dict[str, int] = {}
+    for row in await store.pool_fixed_stats():
+        status = pool(row["pool"])
+        starts = row["ahead"] or []
+        status.reservations_ahead = len(starts)
+        horizon = now + config.pool(row["pool"]).autoscale_horizon
+        ahead_in_horizon[row["pool"]] = sum(1 for s in starts if s <= horizon)
+        if row["hit_rate"] is not None:
+            status.fixed_start_hit_rate = row["hit_rate"]
+    if fixed is not None:
+        for name in list(pools) + [u.pool for u in fixed.upcoming.values()]:
+            pool(name).held_slots = fixed.held_slots(name)
+    backlog = await pool_backlog(store, registry, holds)
+    for name, status in pools.items():
+        claimable, running = backlog.get(name, (0, 0))
+        per_worker = status.slots // status.workers if status.workers else 1
+        status.desired_workers = desired_workers(
+            claimable=claimable,
+            running=running,
+            slots_per_worker=max(1, per_worker),
+            reserved=ahead_in_horizon.get(name, 0),
+            max_workers=None,
+        )
+    return [pools[name] for name in sorted(pools)]
+
+
+async def pool_backlog(store: Store, registry: Registry, holds: CostHolds) -> dict[str, tuple[int, int]]:
+    """Claimable pending work and running work per pool, held work left out. A queue's work is
+    counted in the pools of the workers that serve it (in this replica)."""
+    serving: dict[str, set[str]] = {}
+    for session in registry:
+        for queue in session.queues:
+            serving.setdefault(queue, set()).add(session.pool)
+    out: dict[str, tuple[int, int]] = {}
+    running = await store.running_by_queue()
+    for row in await store.pending_by_queue_and_type():
+        held = row["kind"] == "activity" and row["activity_type"] in holds.held_for(row["queue"])
+        if held:
+            continue
+        for name in serving.get(row["queue"], set()):
+            claimable, busy = out.get(name, (0, 0))
+            out[name] = (claimable + row["depth"], busy)
+    for queue, count in running.items():
+        for name in serving.get(queue, set()):
+            claimable, busy = out.get(name, (0, 0))
+            out[name] = (claimable, busy + count)
+    return out

@@ -6,20 +6,26 @@ import asyncio
 import contextlib
 import re
 from datetime import timedelta
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 
+from lowtide import errors
 from lowtide.config import Config
 from lowtide.errors import InvalidArgument, NotFound, TooLarge
 from lowtide.grpc_status import handles_errors
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc
+from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
 from scheduler_service import convert
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
+from scheduler_service.domain.fixed import Refused, reservation_capacity
 from scheduler_service.domain.model import NewTask
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store, Submitted
+
+if TYPE_CHECKING:
+    from scheduler_service.fixed_starts import FixedStarts
+    from scheduler_service.metrics import SchedulerMetrics
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
@@ -37,6 +43,8 @@ class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
         self._registry = registry
         self._dispatcher = dispatcher
         self._finished = asyncio.Condition()
+        self.fixed: FixedStarts | None = None
+        self.metrics: SchedulerMetrics | None = None
 
     async def task_finished(self) -> None:
         """Called when attempts were applied, so waiters look again at once."""
@@ -51,9 +59,20 @@ class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
             type_defaults=self._config.types,
         )
 
+    def _capacity(self, pool: str) -> int:
+        settings = self._config.pool(pool)
+        return reservation_capacity(settings.max_workers, settings.reservable_fraction)
+
     async def _insert(self, tasks: list[NewTask]) -> list[Submitted]:
-        submitted = await self._store.insert_tasks(tasks, signal=self._dispatcher.holds.value)
-        self._dispatcher.wake_for({(t.queue, t.activity_type) for t in tasks})
+        try:
+            submitted = await self._store.insert_tasks(
+                tasks, signal=self._dispatcher.holds.value, capacity=self._capacity
+            )
+        except Refused as refused:
+            raise conflict_error(refused, tasks[refused.index], len(tasks) > 1) from None
+        self._dispatcher.wake_for({(t.queue, t.activity_type) for t in tasks if t.fixed is None})
+        if self.fixed is not None and any(t.fixed for t in tasks):
+            self.fixed.refresh_now.set()
         return submitted
 
     @handles_errors
@@ -270,10 +289,7 @@ class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
             hold.value = signal.value
         if holds.state.since is not None:
             hold.since.FromDatetime(holds.state.since)
-        pools = [
-            scheduler_pb2.PoolStatus(name=r["pool"], workers=r["workers"], slots=r["slots"], busy_slots=r["busy"])
-            for r in await self._store.pools()
-        ]
+        pools = await self.metrics.pool_status() if self.metrics is not None else []
         deferrable = sorted(holds.config.deferrable.union(*(holds.config.per_queue or {}).values()))
         carbon = [
             scheduler_pb2.CarbonStatus(
@@ -285,3 +301,24 @@ class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
             for r in (await self._store.carbon_by_type(deferrable) if deferrable else [])
         ]
         return scheduler_pb2.GetStatusResponse(queues=await self._queues(), pools=pools, hold=hold, carbon=carbon)
+
+
+def conflict_error(refused: Refused, task: NewTask, batch: bool) -> errors.ReservationConflict:
+    """The gRPC error for a refused fixed start: FAILED_PRECONDITION, a message that names the
+    pool, the capacity and the windows, and the same as a ReservationConflict in the trailers."""
+    conflict = refused.conflict
+    details = task_pb2.ReservationConflict(
+        pool=refused.pool, capacity=conflict.capacity, conflicting_task_ids=list(conflict.task_ids)
+    )
+    details.window_start.FromDatetime(conflict.window.start)
+    details.window_end.FromDatetime(conflict.window.end)
+    details.conflict_start.FromDatetime(conflict.conflict.start)
+    details.conflict_end.FromDatetime(conflict.conflict.end)
+    where = f"tasks[{refused.index}]: " if batch else ""
+    message = (
+        f"{where}reservation conflict in pool {refused.pool}: at most {conflict.capacity} reservation(s) may "
+        f"overlap, and {len(conflict.task_ids)} already do from {conflict.conflict.start.isoformat()} to "
+        f"{conflict.conflict.end.isoformat()} (requested window {conflict.window.start.isoformat()} to "
+        f"{conflict.window.end.isoformat()}; conflicting tasks {', '.join(map(str, conflict.task_ids))})"
+    )
+    return errors.ReservationConflict(message, details.SerializeToString())

@@ -25,6 +25,7 @@ from scheduler_service.completer import Completer
 from scheduler_service.cost import CostHolds
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale, local_conflicts
+from scheduler_service.fixed_starts import FixedStarts
 from scheduler_service.maintenance import Maintenance
 from scheduler_service.metrics import SchedulerMetrics
 from scheduler_service.scheduler_api import SchedulerApi
@@ -187,15 +188,21 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         hold_recheck=config.cost.hold_recheck,
     )
     api = SchedulerApi(config=config, store=store, registry=registry, dispatcher=dispatcher)
+    fixed = FixedStarts(store, registry, config)
     metrics = SchedulerMetrics(
         start_metrics("lowtide-scheduler", cfg.metrics_listen),
         store=store,
         registry=registry,
         holds=holds,
         parked=lambda: len(dispatcher.parked) if dispatcher else 0,
+        config=config,
+        fixed=fixed,
     )
     dispatcher.metrics = metrics
+    dispatcher.fixed = fixed
     completer.metrics = metrics
+    api.fixed = fixed
+    api.metrics = metrics
     stream = WorkerStream(
         store=store,
         registry=registry,
@@ -207,6 +214,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         lease_timeout=cfg.lease_timeout,
         limits=limits,
     )
+    stream.fixed = fixed
     maintenance = Maintenance(
         store,
         registry,
@@ -214,6 +222,8 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         interval=cfg.maintenance_interval,
         lease=cfg.leader_lease,
         on_requeued=registry.wake_all,
+        fixed=fixed,
+        metrics=metrics,
     )
     options = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
@@ -238,6 +248,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         asyncio.create_task(_listen(db, registry, dispatcher), name="listen"),
         asyncio.create_task(holds.run(), name="signal"),
         asyncio.create_task(metrics.run(cfg.metrics_interval), name="metrics"),
+        asyncio.create_task(fixed.run(), name="fixed-starts"),
     ]
     log.info("scheduler.started", extra={"listen": cfg.listen, "port": port, "scheduler_id": scheduler_id})
     return Scheduler(

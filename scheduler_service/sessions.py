@@ -35,6 +35,10 @@ class WorkerSession:
         # by its own predicate (HoldUpdate), whatever the signal says.
         self.cost_deferrable: frozenset[str] = frozenset()
         self.predicate_held: frozenset[str] = frozenset()
+        # Fixed-start tasks this worker keeps a slot idle for (see fixed_starts.py).
+        self.held: set[int] = set()
+        # When each in-flight attempt was sent (loop time), for the pool's run-time samples.
+        self.sent_at: dict[int, float] = {}
         self.outbox: asyncio.Queue[worker_pb2.SchedulerMessage] = asyncio.Queue()
         self.wake = asyncio.Event()
         self.closed = False
@@ -48,7 +52,7 @@ class WorkerSession:
     def free(self) -> int:
         if self.closed or self.draining:
             return 0
-        return max(0, self.slots - len(self.in_flight))
+        return max(0, self.slots - len(self.in_flight) - len(self.held))
 
     def send(self, message: worker_pb2.SchedulerMessage) -> None:
         if not self.closed:

@@ -7,13 +7,14 @@ free slots, or finishes many attempts.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from lowtide.db import Database, load_queries
-from lowtide.db.connector import Row
+from lowtide.db.connector import Row, Transaction
+from scheduler_service.domain.fixed import Interval, Refused, Reservation, admit_all
 from scheduler_service.domain.model import Attempt, NewTask, Outcome, RetryPolicy
 from scheduler_service.domain.skiplist import plan_claim
 
@@ -28,6 +29,41 @@ def wake_payload(tasks: Sequence[NewTask]) -> str:
     text = json.dumps(pairs)
     # NOTIFY payloads must stay under 8000 bytes.
     return text if len(text.encode()) < 7000 else "*"
+
+
+def _first_new(tasks: Sequence[NewTask], existing: Mapping[str, int]) -> list[int]:
+    """Indexes of the tasks this submission will create: no key, or the first of a new key."""
+    seen: set[str] = set()
+    fresh = []
+    for index, task in enumerate(tasks):
+        key = task.idempotency_key
+        if key is None:
+            fresh.append(index)
+        elif key not in existing and key not in seen:
+            seen.add(key)
+            fresh.append(index)
+    return fresh
+
+
+def _submitted(tasks: Sequence[NewTask], inserted: Sequence[Row], existing: Mapping[str, int]) -> list[Submitted]:
+    # Identity values grow in insertion order, which is the batch's order.
+    new_ids = iter(sorted(r["id"] for r in inserted))
+    new_keys = {r["idempotency_key"] for r in inserted if r["idempotency_key"]}
+    seen: dict[str, int] = {}
+    out: list[Submitted] = []
+    for task in tasks:
+        key = task.idempotency_key
+        if key is None:
+            out.append(Submitted(next(new_ids), True))
+        elif key in seen:
+            out.append(Submitted(seen[key], False))
+        elif key in new_keys:
+            seen[key] = next(new_ids)
+            out.append(Submitted(seen[key], True))
+        else:
+            seen[key] = existing[key]
+            out.append(Submitted(seen[key], False))
+    return out
 
 
 def _ms(value: timedelta | None) -> int | None:
@@ -45,7 +81,7 @@ def retry_policy_of(row: Mapping[str, Any]) -> RetryPolicy:
 
 
 def attempt_of(row: Mapping[str, Any]) -> Attempt:
-    return Attempt(row["id"], row["attempt"], retry_policy_of(row))
+    return Attempt(row["id"], row["attempt"], retry_policy_of(row), fixed=row.get("start_at") is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +94,19 @@ class Store:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def insert_tasks(self, tasks: Sequence[NewTask], *, signal: float | None = None) -> list[Submitted]:
+    async def insert_tasks(
+        self,
+        tasks: Sequence[NewTask],
+        *,
+        signal: float | None = None,
+        capacity: Callable[[str], int] = lambda pool: 1,
+    ) -> list[Submitted]:
         """Stores the tasks in one statement and returns their ids in order.
 
         A task whose idempotency key exists already (stored before, or earlier in this batch)
-        is not stored again: its entry carries the first task's id and created=False.
+        is not stored again: its entry carries the first task's id and created=False. Fixed
+        starts are admitted first, under a per-pool lock, against the pool's `capacity`; one
+        that does not fit raises Refused and nothing of the batch is stored.
         """
         params = {
             "queues": [t.queue for t in tasks],
@@ -80,35 +124,59 @@ class Store:
             "start_to_close_ms": [_ms(t.start_to_close) for t in tasks],
             "heartbeat_ms": [_ms(t.heartbeat) for t in tasks],
             "max_defer_ms": [_ms(t.max_defer) for t in tasks],
+            "pools": [t.pool for t in tasks],
+            "start_ats": [t.fixed.start_at if t.fixed else None for t in tasks],
+            "start_tolerance_ms": [_ms(t.fixed.tolerance) if t.fixed else None for t in tasks],
+            "on_miss": [t.fixed.on_miss.value if t.fixed else None for t in tasks],
+            "estimated_duration_ms": [_ms(t.fixed.estimated_duration) if t.fixed else None for t in tasks],
             "signal": signal,
         }
+        keys = [t.idempotency_key for t in tasks if t.idempotency_key]
         async with self.db.transaction() as tx:
-            inserted = await tx.fetch(Q["insert_tasks"], params)
-            keys = [t.idempotency_key for t in tasks if t.idempotency_key]
             existing: dict[str, int] = {}
-            if len(inserted) < len(tasks) and keys:
+            if keys:
                 rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys})
                 existing = {r["idempotency_key"]: r["id"] for r in rows}
+            fresh = _first_new(tasks, existing)
+            if any(tasks[i].fixed for i in fresh):
+                await self._admit(tx, [(i, tasks[i]) for i in fresh if tasks[i].fixed], capacity)
+            inserted = await tx.fetch(Q["insert_tasks"], params)
+            if len(inserted) < len(fresh) and keys:
+                # Another submit with one of these keys committed meanwhile.
+                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys})
+                existing = {r["idempotency_key"]: r["id"] for r in rows}
+            out = _submitted(tasks, inserted, existing)
+            created_fixed = [(s.id, t) for s, t in zip(out, tasks, strict=True) if s.created and t.fixed]
+            if created_fixed:
+                await tx.execute(
+                    Q["insert_reservations"],
+                    {
+                        "task_ids": [i for i, _ in created_fixed],
+                        "pools": [t.pool for _, t in created_fixed],
+                        "starts": [t.fixed.window.start for _, t in created_fixed if t.fixed],
+                        "ends": [t.fixed.window.end for _, t in created_fixed if t.fixed],
+                    },
+                )
             if inserted:
                 await tx.execute(Q["notify_wake"], {"payload": wake_payload(tasks)})
-        # Identity values grow in insertion order, which is the batch's order.
-        new_ids = iter(sorted(r["id"] for r in inserted))
-        new_keys = {r["idempotency_key"] for r in inserted if r["idempotency_key"]}
-        seen: dict[str, int] = {}
-        out: list[Submitted] = []
-        for task in tasks:
-            key = task.idempotency_key
-            if key is None:
-                out.append(Submitted(next(new_ids), True))
-            elif key in seen:
-                out.append(Submitted(seen[key], False))
-            elif key in new_keys:
-                seen[key] = next(new_ids)
-                out.append(Submitted(seen[key], True))
-            else:
-                seen[key] = existing[key]
-                out.append(Submitted(seen[key], False))
         return out
+
+    async def _admit(
+        self, tx: Transaction, fixed: Sequence[tuple[int, NewTask]], capacity: Callable[[str], int]
+    ) -> None:
+        pools = sorted({t.pool for _, t in fixed})
+        await tx.execute(Q["lock_pools"], {"pools": pools})
+        for pool in pools:
+            mine = [(i, t.fixed.window) for i, t in fixed if t.pool == pool and t.fixed]
+            span_start = min(w.start for _, w in mine)
+            span_end = max(w.end for _, w in mine)
+            rows = await tx.fetch(
+                Q["overlapping_reservations"], {"pool": pool, "window_start": span_start, "window_end": span_end}
+            )
+            booked = [Reservation(r["task_id"], Interval(r["window_start"], r["window_end"])) for r in rows]
+            refused = admit_all(mine, booked, capacity(pool))
+            if refused is not None:
+                raise Refused(pool, *refused)
 
     async def get_task(self, task_id: int) -> Row | None:
         return await self.db.fetch_one(Q["get_task"], {"id": task_id})
@@ -320,3 +388,38 @@ class Store:
     async def running_of_type(self, activity_type: str) -> int:
         rows = await self.db.fetch(Q["count_running_by_type"], {"types": [activity_type]})
         return int(rows[0]["running"]) if rows else 0
+
+    async def claim_fixed_due(
+        self,
+        *,
+        worker_id: str,
+        pool: str,
+        queues: Sequence[str],
+        worker_types: Sequence[str],
+        limit: int,
+        signal: float | None = None,
+    ) -> list[Row]:
+        params = {
+            "worker_id": worker_id,
+            "pool": pool,
+            "queues": list(queues),
+            "types": list(worker_types),
+            "limit": limit,
+            "signal": signal,
+        }
+        return await self.db.fetch(Q["claim_fixed_due"], params)
+
+    async def upcoming_fixed(self, pools: Sequence[str], horizon: datetime) -> list[Row]:
+        return await self.db.fetch(Q["upcoming_fixed"], {"pools": list(pools), "horizon": horizon})
+
+    async def apply_misses(self, reason_of: Callable[[Row], str]) -> list[Row]:
+        """Marks first attempts not started by start + tolerance; returns what was applied."""
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(Q["missed_fixed"])
+            if not rows:
+                return []
+            params = {"ids": [r["id"] for r in rows], "reasons": [reason_of(r) for r in rows]}
+            return await tx.fetch(Q["mark_missed"], params)
+
+    async def pool_fixed_stats(self) -> list[Row]:
+        return await self.db.fetch(Q["pool_fixed_stats"])

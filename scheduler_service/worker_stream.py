@@ -24,8 +24,9 @@ from scheduler_service.completer import Completer
 from scheduler_service.convert import name, stored_text
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.holds import local_conflicts
-from scheduler_service.domain.model import Failure, Outcome
+from scheduler_service.domain.model import Failure, Outcome, State
 from scheduler_service.domain.retry import after_failure, after_success
+from scheduler_service.fixed_starts import FixedStarts
 from scheduler_service.sessions import Registry, WorkerSession
 from scheduler_service.store import Store, attempt_of
 
@@ -94,6 +95,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._local_types = local_types
         self.stopping = False
         self._warned_unregistered: set[str] = set()
+        self.fixed: FixedStarts | None = None
 
     # Written with context.write() rather than as a generator, so the stub's signature differs.
     async def Connect(  # type: ignore[override]
@@ -244,6 +246,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
 
     def _on_results(self, session: WorkerSession, results: worker_pb2.Results) -> None:
         now = datetime.now(UTC)
+        clock = asyncio.get_running_loop().time()
         stale: list[tuple[int, int]] = []
         for result in results.results:
             ref = (result.task.task_id, result.task.attempt)
@@ -265,6 +268,12 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                 stale.append(ref)
                 continue
             del session.in_flight[ref[0]]
+            sent_at = session.sent_at.pop(ref[0], None)
+            if self.fixed is not None:
+                if not attempt.fixed and sent_at is not None and outcome_kind == "success":
+                    self.fixed.record_run(session.pool, clock - sent_at)
+                if attempt.fixed and outcome.state is State.PENDING:
+                    self.fixed.mark_due(session.pool, outcome.run_at)
             self._completer.add(outcome, session)
         session.reject(stale, "the attempt is not held by this worker")
         session.wake.set()

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from scheduler_service.domain.fixed import FixedStart
+
 
 class State(StrEnum):
     PENDING = "pending"
@@ -51,6 +53,8 @@ class NewTask:
     start_to_close: timedelta | None
     heartbeat: timedelta | None
     max_defer: timedelta | None = None
+    pool: str = "default"
+    fixed: FixedStart | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,8 @@ class Attempt:
     task_id: int
     attempt: int
     retry: RetryPolicy
+    # A fixed-start task: its retries are claimed per pool, ahead of regular work.
+    fixed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,25 +4,33 @@ INSERT INTO lowtide.tasks (
     queue, kind, activity_type, payload, priority, idempotency_key,
     max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable_error_types,
     schedule_to_start_ms, start_to_close_ms, heartbeat_ms, schedule_to_start_deadline,
-    max_defer_ms, hold_deadline, signal_at_submit
+    max_defer_ms, hold_deadline, signal_at_submit,
+    pool, start_at, start_tolerance_ms, on_miss, estimated_duration_ms, run_at
 )
 SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_key,
        n.max_attempts, n.initial_backoff_ms, n.backoff_coefficient, n.max_backoff_ms,
        string_to_array(n.non_retryable, E'\x1f'),
        n.schedule_to_start_ms, n.start_to_close_ms, n.heartbeat_ms,
-       now() + n.schedule_to_start_ms * interval '1 millisecond',
+       COALESCE(n.start_at, now()) + n.schedule_to_start_ms * interval '1 millisecond',
        n.max_defer_ms,
-       CASE WHEN n.kind = 'activity' THEN now() + n.max_defer_ms * interval '1 millisecond' END,
-       %(signal)s::float8
+       -- Fixed starts are never held: their start was promised at admission.
+       CASE WHEN n.kind = 'activity' AND n.start_at IS NULL
+            THEN now() + n.max_defer_ms * interval '1 millisecond' END,
+       %(signal)s::float8,
+       n.pool, n.start_at, n.start_tolerance_ms, n.on_miss, n.estimated_duration_ms,
+       COALESCE(n.start_at, now())
 FROM unnest(
     %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
     %(priorities)s::int[], %(idempotency_keys)s::text[], %(max_attempts)s::int[],
     %(initial_backoff_ms)s::bigint[], %(backoff_coefficients)s::float8[], %(max_backoff_ms)s::bigint[],
     %(non_retryable)s::text[], %(schedule_to_start_ms)s::bigint[], %(start_to_close_ms)s::bigint[],
-    %(heartbeat_ms)s::bigint[], %(max_defer_ms)s::bigint[]
+    %(heartbeat_ms)s::bigint[], %(max_defer_ms)s::bigint[], %(pools)s::text[],
+    %(start_ats)s::timestamptz[], %(start_tolerance_ms)s::bigint[], %(on_miss)s::text[],
+    %(estimated_duration_ms)s::bigint[]
 ) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, idempotency_key, max_attempts,
                       initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable,
-                      schedule_to_start_ms, start_to_close_ms, heartbeat_ms, max_defer_ms, ord)
+                      schedule_to_start_ms, start_to_close_ms, heartbeat_ms, max_defer_ms, pool,
+                      start_at, start_tolerance_ms, on_miss, estimated_duration_ms, ord)
 ORDER BY n.ord
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key
@@ -51,7 +59,8 @@ SELECT id, queue, kind, activity_type, ''::bytea AS payload, priority, idempoten
        non_retryable_error_types, schedule_to_start_ms, start_to_close_ms, heartbeat_ms, created_at,
        run_at, started_at, finished_at, NULL::bytea AS result, error_type, error_message,
        error_non_retryable, worker_id, cancel_requested, max_defer_ms, hold_deadline, released_by,
-       signal_at_submit, signal_at_dispatch
+       signal_at_submit, signal_at_dispatch, pool, start_at, start_tolerance_ms, on_miss,
+       estimated_duration_ms, missed, miss_reason, start_hit
 FROM lowtide.tasks
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -98,8 +107,8 @@ candidates AS (
     CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.run_at
         FROM lowtide.tasks t
-        WHERE t.state = 'pending' AND t.queue = p.queue AND t.activity_type = p.activity_type
-          AND t.run_at <= now()
+        WHERE t.state = 'pending' AND t.start_at IS NULL AND t.queue = p.queue
+          AND t.activity_type = p.activity_type AND t.run_at <= now()
         ORDER BY t.priority DESC, t.run_at, t.id
         LIMIT p.cap
         FOR UPDATE SKIP LOCKED
@@ -110,7 +119,7 @@ candidates AS (
     CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.run_at
         FROM lowtide.tasks t
-        WHERE t.state = 'pending' AND t.kind = 'workflow' AND t.queue = p.queue
+        WHERE t.state = 'pending' AND t.kind = 'workflow' AND t.start_at IS NULL AND t.queue = p.queue
           AND t.activity_type = p.activity_type AND t.run_at <= now()
         ORDER BY t.priority DESC, t.run_at, t.id
         LIMIT p.cap
@@ -369,3 +378,94 @@ LEFT JOIN (
 WHERE w.lease_expires_at > now()
 GROUP BY w.pool
 ORDER BY w.pool
+
+-- lock_pools --
+-- Serialises admission per pool across replicas, until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtext('lowtide.pool:' || p)) FROM unnest(%(pools)s::text[]) AS p ORDER BY p
+
+-- overlapping_reservations --
+-- Reservations of live fixed-start tasks in a pool that overlap a window.
+SELECT r.task_id, r.window_start, r.window_end
+FROM lowtide.reservations r
+JOIN lowtide.tasks t ON t.id = r.task_id AND t.state IN ('pending', 'running')
+WHERE r.pool = %(pool)s AND r.window_start < %(window_end)s AND r.window_end > %(window_start)s
+
+-- insert_reservations --
+-- Books the windows of newly admitted fixed starts.
+INSERT INTO lowtide.reservations (task_id, pool, window_start, window_end)
+SELECT * FROM unnest(%(task_ids)s::bigint[], %(pools)s::text[], %(starts)s::timestamptz[], %(ends)s::timestamptz[])
+
+-- claim_fixed_due --
+-- Takes due fixed-start tasks of a pool (at their start, retries, late runs) for one worker,
+-- earliest first, ahead of regular work. Cost holds never apply: the start was promised.
+WITH chosen AS (
+    SELECT t.id
+    FROM lowtide.tasks t
+    WHERE t.state = 'pending' AND t.start_at IS NOT NULL AND t.pool = %(pool)s AND t.run_at <= now()
+      AND t.queue = ANY(%(queues)s::text[]) AND t.activity_type = ANY(%(types)s::text[])
+      AND t.queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
+    ORDER BY t.run_at, t.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE lowtide.tasks t
+SET state = 'running',
+    attempt = t.attempt + 1,
+    worker_id = %(worker_id)s,
+    started_at = now(),
+    close_deadline = now() + t.start_to_close_ms * interval '1 millisecond',
+    heartbeat_deadline = now() + t.heartbeat_ms * interval '1 millisecond',
+    schedule_to_start_deadline = NULL,
+    start_hit = CASE WHEN t.attempt = 0
+        THEN abs(extract(epoch FROM now() - t.start_at)) * 1000 <= t.start_tolerance_ms
+        ELSE t.start_hit END,
+    signal_at_dispatch = %(signal)s::float8
+FROM chosen
+WHERE t.id = chosen.id
+RETURNING t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
+          t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
+          t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
+          t.start_hit, t.pool
+
+-- upcoming_fixed --
+-- First attempts of fixed-start tasks in these pools starting before a horizon, for slot holds.
+SELECT id, pool, queue, activity_type, start_at, start_tolerance_ms, on_miss, estimated_duration_ms
+FROM lowtide.tasks
+WHERE state = 'pending' AND start_at IS NOT NULL AND attempt = 0 AND NOT missed
+  AND pool = ANY(%(pools)s::text[]) AND start_at <= %(horizon)s
+ORDER BY start_at
+LIMIT 1000
+
+-- missed_fixed --
+-- First attempts not started by start + tolerance (not yet marked), locked, with what explains it.
+SELECT t.id, t.pool, t.on_miss,
+       (SELECT count(*) FROM lowtide.workers w
+        WHERE w.pool = t.pool AND w.lease_expires_at > now())::int AS workers_in_pool
+FROM lowtide.tasks t
+WHERE t.state = 'pending' AND t.start_at IS NOT NULL AND t.attempt = 0 AND NOT t.missed
+  AND t.start_at + t.start_tolerance_ms * interval '1 millisecond' < now()
+ORDER BY t.start_at
+LIMIT 1000
+FOR UPDATE SKIP LOCKED
+
+-- mark_missed --
+-- Applies miss policies: skip ends the task; run_late marks it missed and leaves it due.
+UPDATE lowtide.tasks t
+SET missed = true,
+    miss_reason = m.reason,
+    state = CASE WHEN t.on_miss = 'skip' THEN 'skipped' ELSE t.state END,
+    finished_at = CASE WHEN t.on_miss = 'skip' THEN now() ELSE t.finished_at END,
+    start_hit = false
+FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS m(id, reason)
+WHERE t.id = m.id AND t.state = 'pending'
+RETURNING t.id, t.pool, t.state, m.reason
+
+-- pool_fixed_stats --
+-- Per pool: the start times of admitted fixed starts not started yet, and the hit rate of first
+-- attempts (NULL before any).
+SELECT pool,
+       array_agg(start_at ORDER BY start_at) FILTER (WHERE state = 'pending' AND attempt = 0) AS ahead,
+       avg(CASE WHEN start_hit THEN 1.0 WHEN start_hit = false THEN 0.0 END)::float8 AS hit_rate
+FROM lowtide.tasks
+WHERE start_at IS NOT NULL
+GROUP BY pool

@@ -512,10 +512,29 @@ class PoolStatus(_message.Message):
     WORKERS_FIELD_NUMBER: _builtins.int
     SLOTS_FIELD_NUMBER: _builtins.int
     BUSY_SLOTS_FIELD_NUMBER: _builtins.int
+    HELD_SLOTS_FIELD_NUMBER: _builtins.int
+    RESERVATIONS_AHEAD_FIELD_NUMBER: _builtins.int
+    FIXED_START_HIT_RATE_FIELD_NUMBER: _builtins.int
+    DESIRED_WORKERS_FIELD_NUMBER: _builtins.int
+    MAX_WORKERS_FIELD_NUMBER: _builtins.int
+    RESERVATION_CAPACITY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     workers: _builtins.int
     slots: _builtins.int
     busy_slots: _builtins.int
+    held_slots: _builtins.int
+    """Slots kept idle for fixed-start tasks about to start."""
+    reservations_ahead: _builtins.int
+    """Admitted fixed-start tasks not yet started."""
+    fixed_start_hit_rate: _builtins.float
+    """Share of fixed-start tasks whose first attempt started within tolerance (NaN before any)."""
+    desired_workers: _builtins.int
+    """Workers the pool should have: claimable backlog, running work and reservations inside the
+    autoscale horizon (held work excluded).
+    """
+    max_workers: _builtins.int
+    reservation_capacity: _builtins.int
+    """At most this many reservations may overlap: max(1, floor(max_workers x reservable_fraction))."""
     def __init__(
         self,
         *,
@@ -523,10 +542,16 @@ class PoolStatus(_message.Message):
         workers: _builtins.int = ...,
         slots: _builtins.int = ...,
         busy_slots: _builtins.int = ...,
+        held_slots: _builtins.int = ...,
+        reservations_ahead: _builtins.int = ...,
+        fixed_start_hit_rate: _builtins.float = ...,
+        desired_workers: _builtins.int = ...,
+        max_workers: _builtins.int = ...,
+        reservation_capacity: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["busy_slots", b"busy_slots", "name", b"name", "slots", b"slots", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["busy_slots", b"busy_slots", "desired_workers", b"desired_workers", "fixed_start_hit_rate", b"fixed_start_hit_rate", "held_slots", b"held_slots", "max_workers", b"max_workers", "name", b"name", "reservation_capacity", b"reservation_capacity", "reservations_ahead", b"reservations_ahead", "slots", b"slots", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -71,6 +71,30 @@ TASK_KIND_ACTIVITY: TaskKind.ValueType  # 1
 TASK_KIND_WORKFLOW: TaskKind.ValueType  # 2
 Global___TaskKind: _TypeAlias = TaskKind  # noqa: Y015
 
+class _MissPolicy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MissPolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MissPolicy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MISS_POLICY_UNSPECIFIED: _MissPolicy.ValueType  # 0
+    """treated as RUN_LATE"""
+    MISS_POLICY_RUN_LATE: _MissPolicy.ValueType  # 1
+    """run as soon as it can (a miss)"""
+    MISS_POLICY_SKIP: _MissPolicy.ValueType  # 2
+    """end it as skipped"""
+
+class MissPolicy(_MissPolicy, metaclass=_MissPolicyEnumTypeWrapper):
+    """What becomes of a fixed-start task not started by start + tolerance."""
+
+MISS_POLICY_UNSPECIFIED: MissPolicy.ValueType  # 0
+"""treated as RUN_LATE"""
+MISS_POLICY_RUN_LATE: MissPolicy.ValueType  # 1
+"""run as soon as it can (a miss)"""
+MISS_POLICY_SKIP: MissPolicy.ValueType  # 2
+"""end it as skipped"""
+Global___MissPolicy: _TypeAlias = MissPolicy  # noqa: Y015
+
 @_typing.final
 class RetryPolicy(_message.Message):
     """How a failed attempt is retried. Unset fields take the scheduler's defaults."""
@@ -128,6 +152,12 @@ class TaskSpec(_message.Message):
     START_TO_CLOSE_TIMEOUT_FIELD_NUMBER: _builtins.int
     HEARTBEAT_TIMEOUT_FIELD_NUMBER: _builtins.int
     MAX_DEFER_FIELD_NUMBER: _builtins.int
+    POOL_FIELD_NUMBER: _builtins.int
+    START_AT_FIELD_NUMBER: _builtins.int
+    START_IN_FIELD_NUMBER: _builtins.int
+    START_TOLERANCE_FIELD_NUMBER: _builtins.int
+    ON_MISS_FIELD_NUMBER: _builtins.int
+    ESTIMATED_DURATION_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """"default" when empty"""
     kind: Global___TaskKind.ValueType
@@ -138,6 +168,9 @@ class TaskSpec(_message.Message):
     """Higher runs first; FIFO within one priority."""
     idempotency_key: _builtins.str
     """Submitting the same key again returns the first task instead of a new one."""
+    pool: _builtins.str
+    """The pool whose capacity a fixed start reserves ("default" when empty)."""
+    on_miss: Global___MissPolicy.ValueType
     @_builtins.property
     def retry_policy(self) -> Global___RetryPolicy: ...
     @_builtins.property
@@ -158,6 +191,22 @@ class TaskSpec(_message.Message):
         (recorded as released by max_defer). Unset: the type's default, or no bound.
         """
 
+    @_builtins.property
+    def start_at(self) -> _timestamp_pb2.Timestamp:
+        """A fixed start: start_at, or start_in from now. Admission books capacity in the pool for
+        [start - tolerance, start + estimated_duration + tolerance] or refuses with a ReservationConflict.
+        """
+
+    @_builtins.property
+    def start_in(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def start_tolerance(self) -> _duration_pb2.Duration:
+        """Default 1 s; 0 is allowed (start on the first scheduling step at or after the time)."""
+
+    @_builtins.property
+    def estimated_duration(self) -> _duration_pb2.Duration:
+        """Required for a fixed start unless the type has a configured default."""
+
     def __init__(
         self,
         *,
@@ -172,14 +221,69 @@ class TaskSpec(_message.Message):
         start_to_close_timeout: _duration_pb2.Duration | None = ...,
         heartbeat_timeout: _duration_pb2.Duration | None = ...,
         max_defer: _duration_pb2.Duration | None = ...,
+        pool: _builtins.str = ...,
+        start_at: _timestamp_pb2.Timestamp | None = ...,
+        start_in: _duration_pb2.Duration | None = ...,
+        start_tolerance: _duration_pb2.Duration | None = ...,
+        on_miss: Global___MissPolicy.ValueType = ...,
+        estimated_duration: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "max_defer", b"max_defer", "payload", b"payload", "priority", b"priority", "queue", b"queue", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_to_close_timeout", b"start_to_close_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "max_defer", b"max_defer", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TaskSpec: _TypeAlias = TaskSpec  # noqa: Y015
+
+@_typing.final
+class ReservationConflict(_message.Message):
+    """Admission refused a fixed start: sent in the status details of FAILED_PRECONDITION."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POOL_FIELD_NUMBER: _builtins.int
+    CAPACITY_FIELD_NUMBER: _builtins.int
+    WINDOW_START_FIELD_NUMBER: _builtins.int
+    WINDOW_END_FIELD_NUMBER: _builtins.int
+    CONFLICT_START_FIELD_NUMBER: _builtins.int
+    CONFLICT_END_FIELD_NUMBER: _builtins.int
+    CONFLICTING_TASK_IDS_FIELD_NUMBER: _builtins.int
+    pool: _builtins.str
+    capacity: _builtins.int
+    """At most this many reservations may overlap in the pool."""
+    @_builtins.property
+    def window_start(self) -> _timestamp_pb2.Timestamp:
+        """The requested reservation interval."""
+
+    @_builtins.property
+    def window_end(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def conflict_start(self) -> _timestamp_pb2.Timestamp:
+        """Where, inside it, capacity would be exceeded."""
+
+    @_builtins.property
+    def conflict_end(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def conflicting_task_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        pool: _builtins.str = ...,
+        capacity: _builtins.int = ...,
+        window_start: _timestamp_pb2.Timestamp | None = ...,
+        window_end: _timestamp_pb2.Timestamp | None = ...,
+        conflict_start: _timestamp_pb2.Timestamp | None = ...,
+        conflict_end: _timestamp_pb2.Timestamp | None = ...,
+        conflicting_task_ids: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["conflict_end", b"conflict_end", "conflict_start", b"conflict_start", "window_end", b"window_end", "window_start", b"window_start"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "conflict_end", b"conflict_end", "conflict_start", b"conflict_start", "conflicting_task_ids", b"conflicting_task_ids", "pool", b"pool", "window_end", b"window_end", "window_start", b"window_start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReservationConflict: _TypeAlias = ReservationConflict  # noqa: Y015
 
 @_typing.final
 class TaskFailure(_message.Message):
@@ -239,6 +343,14 @@ class Task(_message.Message):
     RELEASED_BY_FIELD_NUMBER: _builtins.int
     SIGNAL_AT_SUBMIT_FIELD_NUMBER: _builtins.int
     SIGNAL_AT_DISPATCH_FIELD_NUMBER: _builtins.int
+    POOL_FIELD_NUMBER: _builtins.int
+    START_AT_FIELD_NUMBER: _builtins.int
+    START_TOLERANCE_FIELD_NUMBER: _builtins.int
+    ON_MISS_FIELD_NUMBER: _builtins.int
+    ESTIMATED_DURATION_FIELD_NUMBER: _builtins.int
+    MISSED_FIELD_NUMBER: _builtins.int
+    MISS_REASON_FIELD_NUMBER: _builtins.int
+    START_HIT_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     queue: _builtins.str
     kind: Global___TaskKind.ValueType
@@ -257,6 +369,13 @@ class Task(_message.Message):
     signal_at_submit: _builtins.float
     """The cost signal when the task was submitted, and when its last attempt was dispatched."""
     signal_at_dispatch: _builtins.float
+    pool: _builtins.str
+    on_miss: Global___MissPolicy.ValueType
+    missed: _builtins.bool
+    """Not started by start + tolerance; miss_reason says why (e.g. "no workers in the pool")."""
+    miss_reason: _builtins.str
+    start_hit: _builtins.bool
+    """Whether the first attempt started within the tolerance (absent until it started)."""
     @_builtins.property
     def retry_policy(self) -> Global___RetryPolicy: ...
     @_builtins.property
@@ -279,6 +398,12 @@ class Task(_message.Message):
     def last_failure(self) -> Global___TaskFailure: ...
     @_builtins.property
     def max_defer(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def start_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def start_tolerance(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def estimated_duration(self) -> _duration_pb2.Duration: ...
     def __init__(
         self,
         *,
@@ -307,19 +432,31 @@ class Task(_message.Message):
         released_by: _builtins.str = ...,
         signal_at_submit: _builtins.float | None = ...,
         signal_at_dispatch: _builtins.float | None = ...,
+        pool: _builtins.str = ...,
+        start_at: _timestamp_pb2.Timestamp | None = ...,
+        start_tolerance: _duration_pb2.Duration | None = ...,
+        on_miss: Global___MissPolicy.ValueType = ...,
+        estimated_duration: _duration_pb2.Duration | None = ...,
+        missed: _builtins.bool = ...,
+        miss_reason: _builtins.str = ...,
+        start_hit: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "created_at", b"created_at", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "last_failure", b"last_failure", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_to_close_timeout", b"start_to_close_timeout", "started_at", b"started_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "created_at", b"created_at", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "last_failure", b"last_failure", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "max_defer", b"max_defer", "payload", b"payload", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_to_close_timeout", b"start_to_close_timeout", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "max_defer", b"max_defer", "miss_reason", b"miss_reason", "missed", b"missed", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__signal_at_dispatch: _TypeAlias = _typing.Literal["signal_at_dispatch"]  # noqa: Y015
     _WhichOneofArgType__signal_at_dispatch: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch"]  # noqa: Y015
     _WhichOneofReturnType__signal_at_submit: _TypeAlias = _typing.Literal["signal_at_submit"]  # noqa: Y015
     _WhichOneofArgType__signal_at_submit: _TypeAlias = _typing.Literal["_signal_at_submit", b"_signal_at_submit"]  # noqa: Y015
+    _WhichOneofReturnType__start_hit: _TypeAlias = _typing.Literal["start_hit"]  # noqa: Y015
+    _WhichOneofArgType__start_hit: _TypeAlias = _typing.Literal["_start_hit", b"_start_hit"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__signal_at_dispatch) -> _WhichOneofReturnType__signal_at_dispatch | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__signal_at_submit) -> _WhichOneofReturnType__signal_at_submit | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__start_hit) -> _WhichOneofReturnType__start_hit | None: ...
 
 Global___Task: _TypeAlias = Task  # noqa: Y015
 

@@ -1,0 +1,98 @@
+"""Fixed-start decisions: capacity, admission windows, hold lead, hits and misses."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduler_service.domain.fixed import (
+    CAPACITY_IN_USE,
+    NO_WORKERS,
+    FixedStart,
+    Interval,
+    MissPolicy,
+    Reservation,
+    admit,
+    admit_all,
+    hold_lead,
+    is_hit,
+    miss_reason,
+    p90,
+    reservation_capacity,
+)
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def window(start: float, end: float) -> Interval:
+    return Interval(at(start), at(end))
+
+
+@pytest.mark.parametrize(("workers", "capacity"), [(1, 1), (2, 1), (3, 1), (10, 5)])
+def test_half_of_the_pool_is_reservable_and_at_least_one(workers: int, capacity: int) -> None:
+    assert reservation_capacity(workers, 0.5) == capacity
+
+
+def test_the_window_spans_tolerance_before_and_duration_plus_tolerance_after() -> None:
+    fixed = FixedStart(at(10), timedelta(seconds=5), MissPolicy.RUN_LATE, timedelta(minutes=3))
+    assert fixed.window == Interval(at(10) - timedelta(seconds=5), at(13) + timedelta(seconds=5))
+
+
+def test_admission_refuses_the_first_stretch_over_capacity() -> None:
+    existing = [Reservation(1, window(0, 10)), Reservation(2, window(5, 15))]
+    assert admit(window(20, 30), existing, capacity=1) is None
+    conflict = admit(window(8, 12), existing, capacity=2)
+    assert conflict is not None
+    assert conflict.conflict == window(8, 10)
+    assert conflict.task_ids == (1, 2)
+    assert admit(window(12, 14), existing, capacity=2) is None
+
+
+def test_touching_windows_do_not_overlap() -> None:
+    assert admit(window(10, 20), [Reservation(1, window(0, 10))], capacity=1) is None
+
+
+def test_a_batch_is_admitted_in_order_against_itself() -> None:
+    result = admit_all([(0, window(0, 10)), (1, window(5, 8))], [], capacity=1)
+    assert result is not None and result[0] == 1
+
+
+@given(st.lists(st.tuples(st.integers(0, 100), st.integers(1, 30)), max_size=25), st.integers(1, 4))
+def test_admitted_windows_never_overlap_more_than_capacity(spans: list[tuple[int, int]], capacity: int) -> None:
+    accepted: list[Reservation] = []
+    for i, (start, length) in enumerate(spans):
+        new = window(start, start + length)
+        if admit(new, accepted, capacity) is None:
+            accepted.append(Reservation(i, new))
+    for minute in range(0, 131):
+        instant = Interval(at(minute), at(minute + 0.5))
+        assert sum(r.window.overlaps(instant) for r in accepted) <= capacity
+
+
+def test_hold_lead_follows_the_pools_run_times_within_bounds() -> None:
+    max_hold = timedelta(minutes=5)
+    assert hold_lead(timedelta(seconds=1), None, max_hold) == timedelta(seconds=1)
+    assert hold_lead(timedelta(seconds=1), 30.0, max_hold) == timedelta(seconds=30)
+    assert hold_lead(timedelta(seconds=1), 3600.0, max_hold) == max_hold
+    assert hold_lead(timedelta(seconds=40), 30.0, max_hold) == timedelta(seconds=40)
+
+
+def test_p90_of_run_times() -> None:
+    assert p90([]) is None
+    assert p90([float(i) for i in range(1, 11)]) == 9.0
+    assert p90([2.0]) == 2.0
+
+
+def test_hits_and_miss_reasons() -> None:
+    assert is_hit(at(0) + timedelta(milliseconds=900), at(0), timedelta(seconds=1))
+    assert not is_hit(at(0) + timedelta(seconds=2), at(0), timedelta(seconds=1))
+    assert is_hit(at(0), at(0), timedelta(0))
+    assert miss_reason(workers_in_pool=0, dependencies_pending=False) == NO_WORKERS
+    assert miss_reason(workers_in_pool=3, dependencies_pending=False) == CAPACITY_IN_USE
