@@ -121,12 +121,18 @@ def hold_from(fixed: FixedStart, p90_run_time: float | None, max_hold: timedelta
     return fixed.start_at - hold_lead(fixed.tolerance, p90_run_time, max_hold)
 
 
+# One scheduling step: with tolerance 0 a task must start "exactly" on time, which in practice
+# means on the first scheduling step at or after its time. Starts within one step count as hits,
+# and the miss policy waits that long past start + tolerance.
+SCHEDULING_STEP = timedelta(milliseconds=50)
+
+
 def is_hit(actual: datetime, start_at: datetime, tolerance: timedelta) -> bool:
-    return abs(actual - start_at) <= tolerance
+    return abs(actual - start_at) <= max(tolerance, SCHEDULING_STEP)
 
 
 def missed(fixed: FixedStart, now: datetime) -> bool:
-    return now > fixed.start_at + fixed.tolerance
+    return now > fixed.start_at + max(fixed.tolerance, SCHEDULING_STEP)
 
 
 NO_WORKERS = "no workers in the pool"

@@ -417,7 +417,7 @@ SET state = 'running',
     heartbeat_deadline = now() + t.heartbeat_ms * interval '1 millisecond',
     schedule_to_start_deadline = NULL,
     start_hit = CASE WHEN t.attempt = 0
-        THEN abs(extract(epoch FROM now() - t.start_at)) * 1000 <= t.start_tolerance_ms
+        THEN abs(extract(epoch FROM now() - t.start_at)) * 1000 <= GREATEST(t.start_tolerance_ms, 50)
         ELSE t.start_hit END,
     signal_at_dispatch = %(signal)s::float8
 FROM chosen
@@ -443,7 +443,7 @@ SELECT t.id, t.pool, t.on_miss,
         WHERE w.pool = t.pool AND w.lease_expires_at > now())::int AS workers_in_pool
 FROM lowtide.tasks t
 WHERE t.state = 'pending' AND t.start_at IS NOT NULL AND t.attempt = 0 AND NOT t.missed
-  AND t.start_at + t.start_tolerance_ms * interval '1 millisecond' < now()
+  AND t.start_at + GREATEST(t.start_tolerance_ms, 50) * interval '1 millisecond' < now()
 ORDER BY t.start_at
 LIMIT 1000
 FOR UPDATE SKIP LOCKED

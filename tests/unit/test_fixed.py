@@ -94,5 +94,8 @@ def test_hits_and_miss_reasons() -> None:
     assert is_hit(at(0) + timedelta(milliseconds=900), at(0), timedelta(seconds=1))
     assert not is_hit(at(0) + timedelta(seconds=2), at(0), timedelta(seconds=1))
     assert is_hit(at(0), at(0), timedelta(0))
+    # Tolerance 0: the first scheduling step at or after the time counts; later is a miss.
+    assert is_hit(at(0) + timedelta(milliseconds=30), at(0), timedelta(0))
+    assert not is_hit(at(0) + timedelta(milliseconds=200), at(0), timedelta(0))
     assert miss_reason(workers_in_pool=0, dependencies_pending=False) == NO_WORKERS
     assert miss_reason(workers_in_pool=3, dependencies_pending=False) == CAPACITY_IN_USE

@@ -6,7 +6,7 @@ failures surface as ``grpc.aio.AioRpcError``, unwrapped, so their status codes a
 scheduler's own.
 """
 
-from lowtide_client._client import FINISHED_STATES, Client
+from lowtide_client._client import FINISHED_STATES, Client, reservation_conflict
 from lowtide_client._durations import format_duration, parse_duration
 from lowtide_client._errors import NonRetryableError
 from lowtide_client._holds import CostHold
@@ -29,5 +29,6 @@ __all__ = [
     "Worker",
     "format_duration",
     "parse_duration",
+    "reservation_conflict",
     "task_spec",
 ]

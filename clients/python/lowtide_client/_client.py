@@ -13,7 +13,7 @@ import itertools
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
@@ -106,6 +106,12 @@ class Client:
         start_to_close_timeout: timedelta | None = None,
         heartbeat_timeout: timedelta | None = None,
         max_defer: timedelta | None = None,
+        pool: str = "",
+        start_at: datetime | None = None,
+        start_in: timedelta | None = None,
+        start_tolerance: timedelta | None = None,
+        on_miss: str | task_pb2.MissPolicy.ValueType = task_pb2.MISS_POLICY_UNSPECIFIED,
+        estimated_duration: timedelta | None = None,
     ) -> task_pb2.Task:
         """Submit one task and return it as stored.
 
@@ -128,6 +134,12 @@ class Client:
             start_to_close_timeout=start_to_close_timeout,
             heartbeat_timeout=heartbeat_timeout,
             max_defer=max_defer,
+            pool=pool,
+            start_at=start_at,
+            start_in=start_in,
+            start_tolerance=start_tolerance,
+            on_miss=on_miss,
+            estimated_duration=estimated_duration,
         )
         response: scheduler_pb2.SubmitTaskResponse = await self._call(
             "SubmitTask", scheduler_pb2.SubmitTaskRequest(task=spec)
@@ -285,3 +297,15 @@ class Client:
                     details=exc.details(),
                 )
                 await asyncio.sleep(delay)
+
+
+RESERVATION_CONFLICT_KEY = "lowtide-reservation-conflict-bin"
+
+
+def reservation_conflict(error: grpc.aio.AioRpcError) -> task_pb2.ReservationConflict | None:
+    """The details of a refused fixed start (pool, capacity, windows, conflicting tasks), or None
+    when the error is something else."""
+    for key, value in error.trailing_metadata() or ():
+        if key == RESERVATION_CONFLICT_KEY and isinstance(value, bytes):
+            return task_pb2.ReservationConflict.FromString(value)
+    return None

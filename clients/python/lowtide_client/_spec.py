@@ -7,7 +7,7 @@ One function builds every spec, so ``Client.submit`` and callers that prepare a 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from google.protobuf import duration_pb2
 
@@ -34,6 +34,12 @@ def task_spec(
     start_to_close_timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
     max_defer: timedelta | None = None,
+    pool: str = "",
+    start_at: datetime | None = None,
+    start_in: timedelta | None = None,
+    start_tolerance: timedelta | None = None,
+    on_miss: str | task_pb2.MissPolicy.ValueType = task_pb2.MISS_POLICY_UNSPECIFIED,
+    estimated_duration: timedelta | None = None,
 ) -> task_pb2.TaskSpec:
     """Describe one task to submit.
 
@@ -85,7 +91,49 @@ def task_spec(
         spec.heartbeat_timeout.CopyFrom(_duration("heartbeat_timeout", heartbeat_timeout))
     if max_defer is not None:
         spec.max_defer.CopyFrom(_duration("max_defer", max_defer))
+    _fixed_start(
+        spec,
+        pool=pool,
+        start_at=start_at,
+        start_in=start_in,
+        tolerance=start_tolerance,
+        on_miss=on_miss,
+        estimated_duration=estimated_duration,
+    )
     return spec
+
+
+_MISS_POLICIES = {"run_late": task_pb2.MISS_POLICY_RUN_LATE, "skip": task_pb2.MISS_POLICY_SKIP}
+
+
+def _fixed_start(
+    spec: task_pb2.TaskSpec,
+    *,
+    pool: str,
+    start_at: datetime | None,
+    start_in: timedelta | None,
+    tolerance: timedelta | None,
+    on_miss: str | task_pb2.MissPolicy.ValueType,
+    estimated_duration: timedelta | None,
+) -> None:
+    """A fixed start: ``start_at`` (an aware datetime) or ``start_in``; the scheduler admits it
+    against the pool's reservations or refuses it (see ``reservation_conflict``)."""
+    spec.pool = pool
+    if start_at is not None:
+        if start_at.tzinfo is None:
+            raise ValueError("start_at must be timezone-aware (e.g. datetime.now(UTC) + ...)")
+        spec.start_at.FromDatetime(start_at)
+    if start_in is not None:
+        spec.start_in.CopyFrom(_duration("start_in", start_in))
+    if tolerance is not None:
+        spec.start_tolerance.CopyFrom(_duration("start_tolerance", tolerance))
+    if isinstance(on_miss, str):
+        if on_miss not in _MISS_POLICIES:
+            raise ValueError(f"on_miss must be one of {', '.join(_MISS_POLICIES)}, not {on_miss!r}")
+        on_miss = _MISS_POLICIES[on_miss]
+    spec.on_miss = on_miss
+    if estimated_duration is not None:
+        spec.estimated_duration.CopyFrom(_duration("estimated_duration", estimated_duration))
 
 
 def _duration(name: str, value: timedelta) -> duration_pb2.Duration:
