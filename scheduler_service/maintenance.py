@@ -97,7 +97,9 @@ class Maintenance:
     async def _apply_misses(self) -> None:
         """Fixed starts not started by start + tolerance: skip, or run late (due at once)."""
         applied = await self._store.apply_misses(
-            lambda row: miss_reason(workers_in_pool=row["workers_in_pool"], dependencies_pending=False)
+            lambda row: miss_reason(
+                workers_in_pool=row["workers_in_pool"], dependencies_pending=row["dependencies_pending"]
+            )
         )
         for row in applied:
             log.info("fixed.missed", extra={"task_id": row["id"], "pool": row["pool"], "reason": row["reason"]})

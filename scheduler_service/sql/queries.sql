@@ -438,7 +438,7 @@ LIMIT 1000
 
 -- missed_fixed --
 -- First attempts not started by start + tolerance (not yet marked), locked, with what explains it.
-SELECT t.id, t.pool, t.on_miss,
+SELECT t.id, t.pool, t.on_miss, t.deps_pending > 0 AS dependencies_pending,
        (SELECT count(*) FROM lowtide.workers w
         WHERE w.pool = t.pool AND w.lease_expires_at > now())::int AS workers_in_pool
 FROM lowtide.tasks t
