@@ -8,7 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Coroutine
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
@@ -17,7 +17,7 @@ from lowtide import output
 from lowtide.config import Config, load_config
 from lowtide.errors import LowtideError
 from lowtide.logs import configure_logging
-from lowtide_client import Client, SignalClient, TaskKind, TaskState, parse_duration, task_spec
+from lowtide_client import Client, SignalClient, TaskKind, TaskState, parse_duration, reservation_conflict, task_spec
 
 _STATES = {name.removeprefix("TASK_STATE_").lower(): value for name, value in TaskState.items() if value}
 
@@ -27,6 +27,14 @@ def _duration(text: str) -> timedelta:
         return parse_duration(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r} (e.g. 2026-06-01T12:00:00Z)") from None
+    return moment if moment.tzinfo else moment.astimezone()
 
 
 def _target(args: argparse.Namespace, config: Config) -> str:
@@ -51,6 +59,12 @@ async def _task_submit(args: argparse.Namespace, config: Config) -> int:
         "start_to_close_timeout": args.start_to_close,
         "heartbeat_timeout": args.heartbeat_timeout,
         "max_defer": args.max_defer,
+        "pool": args.pool,
+        "start_at": args.start_at,
+        "start_in": args.start_in,
+        "start_tolerance": args.tolerance,
+        "on_miss": args.on_miss.replace("-", "_") if args.on_miss else 0,
+        "estimated_duration": args.estimated_duration,
     }
     async with Client(_target(args, config)) as client:
         if args.count > 1:
@@ -68,7 +82,7 @@ async def _task_submit(args: argparse.Namespace, config: Config) -> int:
                 _print(args, item, f"task {item.id} {'submitted' if item.created else 'exists already'}")
             return 0
         task = await client.submit(args.type, args.payload, idempotency_key=args.idempotency_key, **options)
-        if args.wait:
+        if args.wait and not task.HasField("start_at"):
             task = await client.wait(task.id, timeout=args.wait_timeout)
         _print(args, task, output.task_line(task))
     return 0
@@ -214,6 +228,17 @@ async def _signal_watch(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+async def _health(args: argparse.Namespace, config: Config) -> int:
+    from lowtide.health import check_health
+
+    answer = await check_health(str(args.target or config.scheduler.listen), args.service, within=args.timeout)
+    if args.json:
+        print(json.dumps({"serving": answer.serving, "message": answer.message}), flush=True)
+    else:
+        print(answer.message, flush=True, file=sys.stdout if answer.serving else sys.stderr)
+    return 0 if answer.serving else 1
+
+
 async def _up(args: argparse.Namespace, config: Config) -> int:
     from lowtide.up import run_up
 
@@ -278,6 +303,12 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--start-to-close", type=_duration, metavar="DURATION")
     submit.add_argument("--heartbeat-timeout", type=_duration, metavar="DURATION")
     submit.add_argument("--max-defer", type=_duration, metavar="DURATION", help="longest a cost hold may defer it")
+    submit.add_argument("--pool", default="", help="the pool whose capacity a fixed start reserves")
+    submit.add_argument("--start-at", type=_timestamp, metavar="TIME", help="fixed start, ISO 8601")
+    submit.add_argument("--start-in", type=_duration, metavar="DURATION", help="fixed start, from now")
+    submit.add_argument("--tolerance", type=_duration, metavar="DURATION", help="fixed start tolerance (1s)")
+    submit.add_argument("--on-miss", choices=("run-late", "skip"), help="fixed start miss policy (run-late)")
+    submit.add_argument("--estimated-duration", type=_duration, metavar="DURATION", help="for a fixed start")
     submit.add_argument("--count", type=int, default=1, help="submit N copies in batches")
     submit.add_argument(
         "--wait",
@@ -313,6 +344,16 @@ def _parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", parents=[common, client], help="queues, pools, holds, carbon")
     status.set_defaults(handler=_status)
 
+    health = commands.add_parser(
+        "health", parents=[common], help="gRPC health check of a service: exit 0 when SERVING, 1 otherwise"
+    )
+    health.add_argument("--target", help="service address (default: [scheduler] listen, 127.0.0.1:50051)")
+    health.add_argument(
+        "--service", default="", help="a service name, e.g. lowtide.v1.SignalService (default: the whole server)"
+    )
+    health.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer (default 3)")
+    health.set_defaults(handler=_health)
+
     demo = commands.add_parser(
         "demo-worker", parents=[common, client], help="run a built-in worker (echo, sleep, fail)"
     )
@@ -336,13 +377,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lowtide: {error}", file=sys.stderr)
         return 2
     except grpc.aio.AioRpcError as error:
+        conflict = reservation_conflict(error)
         if getattr(args, "json", False):
-            print(
-                json.dumps({"error": {"code": error.code().name, "message": error.details()}}),
-                file=sys.stderr,
-            )
+            report: dict[str, Any] = {"code": error.code().name, "message": error.details()}
+            if conflict is not None:
+                report["reservation_conflict"] = output.to_dict(conflict)
+            print(json.dumps({"error": report}), file=sys.stderr)
         else:
             print(f"lowtide: {error.code().name}: {error.details()}", file=sys.stderr)
+            if conflict is not None:
+                print(output.conflict_text(conflict), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

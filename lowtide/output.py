@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from typing import Any
 
 from google.protobuf import json_format
@@ -82,8 +83,17 @@ def status_text(status: Any) -> str:
             f"{q.name:<16}{'yes' if q.paused else 'no':>8}{q.depth:>8}{q.oldest_pending_age_seconds:>8.1f}s"
             f"{q.held_depth:>8}{q.oldest_held_age_seconds:>12.1f}s{q.running:>9}  {','.join(q.held_types) or '-'}"
         )
-    lines += ["", f"{'pool':<16}{'workers':>8}{'slots':>8}{'busy':>8}"]
-    lines += [f"{p.name:<16}{p.workers:>8}{p.slots:>8}{p.busy_slots:>8}" for p in status.pools]
+    lines += [
+        "",
+        f"{'pool':<16}{'workers':>8}{'slots':>8}{'busy':>8}{'held':>8}{'reserved ahead':>16}{'hit rate':>10}"
+        f"{'desired':>9}",
+    ]
+    for p in status.pools:
+        hit = "-" if math.isnan(p.fixed_start_hit_rate) else f"{p.fixed_start_hit_rate:.1%}"
+        lines.append(
+            f"{p.name:<16}{p.workers:>8}{p.slots:>8}{p.busy_slots:>8}{p.held_slots:>8}{p.reservations_ahead:>16}"
+            f"{hit:>10}{p.desired_workers:>9}"
+        )
     if status.carbon:
         lines += ["", f"{'deferrable type':<20}{'tasks':>8}{'at submit':>12}{'at dispatch':>13}{'avoided':>10}"]
         for c in status.carbon:
@@ -92,3 +102,17 @@ def status_text(status: Any) -> str:
                 f"{c.activity_type:<20}{c.tasks:>8}{c.mean_at_submit:>12.1f}{c.mean_at_dispatch:>13.1f}{avoided:>10.1f}"
             )
     return "\n".join(lines)
+
+
+def conflict_text(conflict: Any) -> str:
+    """A refused fixed start, for people."""
+
+    def at(stamp: Any) -> str:
+        return str(stamp.ToDatetime().isoformat()) + "Z"
+
+    ids = ", ".join(str(i) for i in conflict.conflicting_task_ids) or "-"
+    return (
+        f"  pool:      {conflict.pool} (at most {conflict.capacity} overlapping reservation(s))\n"
+        f"  requested: {at(conflict.window_start)} .. {at(conflict.window_end)}\n"
+        f"  conflict:  {at(conflict.conflict_start)} .. {at(conflict.conflict_end)} (tasks {ids})"
+    )

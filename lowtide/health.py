@@ -1,0 +1,37 @@
+"""`lowtide health`: the gRPC health check (grpc.health.v1) of a running service, as a probe.
+
+Container health checks and Kubernetes exec probes need a command that exits 0 when the service
+serves and non-zero otherwise; `grpc_health_probe` would be one more binary in the image, and
+every lowtide image already has this command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+
+@dataclass(frozen=True)
+class HealthAnswer:
+    serving: bool
+    message: str
+
+
+async def check_health(target: str, service: str = "", *, within: float = 3.0) -> HealthAnswer:
+    """Asks `target` whether `service` ("" for the whole server) is SERVING; never raises for an
+    unreachable or unhealthy server: the answer says what was wrong."""
+    what = f"{service or 'server'} at {target}"
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=within)
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.NOT_FOUND:
+                return HealthAnswer(False, f"{what}: unknown service (the server does not report on {service!r})")
+            if error.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return HealthAnswer(False, f"{what}: the server has no grpc.health.v1 health service")
+            return HealthAnswer(False, f"{what}: {error.code().name}: {error.details()}")
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    return HealthAnswer(response.status == health_pb2.HealthCheckResponse.SERVING, f"{what}: {status}")
