@@ -7,7 +7,7 @@ TooLarge for a payload over the limit, before anything is stored.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -148,6 +148,17 @@ def fixed_start(spec: task_pb2.TaskSpec, type_config: TypeConfig | None, now: da
     return FixedStart(start, tolerance, MISS_POLICIES[spec.on_miss], estimate)
 
 
+MAX_DEPENDENCIES = 1000
+
+
+def dependencies(ids: Sequence[int]) -> tuple[int, ...]:
+    if len(ids) > MAX_DEPENDENCIES:
+        raise InvalidArgument("depends_on", f"at most {MAX_DEPENDENCIES} dependencies")
+    if any(i <= 0 for i in ids):
+        raise InvalidArgument("depends_on", "task ids are positive")
+    return tuple(sorted(set(ids)))
+
+
 def new_task(
     spec: task_pb2.TaskSpec,
     *,
@@ -185,6 +196,7 @@ def new_task(
         max_defer=max_defer,
         pool=name("pool", spec.pool, default="default"),
         fixed=fixed_start(spec, type_config, now or datetime.now(UTC)),
+        depends_on=dependencies(spec.depends_on),
     )
 
 
@@ -251,7 +263,8 @@ def task_message(row: Mapping[str, Any]) -> task_pb2.Task:
         start_to_close_timeout=_ms_duration(row["start_to_close_ms"]),
         heartbeat_timeout=_ms_duration(row["heartbeat_ms"]),
         created_at=_timestamp(row["created_at"]),
-        run_at=_timestamp(row["run_at"]),
+        # While dependencies are pending the task is not due at any time yet.
+        run_at=_timestamp(row["run_at"]) if not row.get("deps_pending") else None,
         started_at=_timestamp(row["started_at"]),
         finished_at=_timestamp(row["finished_at"]),
         result=row["result"] or b"",
@@ -270,4 +283,7 @@ def task_message(row: Mapping[str, Any]) -> task_pb2.Task:
         missed=bool(row.get("missed")),
         miss_reason=row.get("miss_reason") or "",
         start_hit=row.get("start_hit"),
+        depends_on=row.get("depends_on") or [],
+        dependencies_pending=max(0, row.get("deps_pending") or 0),
+        shed_reason=row.get("shed_reason") or "",
     )

@@ -205,6 +205,7 @@ class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
             started_at=row["started_at"],
             hold_deadline=row["hold_deadline"],
             released_by=row["released_by"],
+            dependencies_pending=max(0, row["deps_pending"]),
         )
         pending = row["state"] == "pending"
         env = Surroundings(

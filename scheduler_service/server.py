@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 
 from lowtide.config import Config
 from lowtide.db import Database, apply_migrations
+from lowtide.db.connector import Row
 from lowtide.errors import ConfigError, DatabaseUnavailable
 from lowtide.metrics import start_metrics
 from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
@@ -215,6 +216,14 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         limits=limits,
     )
     stream.fixed = fixed
+
+    def unblocked(rows: list[Row]) -> None:
+        registry.wake_all()
+        for row in rows:
+            if row["start_at"] is not None:
+                fixed.mark_due(row["pool"], row["start_at"])
+
+    store.on_unblocked = unblocked
     maintenance = Maintenance(
         store,
         registry,

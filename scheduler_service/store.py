@@ -14,6 +14,7 @@ from typing import Any
 
 from lowtide.db import Database, load_queries
 from lowtide.db.connector import Row, Transaction
+from lowtide.errors import FailedPrecondition, InvalidArgument
 from scheduler_service.domain.fixed import Interval, Refused, Reservation, admit_all
 from scheduler_service.domain.model import Attempt, NewTask, Outcome, RetryPolicy
 from scheduler_service.domain.skiplist import plan_claim
@@ -90,9 +91,14 @@ class Submitted:
     created: bool
 
 
+ENDED_UNCOMPLETED = frozenset({"failed", "cancelled", "timed_out", "skipped", "shed"})
+
+
 class Store:
     def __init__(self, db: Database) -> None:
         self.db = db
+        # Told (after commit) about tasks whose last dependency completed, so dispatch wakes.
+        self.on_unblocked: Callable[[list[Row]], None] | None = None
 
     async def insert_tasks(
         self,
@@ -129,6 +135,7 @@ class Store:
             "start_tolerance_ms": [_ms(t.fixed.tolerance) if t.fixed else None for t in tasks],
             "on_miss": [t.fixed.on_miss.value if t.fixed else None for t in tasks],
             "estimated_duration_ms": [_ms(t.fixed.estimated_duration) if t.fixed else None for t in tasks],
+            "deps_pending": [0] * len(tasks),
             "signal": signal,
         }
         keys = [t.idempotency_key for t in tasks if t.idempotency_key]
@@ -138,6 +145,8 @@ class Store:
                 rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys})
                 existing = {r["idempotency_key"]: r["id"] for r in rows}
             fresh = _first_new(tasks, existing)
+            if any(t.depends_on for t in tasks):
+                params["deps_pending"] = await self._check_dependencies(tx, tasks)
             if any(tasks[i].fixed for i in fresh):
                 await self._admit(tx, [(i, tasks[i]) for i in fresh if tasks[i].fixed], capacity)
             inserted = await tx.fetch(Q["insert_tasks"], params)
@@ -157,9 +166,50 @@ class Store:
                         "ends": [t.fixed.window.end for _, t in created_fixed if t.fixed],
                     },
                 )
+            dependent = [(s.id, d) for s, t in zip(out, tasks, strict=True) if s.created for d in t.depends_on]
+            if dependent:
+                await tx.execute(
+                    Q["insert_dependencies"],
+                    {"task_ids": [i for i, _ in dependent], "depends_on": [d for _, d in dependent]},
+                )
             if inserted:
                 await tx.execute(Q["notify_wake"], {"payload": wake_payload(tasks)})
         return out
+
+    async def _check_dependencies(self, tx: Transaction, tasks: Sequence[NewTask]) -> list[int]:
+        """How many unfinished dependencies each task waits for; refuses unknown ones and ones
+        that already ended without completing (the task could never run)."""
+        wanted = sorted({d for t in tasks for d in t.depends_on})
+        rows = await tx.fetch(Q["lock_dependencies"], {"ids": wanted})
+        states = {r["id"]: r["state"] for r in rows}
+        missing = [d for d in wanted if d not in states]
+        if missing:
+            raise InvalidArgument("depends_on", f"no task {', '.join(map(str, missing))}")
+        ended = [d for d in wanted if states[d] in ENDED_UNCOMPLETED]
+        if ended:
+            raise FailedPrecondition(
+                f"depends_on: task {ended[0]} already ended {states[ended[0]]}, so this task could never run"
+            )
+        return [sum(1 for d in t.depends_on if states[d] != "completed") for t in tasks]
+
+    async def settle(self, tx: Transaction, ended: Sequence[Row]) -> list[Row]:
+        """Dependents of tasks that just ended: released when their last dependency completed,
+        failed (transitively) when one ended otherwise. Returns the released ones."""
+        completed = [r["id"] for r in ended if r.get("has_dependents") and r["state"] == "completed"]
+        failed = [r["id"] for r in ended if r.get("has_dependents") and r["state"] in ENDED_UNCOMPLETED]
+        released: list[Row] = []
+        if completed:
+            rows = await tx.fetch(Q["release_dependents"], {"ids": completed})
+            released = [r for r in rows if r["deps_pending"] <= 0]
+            if released:
+                await tx.execute(Q["notify_wake"], {"payload": "*"})
+        if failed:
+            await tx.execute(Q["fail_dependents"], {"ids": failed})
+        return released
+
+    def _unblocked(self, rows: list[Row]) -> None:
+        if rows and self.on_unblocked is not None:
+            self.on_unblocked(rows)
 
     async def _admit(
         self, tx: Transaction, fixed: Sequence[tuple[int, NewTask]], capacity: Callable[[str], int]
@@ -273,7 +323,10 @@ class Store:
             params["error_messages"].append(failure.message if failure else None)
             params["non_retryable"].append(failure.non_retryable if failure else None)
             params["run_ats"].append(outcome.run_at)
-        rows = await self.db.fetch(Q["finish_attempts"], params)
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(Q["finish_attempts"], params)
+            released = await self.settle(tx, rows) if any(r["has_dependents"] for r in rows) else []
+        self._unblocked(released)
         return {(r["id"], r["attempt"]) for r in rows}
 
     async def running_attempts_of(self, worker_id: str) -> list[Attempt]:
@@ -290,7 +343,10 @@ class Store:
         return await self.db.fetch(Q["expired_attempts"], {"limit": limit})
 
     async def expire_schedule_to_start(self, limit: int = 1000) -> int:
-        return len(await self.db.fetch(Q["expire_schedule_to_start"], {"limit": limit}))
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(Q["expire_schedule_to_start"], {"limit": limit})
+            await self.settle(tx, rows)
+        return len(rows)
 
     async def heartbeat(self, worker_id: str, refs: Sequence[tuple[int, int]]) -> None:
         await self.db.execute(
@@ -304,6 +360,8 @@ class Store:
             if row is not None and row["previous_state"] == "running" and row["worker_id"]:
                 payload = f"{row['id']}:{row['attempt']}:{row['worker_id']}"
                 await tx.execute(Q["notify_cancel"], {"payload": payload})
+            if row is not None and row["previous_state"] in ("pending", "running"):
+                await self.settle(tx, [row])
             return row
 
     async def upsert_worker(
@@ -419,7 +477,9 @@ class Store:
             if not rows:
                 return []
             params = {"ids": [r["id"] for r in rows], "reasons": [reason_of(r) for r in rows]}
-            return await tx.fetch(Q["mark_missed"], params)
+            marked = await tx.fetch(Q["mark_missed"], params)
+            await self.settle(tx, marked)
+            return marked
 
     async def pool_fixed_stats(self) -> list[Row]:
         return await self.db.fetch(Q["pool_fixed_stats"])

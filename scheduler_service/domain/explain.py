@@ -21,6 +21,7 @@ class TaskFacts:
     started_at: datetime | None = None
     hold_deadline: datetime | None = None
     released_by: str | None = None
+    dependencies_pending: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,11 @@ def explain(task: TaskFacts, env: Surroundings) -> tuple[str, list[str]]:
     if env.queue_paused_since is not None:
         parts.append(f"queue {task.queue} is paused since {_at(env.queue_paused_since)}")
         codes.append("queue_paused")
-    if task.run_at > env.now:
+    if task.dependencies_pending > 0:
+        count = task.dependencies_pending
+        parts.append(f"waiting for {count} dependenc{'y' if count == 1 else 'ies'} to complete")
+        codes.append("dependencies")
+    elif task.run_at > env.now:
         wait = (task.run_at - env.now) / timedelta(seconds=1)
         parts.append(f"waiting for retry backoff until {_at(task.run_at)} ({wait:.1f}s)")
         codes.append("backoff")

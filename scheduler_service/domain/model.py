@@ -55,6 +55,7 @@ class NewTask:
     max_defer: timedelta | None = None
     pool: str = "default"
     fixed: FixedStart | None = None
+    depends_on: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

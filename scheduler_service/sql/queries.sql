@@ -5,20 +5,23 @@ INSERT INTO lowtide.tasks (
     max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable_error_types,
     schedule_to_start_ms, start_to_close_ms, heartbeat_ms, schedule_to_start_deadline,
     max_defer_ms, hold_deadline, signal_at_submit,
-    pool, start_at, start_tolerance_ms, on_miss, estimated_duration_ms, run_at
+    pool, start_at, start_tolerance_ms, on_miss, estimated_duration_ms, run_at, deps_pending
 )
 SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_key,
        n.max_attempts, n.initial_backoff_ms, n.backoff_coefficient, n.max_backoff_ms,
        string_to_array(n.non_retryable, E'\x1f'),
        n.schedule_to_start_ms, n.start_to_close_ms, n.heartbeat_ms,
-       COALESCE(n.start_at, now()) + n.schedule_to_start_ms * interval '1 millisecond',
+       -- A task waiting for dependencies is not due, and its start deadline waits too.
+       CASE WHEN n.deps_pending = 0
+            THEN COALESCE(n.start_at, now()) + n.schedule_to_start_ms * interval '1 millisecond' END,
        n.max_defer_ms,
        -- Fixed starts are never held: their start was promised at admission.
        CASE WHEN n.kind = 'activity' AND n.start_at IS NULL
             THEN now() + n.max_defer_ms * interval '1 millisecond' END,
        %(signal)s::float8,
        n.pool, n.start_at, n.start_tolerance_ms, n.on_miss, n.estimated_duration_ms,
-       COALESCE(n.start_at, now())
+       CASE WHEN n.deps_pending > 0 THEN '9999-01-01 00:00:00+00'::timestamptz ELSE COALESCE(n.start_at, now()) END,
+       n.deps_pending
 FROM unnest(
     %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
     %(priorities)s::int[], %(idempotency_keys)s::text[], %(max_attempts)s::int[],
@@ -26,11 +29,11 @@ FROM unnest(
     %(non_retryable)s::text[], %(schedule_to_start_ms)s::bigint[], %(start_to_close_ms)s::bigint[],
     %(heartbeat_ms)s::bigint[], %(max_defer_ms)s::bigint[], %(pools)s::text[],
     %(start_ats)s::timestamptz[], %(start_tolerance_ms)s::bigint[], %(on_miss)s::text[],
-    %(estimated_duration_ms)s::bigint[]
+    %(estimated_duration_ms)s::bigint[], %(deps_pending)s::int[]
 ) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, idempotency_key, max_attempts,
                       initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable,
                       schedule_to_start_ms, start_to_close_ms, heartbeat_ms, max_defer_ms, pool,
-                      start_at, start_tolerance_ms, on_miss, estimated_duration_ms, ord)
+                      start_at, start_tolerance_ms, on_miss, estimated_duration_ms, deps_pending, ord)
 ORDER BY n.ord
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key
@@ -45,8 +48,10 @@ SELECT id, idempotency_key FROM lowtide.tasks WHERE idempotency_key = ANY(%(keys
 SELECT pg_notify('lowtide_wake', %(payload)s)
 
 -- get_task --
--- One task, whole.
-SELECT * FROM lowtide.tasks WHERE id = %(id)s
+-- One task, whole, with what it depends on.
+SELECT t.*, (SELECT array_agg(d.depends_on ORDER BY d.depends_on) FROM lowtide.task_dependencies d
+             WHERE d.task_id = t.id) AS depends_on
+FROM lowtide.tasks t WHERE t.id = %(id)s
 
 -- get_tasks --
 -- Several tasks, whole.
@@ -196,7 +201,7 @@ FROM unnest(
 ) AS o(id, attempt, worker_id, state, result, error_type, error_message, non_retryable, run_at)
 WHERE t.id = o.id AND t.attempt = o.attempt AND t.state = 'running'
   AND (o.worker_id IS NULL OR t.worker_id = o.worker_id)
-RETURNING t.id, t.attempt, t.state
+RETURNING t.id, t.attempt, t.state, t.has_dependents
 
 -- running_attempts_of_worker --
 -- The attempts a worker runs, locked, to end them when the worker is gone.
@@ -237,12 +242,12 @@ SET state = 'timed_out', finished_at = now(), error_type = 'ScheduleToStartTimeo
     schedule_to_start_deadline = NULL
 WHERE id IN (
     SELECT id FROM lowtide.tasks
-    WHERE state = 'pending' AND schedule_to_start_deadline < now()
+    WHERE state = 'pending' AND schedule_to_start_deadline < now() AND deps_pending = 0
       AND queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id
+RETURNING id, state, has_dependents
 
 -- heartbeat_attempts --
 -- Pushes back the heartbeat deadline of a worker's running attempts.
@@ -458,7 +463,7 @@ SET missed = true,
     start_hit = false
 FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS m(id, reason)
 WHERE t.id = m.id AND t.state = 'pending'
-RETURNING t.id, t.pool, t.state, m.reason
+RETURNING t.id, t.pool, t.state, m.reason, t.has_dependents
 
 -- pool_fixed_stats --
 -- Per pool: the start times of admitted fixed starts not started yet, and the hit rate of first
@@ -469,3 +474,53 @@ SELECT pool,
 FROM lowtide.tasks
 WHERE start_at IS NOT NULL
 GROUP BY pool
+
+-- lock_dependencies --
+-- The tasks a submission depends on, locked against finishing until it commits (so none can
+-- finish unseen between this check and the dependency rows being written).
+SELECT id, state FROM lowtide.tasks WHERE id = ANY(%(ids)s::bigint[]) FOR SHARE
+
+-- insert_dependencies --
+-- Records what new tasks depend on, and marks the tasks depended on.
+WITH rows AS (
+    INSERT INTO lowtide.task_dependencies (task_id, depends_on)
+    SELECT * FROM unnest(%(task_ids)s::bigint[], %(depends_on)s::bigint[])
+    RETURNING depends_on
+)
+UPDATE lowtide.tasks SET has_dependents = true WHERE id IN (SELECT depends_on FROM rows)
+
+-- release_dependents --
+-- Completed tasks count down their dependents; a dependent with none left becomes due.
+WITH done AS (
+    SELECT d.task_id, count(*)::int AS n
+    FROM lowtide.task_dependencies d
+    WHERE d.depends_on = ANY(%(ids)s::bigint[])
+    GROUP BY d.task_id
+)
+UPDATE lowtide.tasks t
+SET deps_pending = t.deps_pending - done.n,
+    run_at = CASE WHEN t.deps_pending - done.n <= 0
+                  THEN GREATEST(now(), COALESCE(t.start_at, now())) ELSE t.run_at END,
+    schedule_to_start_deadline = CASE WHEN t.deps_pending - done.n <= 0
+        THEN GREATEST(now(), COALESCE(t.start_at, now())) + t.schedule_to_start_ms * interval '1 millisecond' END
+FROM done
+WHERE t.id = done.task_id AND t.state = 'pending'
+RETURNING t.id, t.queue, t.activity_type, t.pool, t.start_at, t.deps_pending
+
+-- fail_dependents --
+-- Tasks that ended without completing fail everything that depends on them, transitively.
+WITH RECURSIVE doomed (task_id, cause) AS (
+    SELECT d.task_id, d.depends_on FROM lowtide.task_dependencies d WHERE d.depends_on = ANY(%(ids)s::bigint[])
+    UNION
+    SELECT d.task_id, doomed.task_id FROM lowtide.task_dependencies d JOIN doomed ON d.depends_on = doomed.task_id
+),
+first_cause AS (
+    SELECT DISTINCT ON (task_id) task_id, cause FROM doomed ORDER BY task_id, cause
+)
+UPDATE lowtide.tasks t
+SET state = 'failed', finished_at = now(), error_type = 'DependencyFailed',
+    error_message = 'dependency task ' || first_cause.cause || ' did not complete',
+    error_non_retryable = true, schedule_to_start_deadline = NULL
+FROM first_cause
+WHERE t.id = first_cause.task_id AND t.state = 'pending'
+RETURNING t.id

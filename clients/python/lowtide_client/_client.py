@@ -112,6 +112,7 @@ class Client:
         start_tolerance: timedelta | None = None,
         on_miss: str | task_pb2.MissPolicy.ValueType = task_pb2.MISS_POLICY_UNSPECIFIED,
         estimated_duration: timedelta | None = None,
+        depends_on: Sequence[int] = (),
     ) -> task_pb2.Task:
         """Submit one task and return it as stored.
 
@@ -140,6 +141,7 @@ class Client:
             start_tolerance=start_tolerance,
             on_miss=on_miss,
             estimated_duration=estimated_duration,
+            depends_on=depends_on,
         )
         response: scheduler_pb2.SubmitTaskResponse = await self._call(
             "SubmitTask", scheduler_pb2.SubmitTaskRequest(task=spec)

@@ -40,6 +40,7 @@ def task_spec(
     start_tolerance: timedelta | None = None,
     on_miss: str | task_pb2.MissPolicy.ValueType = task_pb2.MISS_POLICY_UNSPECIFIED,
     estimated_duration: timedelta | None = None,
+    depends_on: Sequence[int] = (),
 ) -> task_pb2.TaskSpec:
     """Describe one task to submit.
 
@@ -91,6 +92,7 @@ def task_spec(
         spec.heartbeat_timeout.CopyFrom(_duration("heartbeat_timeout", heartbeat_timeout))
     if max_defer is not None:
         spec.max_defer.CopyFrom(_duration("max_defer", max_defer))
+    spec.depends_on.extend(depends_on)
     _fixed_start(
         spec,
         pool=pool,

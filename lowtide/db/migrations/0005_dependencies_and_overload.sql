@@ -1,7 +1,7 @@
 -- Dependencies between tasks, and queue overload policies.
 
 ALTER TABLE lowtide.tasks
-    -- Dependencies not yet completed; while above zero the task is not due (run_at = infinity).
+    -- Dependencies not yet completed; while above zero the task is not due (run_at is 9999-01-01).
     ADD COLUMN deps_pending integer NOT NULL DEFAULT 0,
     -- Set on a task others depend on, so finishing it settles them (and only then).
     ADD COLUMN has_dependents boolean NOT NULL DEFAULT false,

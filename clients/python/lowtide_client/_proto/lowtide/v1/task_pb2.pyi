@@ -158,6 +158,7 @@ class TaskSpec(_message.Message):
     START_TOLERANCE_FIELD_NUMBER: _builtins.int
     ON_MISS_FIELD_NUMBER: _builtins.int
     ESTIMATED_DURATION_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """"default" when empty"""
     kind: Global___TaskKind.ValueType
@@ -207,6 +208,12 @@ class TaskSpec(_message.Message):
     def estimated_duration(self) -> _duration_pb2.Duration:
         """Required for a fixed start unless the type has a configured default."""
 
+    @_builtins.property
+    def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Tasks that must complete first (for any task). One that fails, is cancelled, times out or
+        is skipped or shed fails this task too. A fixed start waits for its time and these both.
+        """
+
     def __init__(
         self,
         *,
@@ -227,10 +234,11 @@ class TaskSpec(_message.Message):
         start_tolerance: _duration_pb2.Duration | None = ...,
         on_miss: Global___MissPolicy.ValueType = ...,
         estimated_duration: _duration_pb2.Duration | None = ...,
+        depends_on: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "max_defer", b"max_defer", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "max_defer", b"max_defer", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -351,6 +359,9 @@ class Task(_message.Message):
     MISSED_FIELD_NUMBER: _builtins.int
     MISS_REASON_FIELD_NUMBER: _builtins.int
     START_HIT_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_FIELD_NUMBER: _builtins.int
+    DEPENDENCIES_PENDING_FIELD_NUMBER: _builtins.int
+    SHED_REASON_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     queue: _builtins.str
     kind: Global___TaskKind.ValueType
@@ -376,6 +387,10 @@ class Task(_message.Message):
     miss_reason: _builtins.str
     start_hit: _builtins.bool
     """Whether the first attempt started within the tolerance (absent until it started)."""
+    dependencies_pending: _builtins.int
+    """Dependencies not completed yet; the task is not due while this is above zero."""
+    shed_reason: _builtins.str
+    """Why the task was shed (queue over max_depth), when it was."""
     @_builtins.property
     def retry_policy(self) -> Global___RetryPolicy: ...
     @_builtins.property
@@ -404,6 +419,8 @@ class Task(_message.Message):
     def start_tolerance(self) -> _duration_pb2.Duration: ...
     @_builtins.property
     def estimated_duration(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -440,10 +457,13 @@ class Task(_message.Message):
         missed: _builtins.bool = ...,
         miss_reason: _builtins.str = ...,
         start_hit: _builtins.bool | None = ...,
+        depends_on: _abc.Iterable[_builtins.int] | None = ...,
+        dependencies_pending: _builtins.int = ...,
+        shed_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "created_at", b"created_at", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "last_failure", b"last_failure", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "max_defer", b"max_defer", "miss_reason", b"miss_reason", "missed", b"missed", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "dependencies_pending", b"dependencies_pending", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "max_defer", b"max_defer", "miss_reason", b"miss_reason", "missed", b"missed", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "shed_reason", b"shed_reason", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__signal_at_dispatch: _TypeAlias = _typing.Literal["signal_at_dispatch"]  # noqa: Y015
     _WhichOneofArgType__signal_at_dispatch: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch"]  # noqa: Y015
