@@ -92,6 +92,10 @@ class QueueConfig:
 
     # Held while the cost signal is high, on this queue only (beside [cost] deferrable_activities).
     deferrable_activities: tuple[str, ...] = ()
+    # Overload: at most this many claimable pending tasks (held work and fixed starts not
+    # counted); beyond it `overflow` applies: reject, shed_lowest or shed_oldest.
+    max_depth: int | None = None
+    overflow: str = "reject"
 
 
 @dataclass(frozen=True)
@@ -262,6 +266,11 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
             raise ConfigError(f"[pools.{name}] max_workers: must be at least 1")
         if not 0.0 < pool.reservable_fraction <= 1.0:
             raise ConfigError(f"[pools.{name}] reservable_fraction: must be in (0, 1]")
+    for name, queue in queues.items():
+        if queue.overflow not in ("reject", "shed_lowest", "shed_oldest"):
+            raise ConfigError(f'[queues.{name}] overflow: must be "reject", "shed_lowest" or "shed_oldest"')
+        if queue.max_depth is not None and queue.max_depth < 1:
+            raise ConfigError(f"[queues.{name}] max_depth: must be at least 1")
     if sections["cost"].on_stale not in ("hold", "release"):
         raise ConfigError('[cost] on_stale: must be "hold" or "release"')
     return Config(types=types, signals=signals, queues=queues, pools=pools, **sections)

@@ -21,7 +21,7 @@ from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
 from scheduler_service.domain.fixed import Refused, reservation_capacity
 from scheduler_service.domain.model import NewTask
 from scheduler_service.sessions import Registry
-from scheduler_service.store import Store, Submitted
+from scheduler_service.store import Overload, Store, Submitted
 
 if TYPE_CHECKING:
     from scheduler_service.fixed_starts import FixedStarts
@@ -63,10 +63,19 @@ class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
         settings = self._config.pool(pool)
         return reservation_capacity(settings.max_workers, settings.reservable_fraction)
 
+    def _overload(self, tasks: list[NewTask]) -> dict[str, Overload]:
+        limits = {}
+        for queue in {t.queue for t in tasks}:
+            settings = self._config.queues.get(queue)
+            if settings is not None and settings.max_depth is not None:
+                held = self._dispatcher.holds.held_for(queue)
+                limits[queue] = Overload(settings.max_depth, settings.overflow, held)
+        return limits
+
     async def _insert(self, tasks: list[NewTask]) -> list[Submitted]:
         try:
             submitted = await self._store.insert_tasks(
-                tasks, signal=self._dispatcher.holds.value, capacity=self._capacity
+                tasks, signal=self._dispatcher.holds.value, capacity=self._capacity, overload=self._overload(tasks)
             )
         except Refused as refused:
             raise conflict_error(refused, tasks[refused.index], len(tasks) > 1) from None

@@ -14,9 +14,9 @@ from typing import Any
 
 from lowtide.db import Database, load_queries
 from lowtide.db.connector import Row, Transaction
-from lowtide.errors import FailedPrecondition, InvalidArgument
+from lowtide.errors import FailedPrecondition, InvalidArgument, TooLarge
 from scheduler_service.domain.fixed import Interval, Refused, Reservation, admit_all
-from scheduler_service.domain.model import Attempt, NewTask, Outcome, RetryPolicy
+from scheduler_service.domain.model import Attempt, Kind, NewTask, Outcome, RetryPolicy
 from scheduler_service.domain.skiplist import plan_claim
 
 Q = load_queries("scheduler_service.sql")
@@ -86,6 +86,21 @@ def attempt_of(row: Mapping[str, Any]) -> Attempt:
 
 
 @dataclass(frozen=True, slots=True)
+class Overload:
+    """A queue's max_depth, what happens beyond it, and the types held there now (not counted)."""
+
+    max_depth: int
+    policy: str
+    held: frozenset[str] = frozenset()
+
+    def counts(self, task: NewTask) -> bool:
+        """Fixed starts (promised at admission) and held work (waiting for a cheap window, not
+        for capacity) neither count against max_depth nor get shed."""
+        held = task.activity_type in self.held and task.kind is Kind.ACTIVITY
+        return task.fixed is None and not held
+
+
+@dataclass(frozen=True, slots=True)
 class Submitted:
     id: int
     created: bool
@@ -106,6 +121,7 @@ class Store:
         *,
         signal: float | None = None,
         capacity: Callable[[str], int] = lambda pool: 1,
+        overload: Mapping[str, Overload] | None = None,
     ) -> list[Submitted]:
         """Stores the tasks in one statement and returns their ids in order.
 
@@ -149,6 +165,15 @@ class Store:
                 params["deps_pending"] = await self._check_dependencies(tx, tasks)
             if any(tasks[i].fixed for i in fresh):
                 await self._admit(tx, [(i, tasks[i]) for i in fresh if tasks[i].fixed], capacity)
+            limited = {t.queue: overload[t.queue] for t in tasks if overload and t.queue in overload}
+            depths = await self._depths(tx, limited) if limited else {}
+            for queue, limit in limited.items():
+                adding = sum(1 for i in fresh if tasks[i].queue == queue and limit.counts(tasks[i]))
+                if limit.policy == "reject" and depths[queue] + adding > limit.max_depth:
+                    raise TooLarge(
+                        f"queue {queue} is full: {depths[queue]} claimable tasks pending, max_depth "
+                        f"{limit.max_depth} (overflow = reject); retry later"
+                    )
             inserted = await tx.fetch(Q["insert_tasks"], params)
             if len(inserted) < len(fresh) and keys:
                 # Another submit with one of these keys committed meanwhile.
@@ -166,6 +191,15 @@ class Store:
                         "ends": [t.fixed.window.end for _, t in created_fixed if t.fixed],
                     },
                 )
+            for queue, limit in limited.items():
+                made = zip(out, tasks, strict=True)
+                adding = sum(1 for s, t in made if s.created and t.queue == queue and limit.counts(t))
+                excess = depths[queue] + adding - limit.max_depth
+                if limit.policy != "reject" and excess > 0:
+                    reason = f"queue {queue} over max_depth {limit.max_depth} ({limit.policy})"
+                    params_shed = {"queue": queue, "held": sorted(limit.held), "count": excess, "reason": reason}
+                    shed = await tx.fetch(Q[limit.policy], params_shed)
+                    await self.settle(tx, shed)
             dependent = [(s.id, d) for s, t in zip(out, tasks, strict=True) if s.created for d in t.depends_on]
             if dependent:
                 await tx.execute(
@@ -175,6 +209,14 @@ class Store:
             if inserted:
                 await tx.execute(Q["notify_wake"], {"payload": wake_payload(tasks)})
         return out
+
+    async def _depths(self, tx: Transaction, limited: Mapping[str, Overload]) -> dict[str, int]:
+        await tx.execute(Q["lock_queues"], {"queues": sorted(limited)})
+        depths = {}
+        for queue, limit in limited.items():
+            row = await tx.fetch_one(Q["claimable_depth"], {"queue": queue, "held": sorted(limit.held)})
+            depths[queue] = int(row["depth"]) if row else 0
+        return depths
 
     async def _check_dependencies(self, tx: Transaction, tasks: Sequence[NewTask]) -> list[int]:
         """How many unfinished dependencies each task waits for; refuses unknown ones and ones

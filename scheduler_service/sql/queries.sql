@@ -524,3 +524,42 @@ SET state = 'failed', finished_at = now(), error_type = 'DependencyFailed',
 FROM first_cause
 WHERE t.id = first_cause.task_id AND t.state = 'pending'
 RETURNING t.id
+
+-- lock_queues --
+-- Serialises submits to queues with a max_depth, until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtext('lowtide.queue:' || q)) FROM unnest(%(queues)s::text[]) AS q ORDER BY q
+
+-- claimable_depth --
+-- Pending tasks of a queue that count against max_depth: not fixed starts, not held.
+SELECT count(*)::int AS depth
+FROM lowtide.tasks
+WHERE queue = %(queue)s AND state = 'pending' AND start_at IS NULL
+  AND NOT (activity_type = ANY(%(held)s::text[]) AND kind = 'activity')
+
+-- shed_lowest --
+-- Sheds the lowest-priority claimable pending tasks of a queue (newest first among equals).
+UPDATE lowtide.tasks t
+SET state = 'shed', finished_at = now(), shed_reason = %(reason)s, schedule_to_start_deadline = NULL
+WHERE t.id IN (
+    SELECT id FROM lowtide.tasks
+    WHERE queue = %(queue)s AND state = 'pending' AND start_at IS NULL
+      AND NOT (activity_type = ANY(%(held)s::text[]) AND kind = 'activity')
+    ORDER BY priority ASC, created_at DESC, id DESC
+    LIMIT %(count)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING t.id, t.state, t.has_dependents
+
+-- shed_oldest --
+-- Sheds the oldest claimable pending tasks of a queue.
+UPDATE lowtide.tasks t
+SET state = 'shed', finished_at = now(), shed_reason = %(reason)s, schedule_to_start_deadline = NULL
+WHERE t.id IN (
+    SELECT id FROM lowtide.tasks
+    WHERE queue = %(queue)s AND state = 'pending' AND start_at IS NULL
+      AND NOT (activity_type = ANY(%(held)s::text[]) AND kind = 'activity')
+    ORDER BY created_at ASC, id ASC
+    LIMIT %(count)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING t.id, t.state, t.has_dependents
