@@ -169,8 +169,13 @@ class Runtime:
                 running=len(self._attempts.running),
                 unsent_results=len(self._attempts.unsent),
             )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing_event.wait(), delay)
+            if self._closing:
+                # Already closing, with results still to deliver: the event is set, so waiting
+                # on it would not wait at all; back off for real until the close timeout.
+                await asyncio.sleep(delay)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing_event.wait(), delay)
 
     async def _session(self, channel: Any, backoff: Backoff) -> bool:
         """One stream, from Hello to its end. True when it closed as planned (after stop)."""
