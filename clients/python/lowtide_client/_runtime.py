@@ -113,7 +113,8 @@ class Runtime:
                     await asyncio.wait_for(connection, _CLOSE_TIMEOUT)
                 except TimeoutError:
                     log_event(logging.WARNING, "worker.close_timed_out", unsent_results=len(self._attempts.unsent))
-            connection.result()  # raises the stream's fatal error, if there was one
+            if not connection.cancelled():  # cancelled: the close timed out, already logged
+                connection.result()  # raises the stream's fatal error, if there was one
         finally:
             connection.cancel()
             await asyncio.gather(connection, return_exceptions=True)
