@@ -166,6 +166,8 @@ class Config:
     signals: Mapping[str, SignalDefinition] = field(default_factory=dict)
     queues: Mapping[str, QueueConfig] = field(default_factory=dict)
     pools: Mapping[str, PoolConfig] = field(default_factory=dict)
+    # Named capacities from `[resources]` (gpu = 2): tasks ask for amounts of them.
+    resources: Mapping[str, int] = field(default_factory=dict)
 
     def pool(self, name: str) -> PoolConfig:
         return self.pools.get(name) or PoolConfig()
@@ -243,7 +245,7 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
             raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
         except tomllib.TOMLDecodeError as error:
             raise ConfigError(f"config file {path}: {error}") from None
-    unknown = set(data) - {*_SECTIONS, "types", "signals", "queues", "pools"}
+    unknown = set(data) - {*_SECTIONS, "types", "signals", "queues", "pools", "resources"}
     if unknown:
         raise ConfigError(f"unknown section(s) {', '.join(sorted(unknown))}")
     sections = {name: _section(name, cls, data.get(name, {}), env) for name, cls in _SECTIONS.items()}
@@ -273,4 +275,9 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
             raise ConfigError(f"[queues.{name}] max_depth: must be at least 1")
     if sections["cost"].on_stale not in ("hold", "release"):
         raise ConfigError('[cost] on_stale: must be "hold" or "release"')
-    return Config(types=types, signals=signals, queues=queues, pools=pools, **sections)
+    resources: dict[str, int] = {}
+    for name, capacity in data.get("resources", {}).items():
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ConfigError(f"[resources] {name}: must be a whole number at least 0")
+        resources[name] = capacity
+    return Config(types=types, signals=signals, queues=queues, pools=pools, resources=resources, **sections)

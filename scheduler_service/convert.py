@@ -18,6 +18,7 @@ from lowtide.errors import InvalidArgument, TooLarge
 from lowtide_client._proto.lowtide.v1 import task_pb2
 from scheduler_service.domain.fixed import FixedStart, MissPolicy
 from scheduler_service.domain.model import Kind, NewTask, RetryPolicy, State
+from scheduler_service.domain.resources import validate as validate_resources
 
 MAX_NAME = 200
 MAX_KEY = 500
@@ -166,6 +167,7 @@ def new_task(
     max_payload: int,
     type_defaults: Mapping[str, TypeConfig] | None = None,
     now: datetime | None = None,
+    resources: Mapping[str, int] | None = None,
 ) -> NewTask:
     if spec.kind not in PROTO_TO_KIND:
         raise InvalidArgument("kind", f"unknown task kind {spec.kind}")
@@ -197,6 +199,7 @@ def new_task(
         pool=name("pool", spec.pool, default="default"),
         fixed=fixed_start(spec, type_config, now or datetime.now(UTC)),
         depends_on=dependencies(spec.depends_on),
+        resources=validate_resources(dict(spec.resources), resources or {}) or None,
     )
 
 
@@ -286,4 +289,5 @@ def task_message(row: Mapping[str, Any]) -> task_pb2.Task:
         depends_on=row.get("depends_on") or [],
         dependencies_pending=max(0, row.get("deps_pending") or 0),
         shed_reason=row.get("shed_reason") or "",
+        resources=row.get("resources") or {},
     )

@@ -53,6 +53,8 @@ class Dispatcher:
         self.parked: dict[str, tuple[asyncio.TimerHandle, set[tuple[str, str]]]] = {}
         self.metrics: SchedulerMetrics | None = None
         self.fixed: FixedStarts | None = None
+        # Capacities of named resources ([resources]); empty: no task can ask for any.
+        self.resources: Mapping[str, int] = {}
 
     def held_map(self, session: WorkerSession) -> dict[str, frozenset[str]]:
         """Per queue, the types the cost hold holds for this worker now (read from memory)."""
@@ -120,6 +122,7 @@ class Dispatcher:
                 fixed_full = await self._claim_fixed(session, polled)
                 if self.fixed is not None:
                     self.fixed.offer_slots(session)
+                resources_full = await self._claim_with_resources(session)
                 free = session.free
                 rows: list[Row] = []
                 if free > 0:
@@ -139,7 +142,7 @@ class Dispatcher:
                 continue
             delay = 0.05
             sent_full = bool(rows) and await self._send(session, rows) and len(rows) == free
-            if sent_full or fixed_full:
+            if sent_full or fixed_full or resources_full:
                 # A full batch: more may be waiting, so claim again without sleeping.
                 session.wake.set()
 
@@ -170,6 +173,32 @@ class Dispatcher:
             self.fixed.due.add(session.pool)
             return True
         return False
+
+    async def _claim_with_resources(self, session: WorkerSession) -> bool:
+        """Tasks that need named resources go their own way: as many as fit in what is free.
+        Due fixed starts among them may use the worker's held slots."""
+        if not self.resources:
+            return False
+        room = session.slots - len(session.in_flight)
+        if room <= 0 or session.closed or session.draining:
+            return False
+        rows = await self._store.claim_with_resources(
+            worker_id=session.worker_id,
+            pool=session.pool,
+            queues=session.queues,
+            worker_types=session.activity_types,
+            held=self.held_map(session),
+            capacities=self.resources,
+            limit=session.free,
+            room=room,
+            signal=self.holds.value,
+        )
+        if not rows:
+            return False
+        if self.fixed is not None:
+            self.fixed.dispatched([r["id"] for r in rows])
+        await self._send(session, rows)
+        return len(rows) == room
 
     async def _send(self, session: WorkerSession, rows: list[Row]) -> bool:
         if session.closed:

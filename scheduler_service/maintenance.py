@@ -106,6 +106,7 @@ class Maintenance:
             if self._metrics is not None:
                 self._metrics.misses.add(1, {"pool": row["pool"], "reason": row["reason"]})
             if self._fixed is not None:
-                self._fixed.dispatched([row["id"]])
                 if row["state"] == "pending":
                     self._fixed.mark_due(row["pool"])
+                else:
+                    self._fixed.dispatched([row["id"]])

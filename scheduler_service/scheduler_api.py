@@ -57,6 +57,7 @@ class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
             defaults=self._config.retry,
             max_payload=self._config.scheduler.max_payload_bytes,
             type_defaults=self._config.types,
+            resources=self._config.resources,
         )
 
     def _capacity(self, pool: str) -> int:

@@ -201,6 +201,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     )
     dispatcher.metrics = metrics
     dispatcher.fixed = fixed
+    dispatcher.resources = dict(config.resources)
     completer.metrics = metrics
     api.fixed = fixed
     api.metrics = metrics

@@ -17,6 +17,7 @@ from lowtide.db.connector import Row, Transaction
 from lowtide.errors import FailedPrecondition, InvalidArgument, TooLarge
 from scheduler_service.domain.fixed import Interval, Refused, Reservation, admit_all
 from scheduler_service.domain.model import Attempt, Kind, NewTask, Outcome, RetryPolicy
+from scheduler_service.domain.resources import free, pick
 from scheduler_service.domain.skiplist import plan_claim
 
 Q = load_queries("scheduler_service.sql")
@@ -152,6 +153,7 @@ class Store:
             "on_miss": [t.fixed.on_miss.value if t.fixed else None for t in tasks],
             "estimated_duration_ms": [_ms(t.fixed.estimated_duration) if t.fixed else None for t in tasks],
             "deps_pending": [0] * len(tasks),
+            "resources": [json.dumps(dict(t.resources)) if t.resources else None for t in tasks],
             "signal": signal,
         }
         keys = [t.idempotency_key for t in tasks if t.idempotency_key]
@@ -525,3 +527,46 @@ class Store:
 
     async def pool_fixed_stats(self) -> list[Row]:
         return await self.db.fetch(Q["pool_fixed_stats"])
+
+    async def claim_with_resources(
+        self,
+        *,
+        worker_id: str,
+        pool: str,
+        queues: Sequence[str],
+        worker_types: Sequence[str],
+        held: Mapping[str, frozenset[str]],
+        capacities: Mapping[str, int],
+        limit: int,
+        room: int,
+        signal: float | None = None,
+    ) -> list[Row]:
+        """Claims due tasks that need resources, as many as fit in what is free now, in order.
+        One lock for all resources keeps replicas from granting the same amount twice."""
+        held_pairs = [f"{queue}{_SEPARATOR}{name}" for queue, names in held.items() for name in names]
+        async with self.db.transaction() as tx:
+            await tx.execute(Q["lock_resources"])
+            used = {r["name"]: r["used"] for r in await tx.fetch(Q["resources_in_use"])}
+            candidates = await tx.fetch(
+                Q["resource_candidates"],
+                {
+                    "pool": pool,
+                    "queues": list(queues),
+                    "types": list(worker_types),
+                    "held": held_pairs,
+                    "limit": max(room, 1) * 4,
+                },
+            )
+            # Due fixed starts may use held slots (room); other tasks only free ones (limit).
+            available = free(capacities, used)
+            amounts = [(r["id"], {k: int(v) for k, v in r["resources"].items()}, r["fixed"]) for r in candidates]
+            chosen = pick([(i, a) for i, a, fixed in amounts if fixed], available, room)
+            for task_id, wants, fixed in amounts:
+                if fixed and task_id in chosen:
+                    for name, amount in wants.items():
+                        available[name] -= amount
+            regular = [(i, a) for i, a, fixed in amounts if not fixed]
+            chosen += pick(regular, available, min(limit, room - len(chosen)))
+            if not chosen:
+                return []
+            return await tx.fetch(Q["claim_by_ids"], {"ids": chosen, "worker_id": worker_id, "signal": signal})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -56,6 +57,7 @@ class NewTask:
     pool: str = "default"
     fixed: FixedStart | None = None
     depends_on: tuple[int, ...] = ()
+    resources: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ INSERT INTO lowtide.tasks (
     max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable_error_types,
     schedule_to_start_ms, start_to_close_ms, heartbeat_ms, schedule_to_start_deadline,
     max_defer_ms, hold_deadline, signal_at_submit,
-    pool, start_at, start_tolerance_ms, on_miss, estimated_duration_ms, run_at, deps_pending
+    pool, start_at, start_tolerance_ms, on_miss, estimated_duration_ms, run_at, deps_pending, resources
 )
 SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_key,
        n.max_attempts, n.initial_backoff_ms, n.backoff_coefficient, n.max_backoff_ms,
@@ -21,7 +21,7 @@ SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_ke
        %(signal)s::float8,
        n.pool, n.start_at, n.start_tolerance_ms, n.on_miss, n.estimated_duration_ms,
        CASE WHEN n.deps_pending > 0 THEN '9999-01-01 00:00:00+00'::timestamptz ELSE COALESCE(n.start_at, now()) END,
-       n.deps_pending
+       n.deps_pending, n.resources::jsonb
 FROM unnest(
     %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
     %(priorities)s::int[], %(idempotency_keys)s::text[], %(max_attempts)s::int[],
@@ -29,11 +29,11 @@ FROM unnest(
     %(non_retryable)s::text[], %(schedule_to_start_ms)s::bigint[], %(start_to_close_ms)s::bigint[],
     %(heartbeat_ms)s::bigint[], %(max_defer_ms)s::bigint[], %(pools)s::text[],
     %(start_ats)s::timestamptz[], %(start_tolerance_ms)s::bigint[], %(on_miss)s::text[],
-    %(estimated_duration_ms)s::bigint[], %(deps_pending)s::int[]
+    %(estimated_duration_ms)s::bigint[], %(deps_pending)s::int[], %(resources)s::text[]
 ) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, idempotency_key, max_attempts,
                       initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable,
                       schedule_to_start_ms, start_to_close_ms, heartbeat_ms, max_defer_ms, pool,
-                      start_at, start_tolerance_ms, on_miss, estimated_duration_ms, deps_pending, ord)
+                      start_at, start_tolerance_ms, on_miss, estimated_duration_ms, deps_pending, resources, ord)
 ORDER BY n.ord
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key
@@ -112,7 +112,7 @@ candidates AS (
     CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.run_at
         FROM lowtide.tasks t
-        WHERE t.state = 'pending' AND t.start_at IS NULL AND t.queue = p.queue
+        WHERE t.state = 'pending' AND t.start_at IS NULL AND t.resources IS NULL AND t.queue = p.queue
           AND t.activity_type = p.activity_type AND t.run_at <= now()
         ORDER BY t.priority DESC, t.run_at, t.id
         LIMIT p.cap
@@ -124,7 +124,8 @@ candidates AS (
     CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.run_at
         FROM lowtide.tasks t
-        WHERE t.state = 'pending' AND t.kind = 'workflow' AND t.start_at IS NULL AND t.queue = p.queue
+        WHERE t.state = 'pending' AND t.kind = 'workflow' AND t.start_at IS NULL AND t.resources IS NULL
+          AND t.queue = p.queue
           AND t.activity_type = p.activity_type AND t.run_at <= now()
         ORDER BY t.priority DESC, t.run_at, t.id
         LIMIT p.cap
@@ -136,7 +137,7 @@ candidates AS (
     CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.run_at
         FROM lowtide.tasks t
-        WHERE t.state = 'pending' AND t.hold_deadline IS NOT NULL AND t.queue = p.queue
+        WHERE t.state = 'pending' AND t.hold_deadline IS NOT NULL AND t.resources IS NULL AND t.queue = p.queue
           AND t.activity_type = p.activity_type AND t.hold_deadline <= now() AND t.run_at <= now()
         ORDER BY t.hold_deadline
         LIMIT p.cap
@@ -407,6 +408,7 @@ WITH chosen AS (
     SELECT t.id
     FROM lowtide.tasks t
     WHERE t.state = 'pending' AND t.start_at IS NOT NULL AND t.pool = %(pool)s AND t.run_at <= now()
+      AND t.resources IS NULL
       AND t.queue = ANY(%(queues)s::text[]) AND t.activity_type = ANY(%(types)s::text[])
       AND t.queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
     ORDER BY t.run_at, t.id
@@ -433,10 +435,11 @@ RETURNING t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_at
           t.start_hit, t.pool
 
 -- upcoming_fixed --
--- First attempts of fixed-start tasks in these pools starting before a horizon, for slot holds.
+-- First attempts of fixed-start tasks in these pools starting before a horizon, for slot holds
+-- (a late one that runs late keeps its hold while it waits for dependencies or resources).
 SELECT id, pool, queue, activity_type, start_at, start_tolerance_ms, on_miss, estimated_duration_ms
 FROM lowtide.tasks
-WHERE state = 'pending' AND start_at IS NOT NULL AND attempt = 0 AND NOT missed
+WHERE state = 'pending' AND start_at IS NOT NULL AND attempt = 0
   AND pool = ANY(%(pools)s::text[]) AND start_at <= %(horizon)s
 ORDER BY start_at
 LIMIT 1000
@@ -563,3 +566,49 @@ WHERE t.id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING t.id, t.state, t.has_dependents
+
+-- lock_resources --
+-- Serialises claims of tasks that need resources, across replicas, until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtext('lowtide.resources'))
+
+-- resources_in_use --
+-- The amounts of each resource held by running attempts.
+SELECT r.key AS name, sum(r.value::int)::int AS used
+FROM lowtide.tasks t, jsonb_each_text(t.resources) AS r
+WHERE t.state = 'running' AND t.resources IS NOT NULL
+GROUP BY r.key
+
+-- resource_candidates --
+-- Due tasks that need resources and that this worker may take: its pool's due fixed starts
+-- first, then by priority and FIFO; held (queue, type) pairs only for workflow tasks.
+SELECT t.id, t.resources, t.start_at IS NOT NULL AS fixed
+FROM lowtide.tasks t
+WHERE t.state = 'pending' AND t.resources IS NOT NULL AND t.run_at <= now()
+  AND t.queue = ANY(%(queues)s::text[]) AND t.activity_type = ANY(%(types)s::text[])
+  AND t.queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
+  AND (t.start_at IS NOT NULL AND t.pool = %(pool)s
+       OR t.start_at IS NULL
+          AND NOT (t.kind = 'activity' AND (t.queue || E'\x1f' || t.activity_type) = ANY(%(held)s::text[])))
+ORDER BY (t.start_at IS NOT NULL) DESC, t.priority DESC, t.run_at, t.id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- claim_by_ids --
+-- Marks chosen tasks running for one worker (the resource path picks them in Python).
+UPDATE lowtide.tasks t
+SET state = 'running',
+    attempt = t.attempt + 1,
+    worker_id = %(worker_id)s,
+    started_at = now(),
+    close_deadline = now() + t.start_to_close_ms * interval '1 millisecond',
+    heartbeat_deadline = now() + t.heartbeat_ms * interval '1 millisecond',
+    schedule_to_start_deadline = NULL,
+    start_hit = CASE WHEN t.start_at IS NOT NULL AND t.attempt = 0
+        THEN abs(extract(epoch FROM now() - t.start_at)) * 1000 <= GREATEST(t.start_tolerance_ms, 50)
+        ELSE t.start_hit END,
+    signal_at_dispatch = %(signal)s::float8
+WHERE t.id = ANY(%(ids)s::bigint[]) AND t.state = 'pending'
+RETURNING t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
+          t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
+          t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
+          t.start_hit, t.pool

@@ -12,7 +12,7 @@ import builtins
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -113,6 +113,7 @@ class Client:
         on_miss: str | task_pb2.MissPolicy.ValueType = task_pb2.MISS_POLICY_UNSPECIFIED,
         estimated_duration: timedelta | None = None,
         depends_on: Sequence[int] = (),
+        resources: Mapping[str, int] | None = None,
     ) -> task_pb2.Task:
         """Submit one task and return it as stored.
 
@@ -142,6 +143,7 @@ class Client:
             on_miss=on_miss,
             estimated_duration=estimated_duration,
             depends_on=depends_on,
+            resources=resources,
         )
         response: scheduler_pb2.SubmitTaskResponse = await self._call(
             "SubmitTask", scheduler_pb2.SubmitTaskRequest(task=spec)

@@ -6,7 +6,7 @@ One function builds every spec, so ``Client.submit`` and callers that prepare a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from google.protobuf import duration_pb2
@@ -41,6 +41,7 @@ def task_spec(
     on_miss: str | task_pb2.MissPolicy.ValueType = task_pb2.MISS_POLICY_UNSPECIFIED,
     estimated_duration: timedelta | None = None,
     depends_on: Sequence[int] = (),
+    resources: Mapping[str, int] | None = None,
 ) -> task_pb2.TaskSpec:
     """Describe one task to submit.
 
@@ -93,6 +94,8 @@ def task_spec(
     if max_defer is not None:
         spec.max_defer.CopyFrom(_duration("max_defer", max_defer))
     spec.depends_on.extend(depends_on)
+    for name, amount in (resources or {}).items():
+        spec.resources[name] = amount
     _fixed_start(
         spec,
         pool=pool,

@@ -141,6 +141,26 @@ class TaskSpec(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class ResourcesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     QUEUE_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     ACTIVITY_TYPE_FIELD_NUMBER: _builtins.int
@@ -159,6 +179,7 @@ class TaskSpec(_message.Message):
     ON_MISS_FIELD_NUMBER: _builtins.int
     ESTIMATED_DURATION_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
+    RESOURCES_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """"default" when empty"""
     kind: Global___TaskKind.ValueType
@@ -214,6 +235,12 @@ class TaskSpec(_message.Message):
         is skipped or shed fails this task too. A fixed start waits for its time and these both.
         """
 
+    @_builtins.property
+    def resources(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Named amounts the task needs while it runs ({"gpu": 1}); capacities are configured in
+        [resources]. The task runs only when they are free.
+        """
+
     def __init__(
         self,
         *,
@@ -235,10 +262,11 @@ class TaskSpec(_message.Message):
         on_miss: Global___MissPolicy.ValueType = ...,
         estimated_duration: _duration_pb2.Duration | None = ...,
         depends_on: _abc.Iterable[_builtins.int] | None = ...,
+        resources: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "max_defer", b"max_defer", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "max_defer", b"max_defer", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "resources", b"resources", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -326,6 +354,26 @@ class Task(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class ResourcesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ID_FIELD_NUMBER: _builtins.int
     QUEUE_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
@@ -362,6 +410,7 @@ class Task(_message.Message):
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
     DEPENDENCIES_PENDING_FIELD_NUMBER: _builtins.int
     SHED_REASON_FIELD_NUMBER: _builtins.int
+    RESOURCES_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     queue: _builtins.str
     kind: Global___TaskKind.ValueType
@@ -421,6 +470,8 @@ class Task(_message.Message):
     def estimated_duration(self) -> _duration_pb2.Duration: ...
     @_builtins.property
     def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def resources(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
     def __init__(
         self,
         *,
@@ -460,10 +511,11 @@ class Task(_message.Message):
         depends_on: _abc.Iterable[_builtins.int] | None = ...,
         dependencies_pending: _builtins.int = ...,
         shed_reason: _builtins.str = ...,
+        resources: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "created_at", b"created_at", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "last_failure", b"last_failure", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "dependencies_pending", b"dependencies_pending", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "max_defer", b"max_defer", "miss_reason", b"miss_reason", "missed", b"missed", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "shed_reason", b"shed_reason", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "dependencies_pending", b"dependencies_pending", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "max_defer", b"max_defer", "miss_reason", b"miss_reason", "missed", b"missed", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "resources", b"resources", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "shed_reason", b"shed_reason", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__signal_at_dispatch: _TypeAlias = _typing.Literal["signal_at_dispatch"]  # noqa: Y015
     _WhichOneofArgType__signal_at_dispatch: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch"]  # noqa: Y015
