@@ -13,5 +13,10 @@ RUN useradd --create-home --uid 10001 lowtide
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 USER lowtide
+# gRPC health checking through the CLI (grpc.health.v1), so no probe binary is needed. This
+# checks the scheduler's port; compose gives the signal service its own check and turns it off
+# for workers, which serve nothing.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["lowtide", "health", "--target", "127.0.0.1:50051"]
 ENTRYPOINT ["lowtide"]
 CMD ["--help"]

@@ -22,6 +22,7 @@ from scheduler_service.store import Store, attempt_of
 
 if TYPE_CHECKING:
     from scheduler_service.metrics import SchedulerMetrics
+    from scheduler_service.schedules import ScheduleMaterializer
 
 log = logging.getLogger("lowtide.scheduler.maintenance")
 
@@ -49,6 +50,8 @@ class Maintenance:
     ) -> None:
         self._fixed = fixed
         self._metrics = metrics
+        # Recurring schedules, set by the server: their fire times become tasks on the leader.
+        self.schedules: ScheduleMaterializer | None = None
         self._store = store
         self._registry = registry
         self._holder = holder
@@ -74,6 +77,8 @@ class Maintenance:
                     await asyncio.shield(self._store.resign(LEADER, self._holder))
 
     async def tick(self, now: datetime | None = None) -> None:
+        if self.schedules is not None:
+            await self.schedules.tick(now)
         await self._store.expire_schedule_to_start()
         await self._apply_misses()
         expired = await self._store.expired_attempts()

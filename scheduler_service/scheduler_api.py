@@ -20,6 +20,7 @@ from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
 from scheduler_service.domain.fixed import Refused, reservation_capacity
 from scheduler_service.domain.model import NewTask
+from scheduler_service.schedules_api import ScheduleApi
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Overload, Store, Submitted
 
@@ -36,7 +37,7 @@ MAX_WAIT = timedelta(minutes=5)
 FINISHED = {"completed", "failed", "cancelled", "timed_out", "skipped", "shed"}
 
 
-class SchedulerApi(scheduler_pb2_grpc.SchedulerServiceServicer):
+class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     def __init__(self, *, config: Config, store: Store, registry: Registry, dispatcher: Dispatcher) -> None:
         self._config = config
         self._store = store

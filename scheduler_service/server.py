@@ -27,9 +27,12 @@ from scheduler_service.cost import CostHolds
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale, local_conflicts
 from scheduler_service.fixed_starts import FixedStarts
+from scheduler_service.keda import SERVICE_NAME as KEDA_SERVICE
+from scheduler_service.keda import add_keda_scaler
 from scheduler_service.maintenance import Maintenance
 from scheduler_service.metrics import SchedulerMetrics
 from scheduler_service.scheduler_api import SchedulerApi
+from scheduler_service.schedules import ScheduleMaterializer
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 from scheduler_service.worker_stream import WorkerStream
@@ -225,6 +228,15 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
                 fixed.mark_due(row["pool"], row["start_at"])
 
     store.on_unblocked = unblocked
+
+    async def reserved_within_horizon(pool: str) -> int:
+        """Admitted fixed starts of the pool that start inside its autoscale horizon."""
+        horizon = await store.now() + config.pool(pool).autoscale_horizon
+        for row in await store.pool_fixed_stats():
+            if row["pool"] == pool:
+                return sum(1 for start in row["ahead"] or [] if start <= horizon)
+        return 0
+
     maintenance = Maintenance(
         store,
         registry,
@@ -235,6 +247,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         fixed=fixed,
         metrics=metrics,
     )
+    maintenance.schedules = ScheduleMaterializer(store, config)
     options = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),
@@ -242,9 +255,10 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     server = grpc.aio.server(options=options)
     scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server(api, server)
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(stream, server)
+    add_keda_scaler(server, store=store, registry=registry, holds=holds, reserved=reserved_within_horizon)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((*SERVICES, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
+    reflection.enable_server_reflection((*SERVICES, KEDA_SERVICE, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
     port = server.add_insecure_port(cfg.listen)
     if port == 0:
         await db.close()

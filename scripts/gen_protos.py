@@ -2,8 +2,10 @@
 
 protoc writes imports as `from lowtide.v1 import task_pb2`; the stubs live inside the
 `lowtide_client` distribution (so it installs on its own), so those imports are rewritten to
-`lowtide_client._proto.lowtide.v1`. With `--check` nothing is written: the script exits 1 and
-names the files whose committed copy differs from a fresh generation.
+`lowtide_client._proto.lowtide.v1`. KEDA's `externalscaler` package (protos/externalscaler/, the
+scheduler's autoscaling interface) is generated beside it and rewritten the same way. With
+`--check` nothing is written: the script exits 1 and names the files whose committed copy differs
+from a fresh generation.
 """
 
 from __future__ import annotations
@@ -23,15 +25,17 @@ PROTOS = ROOT / "protos"
 PACKAGE = "lowtide_client._proto"
 OUT = ROOT / "clients" / "python" / "lowtide_client" / "_proto"
 
-_IMPORT_FROM = re.compile(r"^from lowtide\.v1 import", re.MULTILINE)
-_IMPORT_PLAIN = re.compile(r"^import lowtide\.v1\.(\w+)", re.MULTILINE)
-_QUALIFIED = re.compile(r"(?<![\w.])lowtide\.v1\.(\w+_pb2)")
+# The proto packages under protos/, as Python packages.
+_PROTO_PACKAGES = ("lowtide.v1", "externalscaler")
 
 
 def _fix_imports(text: str) -> str:
-    text = _IMPORT_FROM.sub(f"from {PACKAGE}.lowtide.v1 import", text)
-    text = _IMPORT_PLAIN.sub(rf"import {PACKAGE}.lowtide.v1.\1", text)
-    return _QUALIFIED.sub(rf"{PACKAGE}.lowtide.v1.\1", text)
+    for package in _PROTO_PACKAGES:
+        escaped = re.escape(package)
+        text = re.sub(rf"^from {escaped} import", f"from {PACKAGE}.{package} import", text, flags=re.MULTILINE)
+        text = re.sub(rf"^import {escaped}\.(\w+)", rf"import {PACKAGE}.{package}.\1", text, flags=re.MULTILINE)
+        text = re.sub(rf"(?<![\w.]){escaped}\.(\w+_pb2)", rf"{PACKAGE}.{package}.\1", text)
+    return text
 
 
 def generate(into: Path) -> None:

@@ -22,8 +22,8 @@ import grpc
 from lowtide_client._backoff import Backoff
 from lowtide_client._durations import duration_to_proto, format_duration
 from lowtide_client._log import log_event
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
-from lowtide_client._spec import task_spec
+from lowtide_client._proto.lowtide.v1 import schedule_pb2, scheduler_pb2, scheduler_pb2_grpc, task_pb2
+from lowtide_client._spec import _MISS_POLICIES, _duration, task_spec
 
 __all__ = ["FINISHED_STATES", "Client"]
 
@@ -301,6 +301,79 @@ class Client:
                     details=exc.details(),
                 )
                 await asyncio.sleep(delay)
+
+    async def create_schedule(
+        self,
+        name: str,
+        cron: str,
+        activity_type: str,
+        payload: bytes | str = b"",
+        *,
+        time_zone: str = "UTC",
+        queue: str = "default",
+        pool: str = "",
+        priority: int = 0,
+        start_tolerance: timedelta | None = None,
+        on_miss: str | task_pb2.MissPolicy.ValueType = task_pb2.MISS_POLICY_UNSPECIFIED,
+        estimated_duration: timedelta | None = None,
+    ) -> schedule_pb2.Schedule:
+        """Create a recurring schedule: at each fire time of ``cron`` (five fields) in
+        ``time_zone`` the scheduler creates a fixed-start task of ``activity_type``, admitted
+        against the pool's reservations like any other. An occurrence that does not fit is
+        skipped and recorded on the schedule (``last_conflict``)."""
+        spec = schedule_pb2.ScheduleSpec(
+            name=name,
+            cron=cron,
+            time_zone=time_zone,
+            activity_type=activity_type,
+            queue=queue,
+            pool=pool,
+            payload=payload.encode() if isinstance(payload, str) else bytes(payload),
+            priority=priority,
+        )
+        # The same checks and names as a task's fixed start (``task_spec``).
+        if isinstance(on_miss, str):
+            if on_miss not in _MISS_POLICIES:
+                raise ValueError(f"on_miss must be one of {', '.join(_MISS_POLICIES)}, not {on_miss!r}")
+            on_miss = _MISS_POLICIES[on_miss]
+        spec.on_miss = on_miss
+        if start_tolerance is not None:
+            spec.start_tolerance.CopyFrom(_duration("start_tolerance", start_tolerance))
+        if estimated_duration is not None:
+            spec.estimated_duration.CopyFrom(_duration("estimated_duration", estimated_duration))
+        response: schedule_pb2.CreateScheduleResponse = await self._call(
+            "CreateSchedule", schedule_pb2.CreateScheduleRequest(schedule=spec)
+        )
+        return response.schedule
+
+    async def list_schedules(self) -> builtins.list[schedule_pb2.Schedule]:
+        """Every schedule, by name."""
+        response: schedule_pb2.ListSchedulesResponse = await self._call(
+            "ListSchedules", schedule_pb2.ListSchedulesRequest()
+        )
+        return builtins.list(response.schedules)
+
+    async def pause_schedule(self, name: str) -> schedule_pb2.PauseScheduleResponse:
+        """Stop a schedule creating tasks; the tasks it created whose start is still ahead are
+        cancelled (their ids are in the response)."""
+        response: schedule_pb2.PauseScheduleResponse = await self._call(
+            "PauseSchedule", schedule_pb2.PauseScheduleRequest(name=name)
+        )
+        return response
+
+    async def resume_schedule(self, name: str) -> schedule_pb2.Schedule:
+        """Resume a paused schedule from its next fire time after now."""
+        response: schedule_pb2.ResumeScheduleResponse = await self._call(
+            "ResumeSchedule", schedule_pb2.ResumeScheduleRequest(name=name)
+        )
+        return response.schedule
+
+    async def delete_schedule(self, name: str) -> schedule_pb2.DeleteScheduleResponse:
+        """Delete a schedule; the tasks it created whose start is still ahead are cancelled."""
+        response: schedule_pb2.DeleteScheduleResponse = await self._call(
+            "DeleteSchedule", schedule_pb2.DeleteScheduleRequest(name=name)
+        )
+        return response
 
 
 RESERVATION_CONFLICT_KEY = "lowtide-reservation-conflict-bin"

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from lowtide_client._proto.lowtide.v1 import schedule_pb2 as lowtide_dot_v1_dot_schedule__pb2
 from lowtide_client._proto.lowtide.v1 import scheduler_pb2 as lowtide_dot_v1_dot_scheduler__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -85,6 +86,31 @@ class SchedulerServiceStub:
                 request_serializer=lowtide_dot_v1_dot_scheduler__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=lowtide_dot_v1_dot_scheduler__pb2.GetStatusResponse.FromString,
                 _registered_method=True)
+        self.CreateSchedule = channel.unary_unary(
+                '/lowtide.v1.SchedulerService/CreateSchedule',
+                request_serializer=lowtide_dot_v1_dot_schedule__pb2.CreateScheduleRequest.SerializeToString,
+                response_deserializer=lowtide_dot_v1_dot_schedule__pb2.CreateScheduleResponse.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/lowtide.v1.SchedulerService/ListSchedules',
+                request_serializer=lowtide_dot_v1_dot_schedule__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=lowtide_dot_v1_dot_schedule__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.PauseSchedule = channel.unary_unary(
+                '/lowtide.v1.SchedulerService/PauseSchedule',
+                request_serializer=lowtide_dot_v1_dot_schedule__pb2.PauseScheduleRequest.SerializeToString,
+                response_deserializer=lowtide_dot_v1_dot_schedule__pb2.PauseScheduleResponse.FromString,
+                _registered_method=True)
+        self.ResumeSchedule = channel.unary_unary(
+                '/lowtide.v1.SchedulerService/ResumeSchedule',
+                request_serializer=lowtide_dot_v1_dot_schedule__pb2.ResumeScheduleRequest.SerializeToString,
+                response_deserializer=lowtide_dot_v1_dot_schedule__pb2.ResumeScheduleResponse.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/lowtide.v1.SchedulerService/DeleteSchedule',
+                request_serializer=lowtide_dot_v1_dot_schedule__pb2.DeleteScheduleRequest.SerializeToString,
+                response_deserializer=lowtide_dot_v1_dot_schedule__pb2.DeleteScheduleResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServiceServicer:
@@ -157,6 +183,39 @@ class SchedulerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSchedule(self, request, context):
+        """Recurring schedules: each fire time becomes a fixed-start task, admitted like any other; an
+        occurrence admission refuses is recorded on the schedule. Pausing or deleting one cancels
+        the tasks it created that have not reached their start.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -209,6 +268,31 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=lowtide_dot_v1_dot_scheduler__pb2.GetStatusRequest.FromString,
                     response_serializer=lowtide_dot_v1_dot_scheduler__pb2.GetStatusResponse.SerializeToString,
+            ),
+            'CreateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSchedule,
+                    request_deserializer=lowtide_dot_v1_dot_schedule__pb2.CreateScheduleRequest.FromString,
+                    response_serializer=lowtide_dot_v1_dot_schedule__pb2.CreateScheduleResponse.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=lowtide_dot_v1_dot_schedule__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=lowtide_dot_v1_dot_schedule__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=lowtide_dot_v1_dot_schedule__pb2.PauseScheduleRequest.FromString,
+                    response_serializer=lowtide_dot_v1_dot_schedule__pb2.PauseScheduleResponse.SerializeToString,
+            ),
+            'ResumeSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSchedule,
+                    request_deserializer=lowtide_dot_v1_dot_schedule__pb2.ResumeScheduleRequest.FromString,
+                    response_serializer=lowtide_dot_v1_dot_schedule__pb2.ResumeScheduleResponse.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=lowtide_dot_v1_dot_schedule__pb2.DeleteScheduleRequest.FromString,
+                    response_serializer=lowtide_dot_v1_dot_schedule__pb2.DeleteScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -482,6 +566,141 @@ class SchedulerService:
             '/lowtide.v1.SchedulerService/GetStatus',
             lowtide_dot_v1_dot_scheduler__pb2.GetStatusRequest.SerializeToString,
             lowtide_dot_v1_dot_scheduler__pb2.GetStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lowtide.v1.SchedulerService/CreateSchedule',
+            lowtide_dot_v1_dot_schedule__pb2.CreateScheduleRequest.SerializeToString,
+            lowtide_dot_v1_dot_schedule__pb2.CreateScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lowtide.v1.SchedulerService/ListSchedules',
+            lowtide_dot_v1_dot_schedule__pb2.ListSchedulesRequest.SerializeToString,
+            lowtide_dot_v1_dot_schedule__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lowtide.v1.SchedulerService/PauseSchedule',
+            lowtide_dot_v1_dot_schedule__pb2.PauseScheduleRequest.SerializeToString,
+            lowtide_dot_v1_dot_schedule__pb2.PauseScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lowtide.v1.SchedulerService/ResumeSchedule',
+            lowtide_dot_v1_dot_schedule__pb2.ResumeScheduleRequest.SerializeToString,
+            lowtide_dot_v1_dot_schedule__pb2.ResumeScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lowtide.v1.SchedulerService/DeleteSchedule',
+            lowtide_dot_v1_dot_schedule__pb2.DeleteScheduleRequest.SerializeToString,
+            lowtide_dot_v1_dot_schedule__pb2.DeleteScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from grpc import aio as _aio
+from lowtide_client._proto.lowtide.v1 import schedule_pb2 as _schedule_pb2
 from lowtide_client._proto.lowtide.v1 import scheduler_pb2 as _scheduler_pb2
 import abc as _abc_1
 import grpc as _grpc
@@ -49,6 +50,15 @@ class SchedulerServiceStub:
     ResumeQueue: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ResumeQueueRequest, _scheduler_pb2.ResumeQueueResponse]
     GetStatus: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.GetStatusRequest, _scheduler_pb2.GetStatusResponse]
     """Queues, pools, holds and the signal as this scheduler sees them."""
+    CreateSchedule: _grpc.UnaryUnaryMultiCallable[_schedule_pb2.CreateScheduleRequest, _schedule_pb2.CreateScheduleResponse]
+    """Recurring schedules: each fire time becomes a fixed-start task, admitted like any other; an
+    occurrence admission refuses is recorded on the schedule. Pausing or deleting one cancels
+    the tasks it created that have not reached their start.
+    """
+    ListSchedules: _grpc.UnaryUnaryMultiCallable[_schedule_pb2.ListSchedulesRequest, _schedule_pb2.ListSchedulesResponse]
+    PauseSchedule: _grpc.UnaryUnaryMultiCallable[_schedule_pb2.PauseScheduleRequest, _schedule_pb2.PauseScheduleResponse]
+    ResumeSchedule: _grpc.UnaryUnaryMultiCallable[_schedule_pb2.ResumeScheduleRequest, _schedule_pb2.ResumeScheduleResponse]
+    DeleteSchedule: _grpc.UnaryUnaryMultiCallable[_schedule_pb2.DeleteScheduleRequest, _schedule_pb2.DeleteScheduleResponse]
 
 @_typing.type_check_only
 class SchedulerServiceAsyncStub(SchedulerServiceStub):
@@ -71,6 +81,15 @@ class SchedulerServiceAsyncStub(SchedulerServiceStub):
     ResumeQueue: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ResumeQueueRequest, _scheduler_pb2.ResumeQueueResponse]  # type: ignore[assignment]
     GetStatus: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.GetStatusRequest, _scheduler_pb2.GetStatusResponse]  # type: ignore[assignment]
     """Queues, pools, holds and the signal as this scheduler sees them."""
+    CreateSchedule: _aio.UnaryUnaryMultiCallable[_schedule_pb2.CreateScheduleRequest, _schedule_pb2.CreateScheduleResponse]  # type: ignore[assignment]
+    """Recurring schedules: each fire time becomes a fixed-start task, admitted like any other; an
+    occurrence admission refuses is recorded on the schedule. Pausing or deleting one cancels
+    the tasks it created that have not reached their start.
+    """
+    ListSchedules: _aio.UnaryUnaryMultiCallable[_schedule_pb2.ListSchedulesRequest, _schedule_pb2.ListSchedulesResponse]  # type: ignore[assignment]
+    PauseSchedule: _aio.UnaryUnaryMultiCallable[_schedule_pb2.PauseScheduleRequest, _schedule_pb2.PauseScheduleResponse]  # type: ignore[assignment]
+    ResumeSchedule: _aio.UnaryUnaryMultiCallable[_schedule_pb2.ResumeScheduleRequest, _schedule_pb2.ResumeScheduleResponse]  # type: ignore[assignment]
+    DeleteSchedule: _aio.UnaryUnaryMultiCallable[_schedule_pb2.DeleteScheduleRequest, _schedule_pb2.DeleteScheduleResponse]  # type: ignore[assignment]
 
 class SchedulerServiceServicer(metaclass=_abc_1.ABCMeta):
     """Submit, inspect and cancel tasks."""
@@ -150,5 +169,44 @@ class SchedulerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_scheduler_pb2.GetStatusResponse, _abc.Awaitable[_scheduler_pb2.GetStatusResponse]]:
         """Queues, pools, holds and the signal as this scheduler sees them."""
+
+    @_abc_1.abstractmethod
+    def CreateSchedule(
+        self,
+        request: _schedule_pb2.CreateScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedule_pb2.CreateScheduleResponse, _abc.Awaitable[_schedule_pb2.CreateScheduleResponse]]:
+        """Recurring schedules: each fire time becomes a fixed-start task, admitted like any other; an
+        occurrence admission refuses is recorded on the schedule. Pausing or deleting one cancels
+        the tasks it created that have not reached their start.
+        """
+
+    @_abc_1.abstractmethod
+    def ListSchedules(
+        self,
+        request: _schedule_pb2.ListSchedulesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedule_pb2.ListSchedulesResponse, _abc.Awaitable[_schedule_pb2.ListSchedulesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PauseSchedule(
+        self,
+        request: _schedule_pb2.PauseScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedule_pb2.PauseScheduleResponse, _abc.Awaitable[_schedule_pb2.PauseScheduleResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ResumeSchedule(
+        self,
+        request: _schedule_pb2.ResumeScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedule_pb2.ResumeScheduleResponse, _abc.Awaitable[_schedule_pb2.ResumeScheduleResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteSchedule(
+        self,
+        request: _schedule_pb2.DeleteScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedule_pb2.DeleteScheduleResponse, _abc.Awaitable[_schedule_pb2.DeleteScheduleResponse]]: ...
 
 def add_SchedulerServiceServicer_to_server(servicer: SchedulerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

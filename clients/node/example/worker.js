@@ -1,0 +1,38 @@
+'use strict';
+// The example worker docker compose runs: `echo` returns its payload, `upper` upper-cases it.
+// Configured by environment: LOWTIDE_TARGET (default 127.0.0.1:50051), LOWTIDE_POOL,
+// LOWTIDE_QUEUES, LOWTIDE_ACTIVITY_TYPES, LOWTIDE_SLOTS. SIGTERM drains: no new work, running
+// attempts finish and report, then it exits.
+const { Worker } = require('../lib');
+
+const all = {
+  echo: async (payload) => payload,
+  upper: async (payload) => payload.toString().toUpperCase(),
+};
+const list = (text, fallback) => (text || fallback).split(',').map((s) => s.trim()).filter(Boolean);
+const names = list(process.env.LOWTIDE_ACTIVITY_TYPES, 'echo,upper');
+const unknown = names.filter((name) => !(name in all));
+if (unknown.length) {
+  console.error(`unknown activity type(s) ${unknown.join(', ')}; this example has ${Object.keys(all).join(', ')}`);
+  process.exit(2);
+}
+
+const worker = new Worker({
+  target: process.env.LOWTIDE_TARGET || '127.0.0.1:50051',
+  pool: process.env.LOWTIDE_POOL || 'default',
+  queues: list(process.env.LOWTIDE_QUEUES, 'default'),
+  slots: Number(process.env.LOWTIDE_SLOTS || 8),
+  activities: Object.fromEntries(names.map((name) => [name, all[name]])),
+});
+worker.on('error', (error) => console.error(`worker stream failed: ${error.message}`));
+for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => worker.stop());
+
+worker.start().then(
+  (welcome) => console.log(`node worker ${welcome.worker_id} connected to ${worker.target}`),
+  (error) => {
+    console.error(`cannot connect to ${worker.target}: ${error.message}`);
+    process.exit(1);
+  },
+);
+// A stream that ends without a drain asked for is a failure: exit non-zero so the container restarts.
+worker.closed.then((error) => process.exit(error || !worker.draining ? 1 : 0));

@@ -1,0 +1,50 @@
+'use strict';
+// A small promise-based client of SchedulerService: submit, get, wait, cancel.
+const grpc = require('@grpc/grpc-js');
+const { loadLowtide } = require('./protos');
+const { fromMillis } = require('./duration');
+
+class SchedulerClient {
+  constructor(target) {
+    const lowtide = loadLowtide();
+    this._stub = new lowtide.SchedulerService(target, grpc.credentials.createInsecure());
+  }
+
+  _call(method, request) {
+    return new Promise((resolve, reject) => {
+      this._stub[method](request, (error, response) => (error ? reject(error) : resolve(response)));
+    });
+  }
+
+  /** Submits one task; `payload` is a Buffer or a string. Returns the stored task. */
+  async submit(activityType, payload = '', options = {}) {
+    const task = {
+      activity_type: activityType,
+      payload: Buffer.from(payload),
+      queue: options.queue || '',
+    };
+    if (options.maxAttempts) task.retry_policy = { max_attempts: options.maxAttempts };
+    if (options.heartbeatTimeoutMs) task.heartbeat_timeout = fromMillis(options.heartbeatTimeoutMs);
+    const response = await this._call('SubmitTask', { task });
+    return response.task;
+  }
+
+  async get(id) {
+    return (await this._call('GetTask', { id })).task;
+  }
+
+  /** Waits up to `timeoutMs` for the task to finish; returns it, finished or not. */
+  async wait(id, timeoutMs = 10000) {
+    return (await this._call('WaitTask', { id, timeout: fromMillis(timeoutMs) })).task;
+  }
+
+  async cancel(id) {
+    return (await this._call('CancelTask', { id })).task;
+  }
+
+  close() {
+    this._stub.close();
+  }
+}
+
+module.exports = { SchedulerClient };

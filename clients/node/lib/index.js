@@ -1,0 +1,6 @@
+'use strict';
+const { Worker, NonRetryableError } = require('./worker');
+const { SchedulerClient } = require('./client');
+const { loadLowtide, PROTO_DIR } = require('./protos');
+
+module.exports = { Worker, NonRetryableError, SchedulerClient, loadLowtide, PROTO_DIR };

@@ -1,0 +1,159 @@
+'use strict';
+// Runs against a real scheduler at LOWTIDE_TARGET (tests/deploy/test_node_worker.py starts one
+// and runs these). The scheduler there beats every 300 ms and loses a silent worker after 2 s.
+// For the drain test, that wrapper sends a Drain to any worker whose id starts with "drain-"
+// once it runs an attempt: the scheduler side of a drain, through the scheduler's own stream.
+const { test, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { setTimeout: sleep } = require('node:timers/promises');
+const { once } = require('node:events');
+const { Worker, NonRetryableError, SchedulerClient } = require('../lib');
+
+const target = process.env.LOWTIDE_TARGET;
+if (!target) throw new Error('set LOWTIDE_TARGET to a running scheduler (host:port); `make test` does');
+const client = new SchedulerClient(target);
+// A test that waits for something that never comes fails, with its name, instead of hanging;
+// whatever it left connected is closed at the end, so the process exits.
+const LIMIT = { timeout: 20000 };
+const workers = new Set();
+after(async () => {
+  await Promise.all([...workers].map((worker) => worker.close()));
+  client.close();
+});
+
+function newWorker(options) {
+  const worker = new Worker({ target, ...options });
+  workers.add(worker);
+  return worker;
+}
+
+// Each test has its own activity types, so no other test's worker takes its tasks.
+async function withWorker(options, body) {
+  const worker = newWorker(options);
+  try {
+    const welcome = await worker.start();
+    return await body(worker, welcome);
+  } finally {
+    await worker.stop();
+  }
+}
+
+async function finished(id) {
+  const task = await client.wait(id, 10000);
+  assert.notEqual(task.state, 'TASK_STATE_PENDING', `task ${id} still pending`);
+  assert.notEqual(task.state, 'TASK_STATE_RUNNING', `task ${id} still running`);
+  return task;
+}
+
+test('connects: the hello is answered by a welcome with the lease terms', LIMIT, async () => {
+  await withWorker({ workerId: 'node-hello', activities: { n_hello: async (p) => p } }, async (_worker, welcome) => {
+    assert.equal(welcome.worker_id, 'node-hello');
+    assert.ok(Number(welcome.heartbeat_interval.nanos) > 0 || Number(welcome.heartbeat_interval.seconds) > 0);
+    assert.ok(Number(welcome.lease_timeout.seconds) >= 1);
+  });
+});
+
+test('takes assigned tasks and reports their results in batches', LIMIT, async () => {
+  const tasks = [];
+  for (let i = 0; i < 20; i += 1) tasks.push(await client.submit('n_echo', `payload-${i}`));
+  const batches = [];
+  await withWorker({ slots: 8, activities: { n_echo: async (p) => Buffer.concat([p, Buffer.from('!')]) } }, async (worker) => {
+    worker.on('reported', (count) => batches.push(count));
+    for (const [i, submitted] of tasks.entries()) {
+      const task = await finished(submitted.id);
+      assert.equal(task.state, 'TASK_STATE_COMPLETED');
+      assert.equal(task.attempt, 1);
+      assert.equal(Buffer.from(task.result).toString(), `payload-${i}!`);
+    }
+  });
+  assert.equal(batches.reduce((a, b) => a + b, 0), 20);
+  // The backlog was there before the worker: its first claim fills all 8 slots at once, and
+  // those results travel together.
+  assert.ok(Math.max(...batches) > 1, `every result went alone: ${batches}`);
+});
+
+test('reports failures: retried per policy, or at once when non-retryable', LIMIT, async () => {
+  let calls = 0;
+  const activities = {
+    n_boom: async () => {
+      calls += 1;
+      throw new Error('boom');
+    },
+    n_fatal: async () => {
+      throw new NonRetryableError('cannot ever work');
+    },
+  };
+  await withWorker({ activities }, async () => {
+    const boom = await client.submit('n_boom', '', { maxAttempts: 2 });
+    const fatal = await client.submit('n_fatal', '', { maxAttempts: 5 });
+    // The retry waits out the default 1 s backoff.
+    let task = await client.wait(boom.id, 10000);
+    while (task.state === 'TASK_STATE_PENDING' || task.state === 'TASK_STATE_RUNNING') task = await client.wait(boom.id, 10000);
+    assert.equal(task.state, 'TASK_STATE_FAILED');
+    assert.equal(task.attempt, 2);
+    assert.equal(calls, 2);
+    assert.equal(task.last_failure.error_type, 'Error');
+    assert.equal(task.last_failure.message, 'boom');
+    task = await finished(fatal.id);
+    assert.equal(task.state, 'TASK_STATE_FAILED');
+    assert.equal(task.attempt, 1);
+    assert.equal(task.last_failure.error_type, 'NonRetryableError');
+  });
+});
+
+test('heartbeats keep an attempt longer than its heartbeat timeout alive', LIMIT, async () => {
+  const activities = { n_long: async () => { await sleep(2500); return 'done'; } };
+  await withWorker({ activities }, async () => {
+    // 600 ms without a heartbeat would fail the attempt; it runs 2.5 s, past the 2 s lease too.
+    const submitted = await client.submit('n_long', '', { heartbeatTimeoutMs: 600, maxAttempts: 1 });
+    const task = await finished(submitted.id);
+    assert.equal(task.state, 'TASK_STATE_COMPLETED', JSON.stringify(task.last_failure));
+    assert.equal(Buffer.from(task.result).toString(), 'done');
+  });
+});
+
+test('honours a cancel: the activity is aborted and its slot freed', LIMIT, async () => {
+  const activities = {
+    n_wait: (_payload, ctx) =>
+      new Promise((_resolve, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason))),
+    n_quick: async (p) => p,
+  };
+  await withWorker({ slots: 1, activities }, async (worker) => {
+    const assigned = once(worker, 'assigned');
+    const submitted = await client.submit('n_wait');
+    const [ctx] = await assigned;
+    assert.equal(ctx.taskId, submitted.id);
+    const cancelledEvent = once(worker, 'cancelled');
+    const cancelled = await client.cancel(submitted.id);
+    assert.equal(cancelled.state, 'TASK_STATE_CANCELLED');
+    const [ref] = await cancelledEvent;
+    assert.equal(ref.task_id, submitted.id);
+    assert.ok(ctx.signal.aborted);
+    // Its one slot is free again: the next task runs.
+    const quick = await client.submit('n_quick', 'next');
+    assert.equal((await finished(quick.id)).state, 'TASK_STATE_COMPLETED');
+    assert.equal((await client.get(submitted.id)).state, 'TASK_STATE_CANCELLED');
+  });
+});
+
+test('honours a drain: finishes what it runs, reports it, takes nothing new, closes', LIMIT, async () => {
+  const worker = newWorker({
+    workerId: `drain-${process.pid}`,
+    activities: { n_drain: async (p) => { await sleep(300); return p; } },
+  });
+  const drained = once(worker, 'drain');
+  await worker.start();
+  const running = await client.submit('n_drain', 'finish me');
+  const [reason] = await drained;
+  assert.ok(reason.length > 0);
+  const error = await worker.closed;
+  assert.equal(error, null);
+  const task = await finished(running.id);
+  assert.equal(task.state, 'TASK_STATE_COMPLETED');
+  assert.equal(Buffer.from(task.result).toString(), 'finish me');
+  const later = await client.submit('n_drain', 'nobody takes me');
+  // Nothing to poll for: the claim that must not happen would come within milliseconds.
+  await sleep(300);
+  assert.equal((await client.get(later.id)).state, 'TASK_STATE_PENDING');
+  await client.cancel(later.id);
+});

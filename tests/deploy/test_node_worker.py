@@ -1,0 +1,52 @@
+"""The Node.js worker library's own tests (`node --test` in clients/node), run against a real
+scheduler started here: connect, assignments, batched results, failures, heartbeats, cancel, drain."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+
+from lowtide_client._proto.lowtide.v1 import worker_pb2
+from scheduler_service.server import Scheduler
+from tests.deploy.node import NODE_DIR, ensure_node_modules, node_or_skip, run_bounded
+
+
+async def _drain_when_busy(scheduler: Scheduler) -> None:
+    """The scheduler side of a drain for the Node drain test: once a worker whose id starts with
+    "drain-" runs an attempt, it gets no more work and is sent a Drain on its stream."""
+    drained: set[str] = set()
+    while True:
+        for session in list(scheduler.registry):
+            if session.worker_id.startswith("drain-") and session.in_flight and session.worker_id not in drained:
+                drained.add(session.worker_id)
+                session.draining = True
+                session.send(worker_pb2.SchedulerMessage(drain=worker_pb2.Drain(reason="scheduler maintenance")))
+        await asyncio.sleep(0.02)
+
+
+async def test_node_worker_library_passes_its_tests_against_a_real_scheduler(scheduler: Scheduler) -> None:
+    node = node_or_skip()
+    await ensure_node_modules()
+    drainer = asyncio.create_task(_drain_when_busy(scheduler))
+    try:
+        code, out, err = await run_bounded(
+            node,
+            "--test",
+            "--test-reporter=tap",
+            "test/",
+            cwd=NODE_DIR,
+            env=dict(os.environ, LOWTIDE_TARGET=scheduler.target),
+            within=120,
+        )
+    finally:
+        drainer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await drainer
+    assert code == 0, f"node --test failed ({code}):\n{out}\n{err}"
+    passed = re.search(r"^# pass (\d+)$", out, re.MULTILINE)
+    failed = re.search(r"^# fail (\d+)$", out, re.MULTILINE)
+    assert passed and failed, out
+    assert int(passed.group(1)) >= 6, out
+    assert int(failed.group(1)) == 0, out
