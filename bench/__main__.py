@@ -1,6 +1,6 @@
 """`python -m bench`: one JSON object on stdout: lowtide against Procrastinate and PgQueuer on
 the same PostgreSQL, then lowtide's own figures (signal fan-out, cost-hold release, claim cost
-with a million held rows).
+with a million held rows, carbon saved by planned release over the 2020 GB trace).
 
 Progress and the workers' own warnings go to stderr. The exit status is 1 when a selected
 benchmark failed (its entry then holds `error`), 0 otherwise.
@@ -19,7 +19,16 @@ from collections.abc import Sequence
 from bench._machine import describe_machine
 from bench._pg import DEFAULT_SERVER_URL
 
-BENCHMARKS = ("lowtide", "procrastinate", "pgqueuer", "signal_fanout", "hold_release", "held_claim")
+BENCHMARKS = (
+    "lowtide",
+    "procrastinate",
+    "pgqueuer",
+    "signal_fanout",
+    "hold_release",
+    "held_claim",
+    "fixed_starts",
+    "carbon",
+)
 PEERS = ("procrastinate", "pgqueuer")
 
 
@@ -102,6 +111,14 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
         from bench.holds_bench import held_claim
 
         return await held_claim(args.database_url)
+    if name == "carbon":
+        from bench.carbon_bench import carbon_evaluation
+
+        return carbon_evaluation()
+    if name == "fixed_starts":
+        from bench.fixed_bench import fixed_precision
+
+        return await fixed_precision(args.database_url)
     if name == "procrastinate":
         from bench.procrastinate_bench import run_procrastinate as run_peer
     else:

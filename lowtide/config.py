@@ -120,6 +120,9 @@ class SignalConfig:
     replay_file: str = ""
     # At the trace's end: start again (true), or hold its last value (false).
     replay_loop: bool = True
+    # The replay's forecast is the trace ahead times (1 + this x N(0, 1)): 0.05 is about a real
+    # grid forecast's error, and 0 hands planners the future itself.
+    replay_forecast_error: float = 0.05
     # Empty base_url means the feed's public API.
     base_url: str = ""
     token: str = ""

@@ -36,7 +36,13 @@ def make_feed(config: SignalConfig) -> Feed | None:
                 start = datetime.fromisoformat(config.replay_start)
             except ValueError:
                 raise ConfigError(f"[signal] replay_start: {config.replay_start!r} is not an ISO 8601 time") from None
-        return Replay(load_trace(config.replay_file), speed=config.replay_speed, start=start, loop=config.replay_loop)
+        return Replay(
+            load_trace(config.replay_file),
+            speed=config.replay_speed,
+            start=start,
+            loop=config.replay_loop,
+            forecast_error=config.replay_forecast_error,
+        )
     if config.feed == "uk-carbon-intensity":
         http = HttpJson(config.base_url or uk_carbon_intensity.PUBLIC_URL, timeout=timeout)
         return UkCarbonIntensity(http, region=config.region)

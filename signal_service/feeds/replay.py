@@ -4,6 +4,10 @@ factor, from a chosen start, looping at the end or holding the last value.
 The position in the trace is a pure function of the time since the replay began, so a replay
 restarted with the same start plays the same values, and polling more or less often skips
 values rather than slowing the trace down.
+
+Its forecast is the trace ahead, 48 hours of it (as the UK Carbon Intensity API publishes), times
+(1 + forecast_error x N(0, 1)): a planner that used the trace's future itself would look better
+than any real forecast lets it be.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import bisect
 import csv
 import io
+import random
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -23,7 +28,7 @@ from signal_service.domain import Point, Reading
 BUNDLED = "gb_2020_carbon_intensity.csv"
 # Polls of a fast replay are at most this frequent, whatever the speed.
 _MIN_INTERVAL = 0.05
-_FORECAST_POINTS = 96
+_FORECAST_HORIZON = timedelta(hours=48)
 
 
 def read_trace(text: str, *, where: str) -> list[Point]:
@@ -67,10 +72,14 @@ class Replay:
         speed: float,
         start: datetime | None = None,
         loop: bool = True,
+        forecast_error: float = 0.0,
+        forecast_seed: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if speed <= 0:
             raise ConfigError("[signal] replay_speed: must be above 0")
+        if not forecast_error >= 0:
+            raise ConfigError("[signal] replay_forecast_error: must be 0 or more (0.05 is 5 %)")
         self._trace = list(trace)
         self._times = [p.at for p in self._trace]
         first, last = self._times[0], self._times[-1]
@@ -84,6 +93,8 @@ class Replay:
         self._span = last - first + self._step
         self._speed = speed
         self._loop = loop
+        self._forecast_error = forecast_error
+        self._forecast_seed = forecast_seed
         self._clock = clock
         self._began = clock()
 
@@ -107,18 +118,31 @@ class Replay:
         return Reading(point.value, datetime.now(UTC), self.unit)
 
     async def forecast(self) -> list[Point]:
-        """The rows ahead in the trace, at the wall-clock times the replay will reach them."""
+        """The rows ahead in the trace (48 hours of trace time), at the wall-clock times the
+        replay will reach them, with the configured error."""
         at = self.trace_time()
         now = datetime.now(UTC)
         index = self._index(at)
+        # The error is drawn afresh at each row (a new forecast is issued every half hour), and
+        # is the same for every poll within the row, so the forecast does not jitter between
+        # polls and a replay restarted with the same start forecasts the same.
+        noise = random.Random(f"{self._forecast_seed}:{self._times[index].isoformat()}")
         points = []
-        for ahead in range(1, _FORECAST_POINTS + 1):
+        ahead = 1
+        while True:
             position = index + ahead
             if position >= len(self._trace) and not self._loop:
                 break
             laps, position = divmod(position, len(self._trace))
             trace_at = self._times[position] + laps * self._span
-            points.append(Point(now + (trace_at - at) / self._speed, self._trace[position].value))
+            # Measured from the current row, as the grid APIs count from the current half hour.
+            if trace_at - self._times[index] >= _FORECAST_HORIZON:
+                break
+            value = self._trace[position].value
+            if self._forecast_error:
+                value = max(0.0, value * (1 + self._forecast_error * noise.gauss()))
+            points.append(Point(now + (trace_at - at) / self._speed, value))
+            ahead += 1
         return points
 
     def interval(self, refresh: float) -> float:

@@ -9,11 +9,13 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -201,7 +203,14 @@ def test_up_demo_shows_held_work_while_the_replayed_signal_is_high(tmp_path: Pat
     """`lowtide up --demo`: the replayed trace crosses its threshold and the live line shows it."""
     data_dir = tmp_path / "data"
     env = user_env(data_dir, f"127.0.0.1:{free_port()}")
-    env.update(LOWTIDE_SIGNAL_LISTEN=f"127.0.0.1:{free_port()}", LOWTIDE_LOG_LEVEL="WARNING")
+    scheduler_metrics, signal_metrics = free_port(), free_port()
+    env.update(
+        LOWTIDE_SIGNAL_LISTEN=f"127.0.0.1:{free_port()}",
+        LOWTIDE_LOG_LEVEL="WARNING",
+        LOWTIDE_SCHEDULER_METRICS_LISTEN=f"127.0.0.1:{scheduler_metrics}",
+        LOWTIDE_SIGNAL_METRICS_LISTEN=f"127.0.0.1:{signal_metrics}",
+        LOWTIDE_SCHEDULER_METRICS_INTERVAL="500ms",
+    )
     process = subprocess.Popen(
         [sys.executable, "-m", "lowtide", "up", "--demo"],
         env=env,
@@ -222,6 +231,8 @@ def test_up_demo_shows_held_work_while_the_replayed_signal_is_high(tmp_path: Pat
             lines.append(line)
             if "HIGH - holding train" in line and " held    0 " not in line:
                 break
+        # While it runs, both metrics ports answer with the documented names and live values.
+        scraped = {port: scrape(port) for port in (scheduler_metrics, signal_metrics)}
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
     finally:
@@ -236,3 +247,14 @@ def test_up_demo_shows_held_work_while_the_replayed_signal_is_high(tmp_path: Pat
     assert "lowtide is up" in text and "feed: replay" in text
     assert "low  - releasing" in text
     assert any("HIGH - holding train" in line and " held    0 " not in line for line in lines), text[-2000:]
+    assert re.search(r'^lowtide_queue_held_depth\{queue="default"\} [1-9]', scraped[scheduler_metrics], re.M)
+    assert re.search(r'^lowtide_cost_hold\{queue="default",signal="grid"\} 1\.0', scraped[scheduler_metrics], re.M)
+    assert re.search(r'^lowtide_tasks_dispatched_total\{pool="default"\} [1-9]', scraped[scheduler_metrics], re.M)
+    assert re.search(r'^lowtide_signal_value\{signal="grid",unit="gCO2/kWh"\} 2\d\d', scraped[signal_metrics], re.M)
+    assert re.search(r'^lowtide_signal_high\{signal="grid",unit="gCO2/kWh"\} 1\.0', scraped[signal_metrics], re.M)
+
+
+def scrape(port: int) -> str:
+    """The /metrics page, waiting up to a few seconds for a refresh with live figures."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return str(response.read().decode())
