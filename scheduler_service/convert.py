@@ -110,13 +110,45 @@ MISS_TO_PROTO = {MissPolicy.RUN_LATE: task_pb2.MISS_POLICY_RUN_LATE, MissPolicy.
 DEFAULT_TOLERANCE = timedelta(seconds=1)
 
 
+DEFAULT_DURATION = timedelta(minutes=30)
+
+
+def latest_start(
+    spec: task_pb2.TaskSpec, type_config: TypeConfig | None, max_defer: timedelta | None, now: datetime
+) -> tuple[datetime | None, timedelta | None]:
+    """The latest start of a task that may be deferred, and its estimated run time."""
+    if spec.HasField("deadline") and spec.HasField("latest_start"):
+        raise InvalidArgument("deadline", "give deadline or latest_start, not both")
+    duration = optional_duration("", spec, "estimated_duration")
+    if duration is None and type_config is not None:
+        duration = type_config.estimated_duration
+    latest: datetime | None = None
+    for field_name in ("deadline", "latest_start"):
+        if spec.HasField(field_name):
+            stamp = getattr(spec, field_name)
+            if not 0 <= stamp.nanos < 1_000_000_000 or not 0 < stamp.seconds < 253402300800:
+                raise InvalidArgument(field_name, "is not a valid timestamp")
+            latest = stamp.ToDatetime(tzinfo=UTC)
+            if field_name == "deadline":
+                if duration is None:
+                    raise InvalidArgument("estimated_duration", "is required with a deadline (the latest finish)")
+                latest -= duration
+            if latest < now:
+                raise InvalidArgument(field_name, "leaves no time to run: it is in the past")
+            if latest - now > MAX_DURATION:
+                raise InvalidArgument(field_name, f"must be at most {MAX_DURATION.days} days ahead")
+    if max_defer is not None:
+        bound = now + max_defer
+        latest = bound if latest is None else min(latest, bound)
+    return latest, (duration or DEFAULT_DURATION) if latest is not None else duration
+
+
 def fixed_start(spec: task_pb2.TaskSpec, type_config: TypeConfig | None, now: datetime) -> FixedStart | None:
     """The fixed start a spec asks for, validated; None for a regular task."""
     has_at, has_in = spec.HasField("start_at"), spec.HasField("start_in")
     if not (has_at or has_in):
-        for extra in ("start_tolerance", "estimated_duration"):
-            if spec.HasField(extra):
-                raise InvalidArgument(extra, "only for a fixed start: set start_at or start_in too")
+        if spec.HasField("start_tolerance"):
+            raise InvalidArgument("start_tolerance", "only for a fixed start: set start_at or start_in too")
         if spec.on_miss != task_pb2.MISS_POLICY_UNSPECIFIED:
             raise InvalidArgument("on_miss", "only for a fixed start: set start_at or start_in too")
         return None
@@ -184,6 +216,11 @@ def new_task(
     if type_config is not None:
         max_defer = type_config.max_defer if max_defer is None else max_defer
         schedule_to_start = type_config.schedule_to_start if schedule_to_start is None else schedule_to_start
+    moment = now or datetime.now(UTC)
+    fixed = fixed_start(spec, type_config, moment)
+    latest, duration = (None, None) if fixed else latest_start(spec, type_config, max_defer, moment)
+    if fixed and (spec.HasField("deadline") or spec.HasField("latest_start")):
+        raise InvalidArgument("deadline", "a fixed start has no deadline: its start is fixed")
     return NewTask(
         queue=name("queue", spec.queue, default="default"),
         kind=PROTO_TO_KIND[spec.kind],
@@ -197,9 +234,11 @@ def new_task(
         heartbeat=optional_duration("", spec, "heartbeat_timeout"),
         max_defer=max_defer,
         pool=name("pool", spec.pool, default="default"),
-        fixed=fixed_start(spec, type_config, now or datetime.now(UTC)),
+        fixed=fixed,
         depends_on=dependencies(spec.depends_on),
         resources=validate_resources(dict(spec.resources), resources or {}) or None,
+        latest_start=latest,
+        duration=duration,
     )
 
 
@@ -290,4 +329,8 @@ def task_message(row: Mapping[str, Any]) -> task_pb2.Task:
         dependencies_pending=max(0, row.get("deps_pending") or 0),
         shed_reason=row.get("shed_reason") or "",
         resources=row.get("resources") or {},
+        latest_start=_timestamp(row.get("latest_start")),
+        planned_release_at=_timestamp(row.get("planned_release_at")),
+        planned_intensity=row.get("planned_intensity"),
+        plan_reason=row.get("plan_reason") or "",
     )

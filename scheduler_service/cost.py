@@ -14,6 +14,7 @@ import logging
 import random
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 import grpc
 
@@ -27,6 +28,7 @@ from scheduler_service.domain.holds import (
     held_types,
     next_hold,
 )
+from scheduler_service.domain.planning import Forecast
 
 log = logging.getLogger("lowtide.scheduler.cost")
 
@@ -52,6 +54,11 @@ class CostHolds:
         self.state = HoldState(True, clock(), NO_SIGNAL)
         self.connected = False
         self._recheck: asyncio.TimerHandle | None = None
+        # The feed's forecast as of the latest state (None: the feed gives none), and where from.
+        self.forecast: Forecast | None = None
+        self.forecast_source = ""
+        # Grows with every new forecast, so the planner knows when to plan again.
+        self.forecast_version = 0
 
     @property
     def value(self) -> float | None:
@@ -113,6 +120,8 @@ class CostHolds:
                                 version=state.version,
                             )
                         )
+                        # After the state is applied (a fall releases work at once), not before.
+                        await self._refresh_forecast(client, state)
             except grpc.aio.AioRpcError as error:
                 if not warned:
                     log.warning(
@@ -123,6 +132,24 @@ class CostHolds:
             self.connected = False
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 5.0)
+
+    async def _refresh_forecast(self, client: SignalClient, state: Any) -> None:
+        """Reads the forecast that goes with a new state. The current value is put in front as
+        a point at `now`, since the feed's points start at the next interval."""
+        try:
+            points = await client.forecast(self.signal_name)
+        except grpc.aio.AioRpcError:
+            return
+        now = self._clock()
+        pairs = [(p.at.ToDatetime(tzinfo=UTC), p.value) for p in points]
+        pairs = [(at, value) for at, value in pairs if at > now]
+        if state.HasField("value"):
+            pairs.insert(0, (now, state.value))
+        forecast = Forecast.of(pairs) if len(pairs) > 1 else None
+        if forecast != self.forecast:
+            self.forecast = forecast
+            self.forecast_source = state.source
+            self.forecast_version += 1
 
     def close(self) -> None:
         if self._recheck is not None:

@@ -22,6 +22,7 @@ from scheduler_service.store import Store, attempt_of
 
 if TYPE_CHECKING:
     from scheduler_service.metrics import SchedulerMetrics
+    from scheduler_service.release_planning import ReleasePlanner
     from scheduler_service.schedules import ScheduleMaterializer
 
 log = logging.getLogger("lowtide.scheduler.maintenance")
@@ -52,6 +53,8 @@ class Maintenance:
         self._metrics = metrics
         # Recurring schedules, set by the server: their fire times become tasks on the leader.
         self.schedules: ScheduleMaterializer | None = None
+        # Planned release of held tasks with a latest start, on the forecast (set by the server).
+        self.planner: ReleasePlanner | None = None
         self._store = store
         self._registry = registry
         self._holder = holder
@@ -79,6 +82,8 @@ class Maintenance:
     async def tick(self, now: datetime | None = None) -> None:
         if self.schedules is not None:
             await self.schedules.tick(now)
+        if self.planner is not None:
+            await self.planner.tick()
         await self._store.expire_schedule_to_start()
         await self._apply_misses()
         expired = await self._store.expired_attempts()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
@@ -20,6 +21,8 @@ from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
 from scheduler_service.domain.fixed import Refused, reservation_capacity
 from scheduler_service.domain.model import NewTask
+from scheduler_service.domain.planning import PlanTask
+from scheduler_service.release_planning import ReleasePlanner, deferrable, plan_tasks, release_time
 from scheduler_service.schedules_api import ScheduleApi
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Overload, Store, Submitted
@@ -46,6 +49,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         self._finished = asyncio.Condition()
         self.fixed: FixedStarts | None = None
         self.metrics: SchedulerMetrics | None = None
+        self.planner: ReleasePlanner | None = None
 
     async def task_finished(self) -> None:
         """Called when attempts were applied, so waiters look again at once."""
@@ -74,7 +78,35 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
                 limits[queue] = Overload(settings.max_depth, settings.overflow, held)
         return limits
 
+    def _plan(self, tasks: list[NewTask]) -> list[NewTask]:
+        """Plans the release of each new task that may wait for a cheaper window, on its own
+        (the leader plans them all together, with the pool's capacity, on the next forecast)."""
+        holds = self._dispatcher.holds
+        if holds.forecast is None or self.planner is None:
+            return tasks
+        out = []
+        for index, task in enumerate(tasks):
+            if (
+                task.latest_start is None
+                or task.duration is None
+                or not deferrable(holds, task.queue, task.activity_type, task.kind.value)
+            ):
+                out.append(task)
+                continue
+            alone = PlanTask(index, datetime.now(UTC), task.latest_start, task.duration)
+            [release] = plan_tasks(holds, [alone], self.planner.capacity([task.activity_type]))
+            out.append(
+                replace(
+                    task,
+                    planned_release_at=release_time(release),
+                    planned_intensity=release.expected_intensity,
+                    plan_reason=release.reason,
+                )
+            )
+        return out
+
     async def _insert(self, tasks: list[NewTask]) -> list[Submitted]:
+        tasks = self._plan(tasks)
         try:
             submitted = await self._store.insert_tasks(
                 tasks, signal=self._dispatcher.holds.value, capacity=self._capacity, overload=self._overload(tasks)
@@ -217,6 +249,9 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             hold_deadline=row["hold_deadline"],
             released_by=row["released_by"],
             dependencies_pending=max(0, row["deps_pending"]),
+            planned_release_at=row["planned_release_at"],
+            planned_intensity=row["planned_intensity"],
+            plan_reason=row["plan_reason"],
         )
         pending = row["state"] == "pending"
         env = Surroundings(

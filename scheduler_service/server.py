@@ -31,6 +31,7 @@ from scheduler_service.keda import SERVICE_NAME as KEDA_SERVICE
 from scheduler_service.keda import add_keda_scaler
 from scheduler_service.maintenance import Maintenance
 from scheduler_service.metrics import SchedulerMetrics
+from scheduler_service.release_planning import ReleasePlanner
 from scheduler_service.scheduler_api import SchedulerApi
 from scheduler_service.schedules import ScheduleMaterializer
 from scheduler_service.sessions import Registry
@@ -248,6 +249,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         metrics=metrics,
     )
     maintenance.schedules = ScheduleMaterializer(store, config)
+    maintenance.planner = api.planner = ReleasePlanner(store, registry, holds, config)
     options = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),

@@ -147,13 +147,18 @@ class Store:
             "start_to_close_ms": [_ms(t.start_to_close) for t in tasks],
             "heartbeat_ms": [_ms(t.heartbeat) for t in tasks],
             "max_defer_ms": [_ms(t.max_defer) for t in tasks],
+            # The duration of a task with a latest start (for planning), or a fixed start's estimate.
+            "estimated_duration_ms": [_ms(t.fixed.estimated_duration) if t.fixed else _ms(t.duration) for t in tasks],
             "pools": [t.pool for t in tasks],
             "start_ats": [t.fixed.start_at if t.fixed else None for t in tasks],
             "start_tolerance_ms": [_ms(t.fixed.tolerance) if t.fixed else None for t in tasks],
             "on_miss": [t.fixed.on_miss.value if t.fixed else None for t in tasks],
-            "estimated_duration_ms": [_ms(t.fixed.estimated_duration) if t.fixed else None for t in tasks],
             "deps_pending": [0] * len(tasks),
             "resources": [json.dumps(dict(t.resources)) if t.resources else None for t in tasks],
+            "latest_starts": [t.latest_start for t in tasks],
+            "planned_release_ats": [t.planned_release_at for t in tasks],
+            "planned_intensities": [t.planned_intensity for t in tasks],
+            "plan_reasons": [t.plan_reason for t in tasks],
             "signal": signal,
         }
         keys = [t.idempotency_key for t in tasks if t.idempotency_key]
@@ -570,3 +575,19 @@ class Store:
             if not chosen:
                 return []
             return await tx.fetch(Q["claim_by_ids"], {"ids": chosen, "worker_id": worker_id, "signal": signal})
+
+    async def plannable_tasks(self) -> list[Row]:
+        return await self.db.fetch(Q["plannable_tasks"])
+
+    async def apply_plans(self, plans: Sequence[tuple[int, datetime | None, float | None, str]]) -> None:
+        if not plans:
+            return
+        await self.db.execute(
+            Q["apply_plans"],
+            {
+                "ids": [p[0] for p in plans],
+                "release_ats": [p[1] for p in plans],
+                "intensities": [p[2] for p in plans],
+                "reasons": [p[3] for p in plans],
+            },
+        )

@@ -22,6 +22,9 @@ class TaskFacts:
     hold_deadline: datetime | None = None
     released_by: str | None = None
     dependencies_pending: int = 0
+    planned_release_at: datetime | None = None
+    planned_intensity: float | None = None
+    plan_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,10 @@ def explain(task: TaskFacts, env: Surroundings) -> tuple[str, list[str]]:
         count = task.dependencies_pending
         parts.append(f"waiting for {count} dependenc{'y' if count == 1 else 'ies'} to complete")
         codes.append("dependencies")
+    elif task.planned_release_at is not None and task.attempt == 0 and task.run_at > env.now:
+        expected = f", forecast mean {task.planned_intensity:g}" if task.planned_intensity is not None else ""
+        parts.append(f"planned release at {_at(task.planned_release_at)}{expected}: {task.plan_reason}")
+        codes.append("planned_release")
     elif task.run_at > env.now:
         wait = (task.run_at - env.now) / timedelta(seconds=1)
         parts.append(f"waiting for retry backoff until {_at(task.run_at)} ({wait:.1f}s)")

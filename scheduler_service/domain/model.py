@@ -58,6 +58,13 @@ class NewTask:
     fixed: FixedStart | None = None
     depends_on: tuple[int, ...] = ()
     resources: Mapping[str, int] | None = None
+    # The latest start (from a deadline, latest_start or max_defer) and its estimated run time.
+    latest_start: datetime | None = None
+    duration: timedelta | None = None
+    # Set at submission when a forecast plans the release.
+    planned_release_at: datetime | None = None
+    planned_intensity: float | None = None
+    plan_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

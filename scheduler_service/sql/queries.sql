@@ -5,7 +5,8 @@ INSERT INTO lowtide.tasks (
     max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable_error_types,
     schedule_to_start_ms, start_to_close_ms, heartbeat_ms, schedule_to_start_deadline,
     max_defer_ms, hold_deadline, signal_at_submit,
-    pool, start_at, start_tolerance_ms, on_miss, estimated_duration_ms, run_at, deps_pending, resources
+    pool, start_at, start_tolerance_ms, on_miss, estimated_duration_ms, run_at, deps_pending, resources,
+    latest_start, planned_release_at, planned_intensity, plan_reason
 )
 SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_key,
        n.max_attempts, n.initial_backoff_ms, n.backoff_coefficient, n.max_backoff_ms,
@@ -17,11 +18,13 @@ SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_ke
        n.max_defer_ms,
        -- Fixed starts are never held: their start was promised at admission.
        CASE WHEN n.kind = 'activity' AND n.start_at IS NULL
-            THEN now() + n.max_defer_ms * interval '1 millisecond' END,
+            THEN LEAST(n.latest_start, n.planned_release_at) END,
        %(signal)s::float8,
        n.pool, n.start_at, n.start_tolerance_ms, n.on_miss, n.estimated_duration_ms,
-       CASE WHEN n.deps_pending > 0 THEN '9999-01-01 00:00:00+00'::timestamptz ELSE COALESCE(n.start_at, now()) END,
-       n.deps_pending, n.resources::jsonb
+       CASE WHEN n.deps_pending > 0 THEN '9999-01-01 00:00:00+00'::timestamptz
+            ELSE COALESCE(n.start_at, GREATEST(n.planned_release_at, now()), now()) END,
+       n.deps_pending, n.resources::jsonb,
+       n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason
 FROM unnest(
     %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
     %(priorities)s::int[], %(idempotency_keys)s::text[], %(max_attempts)s::int[],
@@ -29,11 +32,14 @@ FROM unnest(
     %(non_retryable)s::text[], %(schedule_to_start_ms)s::bigint[], %(start_to_close_ms)s::bigint[],
     %(heartbeat_ms)s::bigint[], %(max_defer_ms)s::bigint[], %(pools)s::text[],
     %(start_ats)s::timestamptz[], %(start_tolerance_ms)s::bigint[], %(on_miss)s::text[],
-    %(estimated_duration_ms)s::bigint[], %(deps_pending)s::int[], %(resources)s::text[]
+    %(estimated_duration_ms)s::bigint[], %(deps_pending)s::int[], %(resources)s::text[],
+    %(latest_starts)s::timestamptz[], %(planned_release_ats)s::timestamptz[], %(planned_intensities)s::float8[],
+    %(plan_reasons)s::text[]
 ) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, idempotency_key, max_attempts,
                       initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable,
                       schedule_to_start_ms, start_to_close_ms, heartbeat_ms, max_defer_ms, pool,
-                      start_at, start_tolerance_ms, on_miss, estimated_duration_ms, deps_pending, resources, ord)
+                      start_at, start_tolerance_ms, on_miss, estimated_duration_ms, deps_pending, resources,
+                      latest_start, planned_release_at, planned_intensity, plan_reason, ord)
 ORDER BY n.ord
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key
@@ -612,3 +618,24 @@ RETURNING t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_at
           t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
           t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
           t.start_hit, t.pool
+
+-- plannable_tasks --
+-- Pending first attempts with a latest start: the tasks whose release the planner chooses.
+SELECT id, queue, activity_type, kind, created_at, latest_start, estimated_duration_ms
+FROM lowtide.tasks
+WHERE state = 'pending' AND attempt = 0 AND latest_start IS NOT NULL AND start_at IS NULL
+  AND deps_pending = 0
+ORDER BY latest_start
+LIMIT 5000
+
+-- apply_plans --
+-- Moves planned tasks' release (never past their latest start) and records why.
+UPDATE lowtide.tasks t
+SET run_at = CASE WHEN p.release_at IS NULL THEN t.run_at ELSE GREATEST(p.release_at, now()) END,
+    hold_deadline = LEAST(t.latest_start, p.release_at),
+    planned_release_at = p.release_at,
+    planned_intensity = p.intensity,
+    plan_reason = p.reason
+FROM unnest(%(ids)s::bigint[], %(release_ats)s::timestamptz[], %(intensities)s::float8[], %(reasons)s::text[])
+     AS p(id, release_at, intensity, reason)
+WHERE t.id = p.id AND t.state = 'pending' AND t.attempt = 0

@@ -114,6 +114,8 @@ class Client:
         estimated_duration: timedelta | None = None,
         depends_on: Sequence[int] = (),
         resources: Mapping[str, int] | None = None,
+        deadline: datetime | None = None,
+        latest_start: datetime | None = None,
     ) -> task_pb2.Task:
         """Submit one task and return it as stored.
 
@@ -144,6 +146,8 @@ class Client:
             estimated_duration=estimated_duration,
             depends_on=depends_on,
             resources=resources,
+            deadline=deadline,
+            latest_start=latest_start,
         )
         response: scheduler_pb2.SubmitTaskResponse = await self._call(
             "SubmitTask", scheduler_pb2.SubmitTaskRequest(task=spec)

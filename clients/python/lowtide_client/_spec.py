@@ -42,6 +42,8 @@ def task_spec(
     estimated_duration: timedelta | None = None,
     depends_on: Sequence[int] = (),
     resources: Mapping[str, int] | None = None,
+    deadline: datetime | None = None,
+    latest_start: datetime | None = None,
 ) -> task_pb2.TaskSpec:
     """Describe one task to submit.
 
@@ -94,6 +96,11 @@ def task_spec(
     if max_defer is not None:
         spec.max_defer.CopyFrom(_duration("max_defer", max_defer))
     spec.depends_on.extend(depends_on)
+    for field_name, moment in (("deadline", deadline), ("latest_start", latest_start)):
+        if moment is not None:
+            if moment.tzinfo is None:
+                raise ValueError(f"{field_name} must be timezone-aware")
+            getattr(spec, field_name).FromDatetime(moment)
     for name, amount in (resources or {}).items():
         spec.resources[name] = amount
     _fixed_start(

@@ -180,6 +180,8 @@ class TaskSpec(_message.Message):
     ESTIMATED_DURATION_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
     RESOURCES_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
+    LATEST_START_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """"default" when empty"""
     kind: Global___TaskKind.ValueType
@@ -241,6 +243,15 @@ class TaskSpec(_message.Message):
         [resources]. The task runs only when they are free.
         """
 
+    @_builtins.property
+    def deadline(self) -> _timestamp_pb2.Timestamp:
+        """For a cost-deferrable task: finish by `deadline` (latest start = deadline minus
+        estimated_duration) or start by `latest_start`. The scheduler then plans its release at the
+        cheapest forecast window before it, and it never starts later because of a hold.
+        """
+
+    @_builtins.property
+    def latest_start(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
@@ -263,10 +274,12 @@ class TaskSpec(_message.Message):
         estimated_duration: _duration_pb2.Duration | None = ...,
         depends_on: _abc.Iterable[_builtins.int] | None = ...,
         resources: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        deadline: _timestamp_pb2.Timestamp | None = ...,
+        latest_start: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "latest_start", b"latest_start", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "max_defer", b"max_defer", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "resources", b"resources", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "deadline", b"deadline", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "latest_start", b"latest_start", "max_defer", b"max_defer", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "resources", b"resources", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -411,6 +424,10 @@ class Task(_message.Message):
     DEPENDENCIES_PENDING_FIELD_NUMBER: _builtins.int
     SHED_REASON_FIELD_NUMBER: _builtins.int
     RESOURCES_FIELD_NUMBER: _builtins.int
+    LATEST_START_FIELD_NUMBER: _builtins.int
+    PLANNED_RELEASE_AT_FIELD_NUMBER: _builtins.int
+    PLANNED_INTENSITY_FIELD_NUMBER: _builtins.int
+    PLAN_REASON_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     queue: _builtins.str
     kind: Global___TaskKind.ValueType
@@ -440,6 +457,8 @@ class Task(_message.Message):
     """Dependencies not completed yet; the task is not due while this is above zero."""
     shed_reason: _builtins.str
     """Why the task was shed (queue over max_depth), when it was."""
+    planned_intensity: _builtins.float
+    plan_reason: _builtins.str
     @_builtins.property
     def retry_policy(self) -> Global___RetryPolicy: ...
     @_builtins.property
@@ -472,6 +491,12 @@ class Task(_message.Message):
     def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def resources(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    @_builtins.property
+    def latest_start(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def planned_release_at(self) -> _timestamp_pb2.Timestamp:
+        """When the scheduler plans to release the task, the forecast mean over its run then, and why."""
+
     def __init__(
         self,
         *,
@@ -512,17 +537,25 @@ class Task(_message.Message):
         dependencies_pending: _builtins.int = ...,
         shed_reason: _builtins.str = ...,
         resources: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        latest_start: _timestamp_pb2.Timestamp | None = ...,
+        planned_release_at: _timestamp_pb2.Timestamp | None = ...,
+        planned_intensity: _builtins.float | None = ...,
+        plan_reason: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "created_at", b"created_at", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "last_failure", b"last_failure", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity", "_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "created_at", b"created_at", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "last_failure", b"last_failure", "latest_start", b"latest_start", "max_defer", b"max_defer", "planned_intensity", b"planned_intensity", "planned_release_at", b"planned_release_at", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "dependencies_pending", b"dependencies_pending", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "max_defer", b"max_defer", "miss_reason", b"miss_reason", "missed", b"missed", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "resources", b"resources", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "shed_reason", b"shed_reason", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity", "_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "dependencies_pending", b"dependencies_pending", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "latest_start", b"latest_start", "max_defer", b"max_defer", "miss_reason", b"miss_reason", "missed", b"missed", "on_miss", b"on_miss", "payload", b"payload", "plan_reason", b"plan_reason", "planned_intensity", b"planned_intensity", "planned_release_at", b"planned_release_at", "pool", b"pool", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "resources", b"resources", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "shed_reason", b"shed_reason", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__planned_intensity: _TypeAlias = _typing.Literal["planned_intensity"]  # noqa: Y015
+    _WhichOneofArgType__planned_intensity: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity"]  # noqa: Y015
     _WhichOneofReturnType__signal_at_dispatch: _TypeAlias = _typing.Literal["signal_at_dispatch"]  # noqa: Y015
     _WhichOneofArgType__signal_at_dispatch: _TypeAlias = _typing.Literal["_signal_at_dispatch", b"_signal_at_dispatch"]  # noqa: Y015
     _WhichOneofReturnType__signal_at_submit: _TypeAlias = _typing.Literal["signal_at_submit"]  # noqa: Y015
     _WhichOneofArgType__signal_at_submit: _TypeAlias = _typing.Literal["_signal_at_submit", b"_signal_at_submit"]  # noqa: Y015
     _WhichOneofReturnType__start_hit: _TypeAlias = _typing.Literal["start_hit"]  # noqa: Y015
     _WhichOneofArgType__start_hit: _TypeAlias = _typing.Literal["_start_hit", b"_start_hit"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__planned_intensity) -> _WhichOneofReturnType__planned_intensity | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__signal_at_dispatch) -> _WhichOneofReturnType__signal_at_dispatch | None: ...
     @_typing.overload

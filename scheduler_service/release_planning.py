@@ -1,0 +1,85 @@
+"""Planned release of held tasks with a latest start, on the signal's forecast.
+
+A task that may wait (a cost-deferrable type with a deadline, a latest start or a max_defer) is
+released at the cheapest window the forecast shows before its latest start, rather than at the
+first moment the signal dips under the threshold. Its plan moves its `run_at` (so nothing claims
+it before) and its hold deadline (so a hold still on then does not keep it longer). The leader
+plans all such tasks again whenever a new forecast arrives, with the pool's capacity, so many
+tasks do not pile into one window; a submission is planned on its own at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+
+from lowtide.config import Config
+from scheduler_service.cost import CostHolds
+from scheduler_service.domain.planning import Capacity, Plan, PlanKind, PlanTask, plan
+from scheduler_service.sessions import Registry
+from scheduler_service.store import Store
+
+log = logging.getLogger("lowtide.scheduler.planning")
+
+# Plan again at least this often (forecasts drift even when their version does not move).
+REPLAN_EVERY = 60.0
+
+
+def plan_tasks(holds: CostHolds, tasks: Sequence[PlanTask], capacity: int, now: datetime | None = None) -> list[Plan]:
+    now = now or datetime.now(UTC)
+    low = not holds.state.active
+    return plan(tasks, holds.forecast, Capacity(max(1, capacity)), now, signal_low=low)
+
+
+def release_time(release: Plan) -> datetime | None:
+    """When the plan moves the task's release; None for the threshold fallback, which leaves it
+    to the hold (released when the signal falls, at the latest at the latest start)."""
+    return None if release.kind is PlanKind.THRESHOLD else release.release_at
+
+
+def deferrable(holds: CostHolds, queue: str, activity_type: str, kind: str) -> bool:
+    return kind == "activity" and activity_type in holds.config.for_queue(queue)
+
+
+class ReleasePlanner:
+    def __init__(self, store: Store, registry: Registry, holds: CostHolds, config: Config) -> None:
+        self._store = store
+        self._registry = registry
+        self._holds = holds
+        self._config = config
+        self._planned_version = -1
+        self._planned_at = 0.0
+
+    def capacity(self, types: Iterable[str]) -> int:
+        """Slots of the connected workers that run any of these types."""
+        wanted = set(types)
+        return sum(s.slots for s in self._registry if wanted & set(s.activity_types))
+
+    async def tick(self) -> None:
+        """Plans again when the forecast changed (or a while has passed); leader only."""
+        fresh = self._holds.forecast_version != self._planned_version
+        if not fresh and time.monotonic() - self._planned_at < REPLAN_EVERY:
+            return
+        self._planned_version = self._holds.forecast_version
+        self._planned_at = time.monotonic()
+        rows = [
+            r
+            for r in await self._store.plannable_tasks()
+            if deferrable(self._holds, r["queue"], r["activity_type"], r["kind"])
+        ]
+        if not rows:
+            return
+        tasks = [
+            PlanTask(
+                r["id"],
+                r["created_at"],
+                r["latest_start"],
+                timedelta(milliseconds=r["estimated_duration_ms"] or 30 * 60 * 1000),
+            )
+            for r in rows
+        ]
+        plans = plan_tasks(self._holds, tasks, self.capacity(r["activity_type"] for r in rows))
+        await self._store.apply_plans([(p.task_id, release_time(p), p.expected_intensity, p.reason) for p in plans])
+        log.info("planning.planned", extra={"tasks": len(plans), "forecast": self._holds.forecast_source or "none"})
