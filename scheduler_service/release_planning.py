@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from lowtide.config import Config
 from scheduler_service.cost import CostHolds
-from scheduler_service.domain.planning import Capacity, Plan, PlanKind, PlanTask, plan
+from scheduler_service.domain.planning import Capacity, Commitment, Plan, PlanKind, PlanTask, plan
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 
@@ -27,10 +27,16 @@ log = logging.getLogger("lowtide.scheduler.planning")
 REPLAN_EVERY = 60.0
 
 
-def plan_tasks(holds: CostHolds, tasks: Sequence[PlanTask], capacity: int, now: datetime | None = None) -> list[Plan]:
+def plan_tasks(
+    holds: CostHolds,
+    tasks: Sequence[PlanTask],
+    capacity: int,
+    now: datetime | None = None,
+    committed: Sequence[Commitment] = (),
+) -> list[Plan]:
     now = now or datetime.now(UTC)
     low = not holds.state.active
-    return plan(tasks, holds.forecast, Capacity(max(1, capacity)), now, signal_low=low)
+    return plan(tasks, holds.forecast, Capacity(max(1, capacity), tuple(committed)), now, signal_low=low)
 
 
 def release_time(release: Plan) -> datetime | None:
@@ -80,6 +86,8 @@ class ReleasePlanner:
             )
             for r in rows
         ]
-        plans = plan_tasks(self._holds, tasks, self.capacity(r["activity_type"] for r in rows))
+        # Fixed starts were promised capacity at admission: a plan leaves their windows to them.
+        committed = [Commitment(r["window_start"], r["window_end"]) for r in await self._store.live_reservations()]
+        plans = plan_tasks(self._holds, tasks, self.capacity(r["activity_type"] for r in rows), committed=committed)
         await self._store.apply_plans([(p.task_id, release_time(p), p.expected_intensity, p.reason) for p in plans])
         log.info("planning.planned", extra={"tasks": len(plans), "forecast": self._holds.forecast_source or "none"})

@@ -591,3 +591,6 @@ class Store:
                 "reasons": [p[3] for p in plans],
             },
         )
+
+    async def live_reservations(self) -> list[Row]:
+        return await self.db.fetch(Q["live_reservations"])

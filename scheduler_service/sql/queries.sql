@@ -639,3 +639,10 @@ SET run_at = CASE WHEN p.release_at IS NULL THEN t.run_at ELSE GREATEST(p.releas
 FROM unnest(%(ids)s::bigint[], %(release_ats)s::timestamptz[], %(intensities)s::float8[], %(reasons)s::text[])
      AS p(id, release_at, intensity, reason)
 WHERE t.id = p.id AND t.state = 'pending' AND t.attempt = 0
+
+-- live_reservations --
+-- The windows of admitted fixed starts not finished yet (capacity a release plan must leave).
+SELECT r.window_start, r.window_end
+FROM lowtide.reservations r
+JOIN lowtide.tasks t ON t.id = r.task_id AND t.state IN ('pending', 'running')
+WHERE r.window_end > now()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lowtide.config import Config, CostConfig, SignalConfig
-from lowtide_client import Client, SignalClient, TaskState, Worker
+from lowtide_client import Client, SignalClient, Task, TaskState, Worker
 from scheduler_service.domain.planning import Forecast
 from scheduler_service.server import Scheduler, start_scheduler
 from signal_service.server import SignalServer, start_signal_service
@@ -152,3 +152,38 @@ async def _planned_near(client: Client, task_id: int, when: datetime) -> bool:
     if not task.HasField("planned_release_at"):
         return False
     return abs(task.planned_release_at.ToDatetime(tzinfo=UTC) - when) < timedelta(minutes=1)
+
+
+async def test_a_plan_leaves_fixed_start_reservations_their_capacity(static: Services) -> None:
+    holds = static.scheduler.dispatcher.holds
+    now = datetime.now(UTC)
+    cheap, next_best = now + timedelta(minutes=60), now + timedelta(minutes=90)  # 50, then 80
+    async with Client(static.scheduler.target) as client:
+        # A fixed start holds the only slot over the cheapest window.
+        await client.submit("report", start_at=cheap, estimated_duration=timedelta(minutes=10))
+        task = await client.submit(
+            "train", latest_start=now + timedelta(hours=2), estimated_duration=timedelta(minutes=10)
+        )
+        holds.forecast = Forecast.of(
+            [
+                (now, 300.0),
+                (cheap - timedelta(minutes=5), 50.0),
+                (cheap + timedelta(minutes=20), 300.0),
+                (next_best, 80.0),
+                (next_best + timedelta(minutes=20), 300.0),
+                (now + timedelta(hours=3), 300.0),
+            ]
+        )
+        holds.forecast_version += 1
+        # Not in the reserved window: the plan takes the cheapest start after it instead.
+        planned = await eventually(lambda: _planned_after(client, task.id, cheap + timedelta(minutes=10)))
+    assert planned is not None
+    assert planned.planned_intensity < 80
+    assert "the pool is full" in planned.plan_reason
+
+
+async def _planned_after(client: Client, task_id: int, when: datetime) -> Task | None:
+    task = await client.get(task_id)
+    if task.HasField("planned_release_at") and task.planned_release_at.ToDatetime(tzinfo=UTC) >= when:
+        return task
+    return None
