@@ -27,6 +27,7 @@ BENCHMARKS = (
     "hold_release",
     "held_claim",
     "fixed_starts",
+    "live_carbon",
     "carbon",
 )
 PEERS = ("procrastinate", "pgqueuer")
@@ -115,6 +116,10 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
         from bench.carbon_bench import carbon_evaluation
 
         return carbon_evaluation()
+    if name == "live_carbon":
+        from bench.live_carbon_bench import live_carbon
+
+        return await live_carbon(args.database_url)
     if name == "fixed_starts":
         from bench.fixed_bench import fixed_precision
 

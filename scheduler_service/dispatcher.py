@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2
@@ -52,6 +52,7 @@ class Dispatcher:
         # rechecked after hold_recheck, or released at once when the hold ends.
         self.parked: dict[str, tuple[asyncio.TimerHandle, set[tuple[str, str]]]] = {}
         self.metrics: SchedulerMetrics | None = None
+        self._wake_timers: set[int] = set()
         self.fixed: FixedStarts | None = None
         # Capacities of named resources ([resources]); empty: no task can ask for any.
         self.resources: Mapping[str, int] = {}
@@ -99,6 +100,22 @@ class Dispatcher:
         session.wake.set()
         if pairs and self._all_held(session, sorted(pairs)):
             self._park(session, sorted(pairs))
+
+    def wake_at(self, when: datetime) -> None:
+        """Wakes every dispatcher at `when` (a planned release or a latest start), so the work due
+        then is claimed on time rather than at the next poll. Timers are shared per 10 ms."""
+        bucket = int(when.timestamp() * 100)
+        if bucket in self._wake_timers:
+            return
+        delay = max(0.0, (when - datetime.now(UTC)).total_seconds())
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._wake_timers.discard(bucket)
+            self._registry.wake_all()
+
+        self._wake_timers.add(bucket)
+        loop.call_later(delay, fire)
 
     def release_parked(self) -> None:
         """The hold ended: every parked reference goes back at once, and every worker is woken."""

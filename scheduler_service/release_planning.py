@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from lowtide.config import Config
@@ -50,7 +50,15 @@ def deferrable(holds: CostHolds, queue: str, activity_type: str, kind: str) -> b
 
 
 class ReleasePlanner:
-    def __init__(self, store: Store, registry: Registry, holds: CostHolds, config: Config) -> None:
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        holds: CostHolds,
+        config: Config,
+        wake_at: Callable[[datetime], None] = lambda when: None,
+    ) -> None:
+        self.wake_at = wake_at
         self._store = store
         self._registry = registry
         self._holds = holds
@@ -90,4 +98,7 @@ class ReleasePlanner:
         committed = [Commitment(r["window_start"], r["window_end"]) for r in await self._store.live_reservations()]
         plans = plan_tasks(self._holds, tasks, self.capacity(r["activity_type"] for r in rows), committed=committed)
         await self._store.apply_plans([(p.task_id, release_time(p), p.expected_intensity, p.reason) for p in plans])
+        # Claimed when due, not a poll later: at the planned release, and at the latest start.
+        for task, release in zip(tasks, plans, strict=True):
+            self.wake_at(min(release.release_at, task.latest_start))
         log.info("planning.planned", extra={"tasks": len(plans), "forecast": self._holds.forecast_source or "none"})

@@ -82,12 +82,16 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         """Plans the release of each new task that may wait for a cheaper window, on its own
         (the leader plans them all together, with the pool's capacity, on the next forecast)."""
         holds = self._dispatcher.holds
-        if holds.forecast is None or self.planner is None:
+        if self.planner is None:
             return tasks
         out = []
         for index, task in enumerate(tasks):
+            if task.latest_start is not None:
+                # A held task runs by its latest start: be awake then, not a poll later.
+                self.planner.wake_at(task.latest_start)
             if (
-                task.latest_start is None
+                holds.forecast is None
+                or task.latest_start is None
                 or task.duration is None
                 or not deferrable(holds, task.queue, task.activity_type, task.kind.value)
             ):
@@ -95,6 +99,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
                 continue
             alone = PlanTask(index, datetime.now(UTC), task.latest_start, task.duration)
             [release] = plan_tasks(holds, [alone], self.planner.capacity([task.activity_type]))
+            self.planner.wake_at(min(release.release_at, task.latest_start))
             out.append(
                 replace(
                     task,

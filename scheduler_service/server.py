@@ -249,7 +249,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         metrics=metrics,
     )
     maintenance.schedules = ScheduleMaterializer(store, config)
-    maintenance.planner = api.planner = ReleasePlanner(store, registry, holds, config)
+    maintenance.planner = api.planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
     options = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),
