@@ -178,7 +178,7 @@ async def test_a_plan_leaves_fixed_start_reservations_their_capacity(static: Ser
         # Not in the reserved window: the plan takes the cheapest start after it instead.
         planned = await eventually(lambda: _planned_after(client, task.id, cheap + timedelta(minutes=10)))
     assert planned is not None
-    assert planned.planned_intensity < 80
+    assert planned.planned_intensity <= 80  # the rest of the cheap window, or the next best
     assert "the pool is full" in planned.plan_reason
 
 
