@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -196,8 +197,25 @@ async def start_signal_service(
     return running
 
 
+def _collect_less() -> None:
+    """Garbage collection tuned for a process that serves many Subscribe streams (the
+    standalone service only: it owns its process, unlike `lowtide up`).
+
+    Every change wakes every stream, and each wake-up allocates a few tracked objects (futures,
+    handles, gRPC's per-write objects): with 1,000 subscribers, the default gen-0 threshold of
+    700 runs several collections per change, and the older generations then traverse every
+    stream's task and frame. At 20,000 (and 20 of each before the next generation), the
+    fan-out benchmark's service used 49 ms of CPU per change instead of 60 (medians of 7 and 8
+    runs on 2 cores). What is alive once the service has started (modules, configuration,
+    pools) is never garbage: frozen, full collections skip it. Cycles are still collected,
+    just in larger batches."""
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
+
+
 async def serve(config: Config, *, database_url: str | None = None) -> None:
     running = await start_signal_service(config, database_url=database_url)
+    _collect_less()
     print(f"lowtide signal service listening on {running.target}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

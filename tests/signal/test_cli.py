@@ -1,14 +1,17 @@
 """`lowtide signal ...` as a user runs it: `watch` in one process prints the change made by
-`set` in another within a blink."""
+`set` in another within a blink, and keeps watching across a restart of the signal service."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 
-from signal_service.server import SignalServer
+from lowtide_client import SignalClient
+from signal_service.server import SignalServer, start_signal_service
+from tests.signal.conftest import signal_config
 
 
 async def lowtide(*args: str) -> asyncio.subprocess.Process:
@@ -43,3 +46,32 @@ async def test_a_refused_value_exits_non_zero_with_the_reason(signal_server: Sig
     _, err = await asyncio.wait_for(setter.communicate(), 20.0)
     assert setter.returncode == 1
     assert "INVALID_ARGUMENT: value: is -5, but a value in gCO2/kWh cannot be negative" in err.decode()
+
+
+async def test_watch_reconnects_by_itself_when_the_service_restarts(database_url: str) -> None:
+    first_run = await start_signal_service(signal_config(), database_url=database_url)
+    address = first_run.target
+    second_run: SignalServer | None = None
+    watch = await lowtide("signal", "watch", "--json", "--target", address)
+    try:
+        assert watch.stdout is not None
+        before = json.loads(await asyncio.wait_for(watch.stdout.readline(), 20.0))
+        await first_run.stop()
+        # The same address and database, as after `systemctl restart` or a pod restart.
+        second_run = await start_signal_service(signal_config(listen=address), database_url=database_url)
+        async with SignalClient(address) as client:
+            await client.set(610)
+        # The next line is the value set after the restart: the state the new service
+        # sends on resubscribing is the one already printed, and is not printed twice.
+        line = await asyncio.wait_for(watch.stdout.readline(), 10.0)
+        assert line, "watch ended when the service stopped instead of reconnecting"
+        after = json.loads(line)
+        assert (after["value"], after["source"]) == (610.0, "manual")
+        assert after["version"] > before["version"]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            watch.terminate()
+        await asyncio.wait_for(watch.wait(), 10.0)
+        await first_run.stop()
+        if second_run is not None:
+            await second_run.stop()

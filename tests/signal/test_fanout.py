@@ -64,3 +64,16 @@ async def test_closing_ends_current_and_later_subscriptions() -> None:
             await subscription.next()
     with fanout.subscribe("grid") as late, pytest.raises(Closed):
         await late.next()
+
+
+async def test_a_read_cancelled_while_waiting_loses_nothing_and_delays_nobody() -> None:
+    fanout = Fanout()
+    with fanout.subscribe("grid") as interrupted, fanout.subscribe("grid") as other:
+        waiting = asyncio.ensure_future(interrupted.next())
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        fanout.publish(state(1))
+        assert await asyncio.wait_for(other.next(), 1.0) == state(1)
+        # The change published after the cancelled read waits in the slot for the next one.
+        assert await asyncio.wait_for(interrupted.next(), 1.0) == state(1)
