@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -43,6 +44,7 @@ class CostHolds:
         config: HoldConfig,
         on_release: Callable[[], None],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        stale_after: timedelta | None = None,
     ) -> None:
         self.target = target
         self.signal_name = signal
@@ -54,6 +56,10 @@ class CostHolds:
         self.state = HoldState(True, clock(), NO_SIGNAL)
         self.connected = False
         self._recheck: asyncio.TimerHandle | None = None
+        # While the signal service is unreachable nobody tells us the value has aged: after
+        # stale_after without a word from it, the scheduler marks the last value stale itself.
+        self.stale_after = stale_after
+        self._stale_timer: asyncio.TimerHandle | None = None
         # The feed's forecast as of the latest state (None: the feed gives none), and where from.
         self.forecast: Forecast | None = None
         self.forecast_source = ""
@@ -108,6 +114,7 @@ class CostHolds:
                         if not self.connected:
                             log.info("signal.subscribed", extra={"target": self.target, "signal": self.signal_name})
                         self.connected = True
+                        self._cancel_stale_timer()
                         delay, warned = 0.1, False
                         self.update(
                             SignalView(
@@ -130,6 +137,7 @@ class CostHolds:
                     )
                     warned = True
             self.connected = False
+            self._start_stale_timer()
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 5.0)
 
@@ -151,7 +159,28 @@ class CostHolds:
             self.forecast_source = state.source
             self.forecast_version += 1
 
+    def _start_stale_timer(self) -> None:
+        if self.stale_after is None or self._stale_timer is not None:
+            return
+        self._stale_timer = asyncio.get_running_loop().call_later(self.stale_after.total_seconds(), self._mark_stale)
+
+    def _cancel_stale_timer(self) -> None:
+        if self._stale_timer is not None:
+            self._stale_timer.cancel()
+            self._stale_timer = None
+
+    def _mark_stale(self) -> None:
+        self._stale_timer = None
+        if self.connected or self.signal is None or self.signal.stale:
+            return
+        log.warning(
+            "signal.stale",
+            extra={"signal": self.signal_name, "detail": f"no word from the signal service for {self.stale_after}"},
+        )
+        self.update(dataclasses.replace(self.signal, stale=True))
+
     def close(self) -> None:
+        self._cancel_stale_timer()
         if self._recheck is not None:
             self._recheck.cancel()
         with contextlib.suppress(Exception):

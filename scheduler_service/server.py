@@ -183,6 +183,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         ),
         config=hold_config,
         on_release=released,
+        stale_after=config.signal.stale_after,
     )
     dispatcher = Dispatcher(
         store,

@@ -8,6 +8,13 @@ from collections.abc import Iterator
 from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.domain.model import Attempt
 
+# Messages waiting for a worker that does not read its stream: assignments never exceed its
+# slots, but rejections answer every report it sends, so a worker that writes without reading
+# could otherwise fill the scheduler's memory. Past this many (plus two per slot: a cancel and a
+# rejection for each attempt it may hold, which a reading worker can meet in a burst) its stream
+# is ended.
+MAX_OUTBOX = 1000
+
 
 class WorkerSession:
     """What the scheduler knows of one connected worker.
@@ -47,6 +54,8 @@ class WorkerSession:
         self.released = False
         # Set when the scheduler shuts down: the stream ends and the worker reconnects elsewhere.
         self.detached = asyncio.Event()
+        # Set when the outbox is full (see MAX_OUTBOX): the stream ends with RESOURCE_EXHAUSTED.
+        self.overflowed = asyncio.Event()
 
     @property
     def free(self) -> int:
@@ -55,8 +64,13 @@ class WorkerSession:
         return max(0, self.slots - len(self.in_flight) - len(self.held))
 
     def send(self, message: worker_pb2.SchedulerMessage) -> None:
-        if not self.closed:
-            self.outbox.put_nowait(message)
+        if self.closed:
+            return
+        if self.outbox.qsize() >= MAX_OUTBOX + 2 * self.slots:
+            # Dropping is safe: the stream is ended, and its attempts are released as lost.
+            self.overflowed.set()
+            return
+        self.outbox.put_nowait(message)
 
     def cancel(self, refs: list[tuple[int, int]]) -> None:
         """Stops attempts on the worker; they no longer take its slots."""

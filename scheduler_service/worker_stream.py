@@ -8,6 +8,7 @@ free slots and the worker sends results, heartbeats and slot changes. Every repo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -17,7 +18,7 @@ from typing import Any
 import grpc
 from google.protobuf import duration_pb2
 
-from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument, LowtideError
+from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument, LowtideError, TooLarge
 from lowtide.grpc_status import abort
 from lowtide_client._proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
@@ -27,7 +28,7 @@ from scheduler_service.domain.holds import local_conflicts
 from scheduler_service.domain.model import Failure, Outcome, State
 from scheduler_service.domain.retry import after_failure, after_success
 from scheduler_service.fixed_starts import FixedStarts
-from scheduler_service.sessions import Registry, WorkerSession
+from scheduler_service.sessions import MAX_OUTBOX, Registry, WorkerSession
 from scheduler_service.store import Store, attempt_of
 
 log = logging.getLogger("lowtide.scheduler.workers")
@@ -127,14 +128,32 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             )
             await context.write(worker_pb2.SchedulerMessage(welcome=welcome))
             detached = asyncio.ensure_future(session.detached.wait())
+            overflowed = asyncio.ensure_future(session.overflowed.wait())
             while True:
                 get = asyncio.ensure_future(session.outbox.get())
-                done, _ = await asyncio.wait({get, reader, detached}, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait({get, reader, detached, overflowed}, return_when=asyncio.FIRST_COMPLETED)
                 if get not in done:
                     get.cancel()
                     break
-                await context.write(get.result())
+                # A worker that does not read blocks this write (flow control); the overflow
+                # must still end the stream.
+                write = asyncio.ensure_future(context.write(get.result()))
+                done, _ = await asyncio.wait({write, overflowed}, return_when=asyncio.FIRST_COMPLETED)
+                if write not in done:
+                    write.cancel()
+                    break
+                write.result()
             detached.cancel()
+            overflowed.cancel()
+            if session.overflowed.is_set():
+                log.warning("worker.not_reading", extra={"worker_id": session.worker_id})
+                # Released first: the status itself waits behind the unread messages, so the
+                # abort may not return until the worker reads or its connection goes.
+                await self._unregister(session)
+                await abort(
+                    context,
+                    TooLarge(f"the worker does not read its stream: over {MAX_OUTBOX} messages are waiting for it"),
+                )
             # Send what is still queued (rejections of the worker's last reports).
             while not session.outbox.empty() and not context.done():
                 await context.write(session.outbox.get_nowait())
@@ -169,6 +188,21 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             refs = [(r.task_id, r.attempt) for r in hello.running]
             for row in await self._store.adopt(session.worker_id, refs):
                 session.in_flight[row["id"]] = attempt_of(row)
+        # Attempts recorded as this worker's that its hello does not name never reached it (still
+        # in a killed scheduler's outbox) or were reported to a scheduler that died before writing
+        # them. Its lease is renewed from now on, so nothing else would ever end them: they are lost.
+        # Reports already taken from its previous stream are written first, or their attempts would
+        # be ended too (bounded: at worst such an attempt runs again, as after any lost lease).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._completer.flushed(), 5.0)
+        orphans = [
+            a for a in await self._store.running_attempts_of(session.worker_id) if a.task_id not in session.in_flight
+        ]
+        if orphans:
+            now = datetime.now(UTC)
+            lost = Failure("WorkerLost", "the worker reconnected without the attempt")
+            await self._store.finish([(after_failure(a, lost, now), session.worker_id) for a in orphans])
+            self._registry.wake_all()
         self._registry.add(session)
         session.wake.set()
         self._warn_unregistered_holds()

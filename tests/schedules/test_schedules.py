@@ -181,7 +181,9 @@ async def test_fire_times_that_passed_while_no_scheduler_led_are_skipped(schedul
         later = datetime.now(UTC) + timedelta(hours=1)
         await materializer(scheduled).tick(later)
         starts = [start_of(t) for t in await tasks_of(client, "report")]
-    gap = [s for s in starts if schedule.next_fire_at.ToDatetime(tzinfo=UTC) + 6 * MINUTE < s < later]
+    # The running leader also materialises in real time (a lookahead of about 6 minutes, which
+    # may roll over a minute boundary while the test runs): only later fire times count as a gap.
+    gap = [s for s in starts if schedule.next_fire_at.ToDatetime(tzinfo=UTC) + 10 * MINUTE < s < later]
     assert gap == []
     assert any(s > later for s in starts)
 

@@ -1,0 +1,127 @@
+"""What the fault tests share: services and workers as real processes on loopback, and the
+database figures the tests judge them by."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import grpc
+import psycopg
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
+from tests.process.test_many_workers import counting_worker, kill_all, logs_of
+
+REPO = Path(__file__).resolve().parents[2]
+
+__all__ = ["counting_worker", "kill_all", "logs_of"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def service_process(
+    kind: str, database_url: str, log: Path, settings: Mapping[str, str], *, extra: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`python -m lowtide KIND serve`, configured only through LOWTIDE_* variables, as compose does.
+    settings are keys of the service's own section, e.g. listen="127.0.0.1:5000"; extra are
+    further variables, e.g. LOWTIDE_COST_ON_STALE."""
+    env = dict(
+        os.environ,
+        LOWTIDE_DATABASE_URL=database_url,
+        LOWTIDE_LOG_LEVEL="INFO",
+        # These tests are about faults, not access: loopback only, auth explicitly off.
+        LOWTIDE_AUTH="off",
+        # Metrics ports would clash between replicas and with other tests.
+        **{f"LOWTIDE_{kind.upper()}_METRICS_LISTEN": ""},
+        **{f"LOWTIDE_{kind.upper()}_{key.upper()}": value for key, value in settings.items()},
+        **(extra or {}),
+    )
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "lowtide", kind, "serve"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def sigkill(process: subprocess.Popen[bytes]) -> None:
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+async def serving(target: str) -> bool:
+    """True when the service at target answers its health check with SERVING."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        try:
+            answer = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+async def query(database_url: str, sql: str) -> list[tuple[object, ...]]:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(sql)
+        return list(await cur.fetchall())
+
+
+async def states(database_url: str) -> dict[str, int]:
+    rows = await query(database_url, "SELECT state, count(*) FROM lowtide.tasks GROUP BY state")
+    return {str(state): int(str(count)) for state, count in rows}
+
+
+async def connected_workers(database_url: str) -> set[str]:
+    return {str(row[0]) for row in await query(database_url, "SELECT id FROM lowtide.workers")}
+
+
+def executions(outs: list[Path]) -> Counter[str]:
+    """How often each payload ran, from the counting workers' files."""
+    return Counter(line for out in outs if out.exists() for line in out.read_text().splitlines() if line)
+
+
+class RawWorker:
+    """A worker speaking the WorkerService protocol by hand, to do what a well-behaved client
+    never does: report for attempts it does not hold, stop reading, cut its stream."""
+
+    def __init__(self, target: str, worker_id: str, *, slots: int = 1, activity: str = "count") -> None:
+        self.channel = grpc.aio.insecure_channel(target)
+        self.call = worker_pb2_grpc.WorkerServiceStub(self.channel).Connect()
+        self.hello = worker_pb2.Hello(
+            worker_id=worker_id, slots=slots, activity_types=[worker_pb2.ActivityType(name=activity)]
+        )
+
+    async def connect(self, running: Sequence[tuple[int, int]] = ()) -> worker_pb2.Welcome:
+        self.hello.running.extend(task_pb2.TaskRef(task_id=t, attempt=a) for t, a in running)
+        await self.call.write(worker_pb2.WorkerMessage(hello=self.hello))
+        first = await self.read()
+        assert first.WhichOneof("message") == "welcome", first
+        return first.welcome
+
+    async def read(self) -> worker_pb2.SchedulerMessage:
+        message = await asyncio.wait_for(self.call.read(), 10)
+        assert message is not grpc.aio.EOF, "the scheduler ended the stream"
+        return message  # type: ignore[no-any-return]
+
+    async def report(self, refs: list[tuple[int, int]], result: bytes = b"raw") -> None:
+        results = [worker_pb2.TaskResult(task=task_pb2.TaskRef(task_id=t, attempt=a), success=result) for t, a in refs]
+        await self.call.write(worker_pb2.WorkerMessage(results=worker_pb2.Results(results=results)))
+
+    async def close(self) -> None:
+        self.call.cancel()
+        await self.channel.close()

