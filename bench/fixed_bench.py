@@ -56,6 +56,8 @@ async def _run(url: str, config_path: str) -> dict[str, Any]:
         os.environ,
         LOWTIDE_CONFIG=config_path,
         LOWTIDE_DATABASE_URL=url,
+        # Auth is on by default; the benchmark runs everything on loopback.
+        LOWTIDE_AUTH="off",
         LOWTIDE_LOG_LEVEL="WARNING",
         LOWTIDE_SCHEDULER_LISTEN=target,
         LOWTIDE_SCHEDULER_METRICS_LISTEN="",

@@ -41,6 +41,8 @@ async def hold_release(server_url: str) -> dict[str, Any]:
         env = dict(
             os.environ,
             LOWTIDE_DATABASE_URL=url,
+            # Auth is on by default; the benchmark runs everything on loopback.
+            LOWTIDE_AUTH="off",
             LOWTIDE_LOG_LEVEL="WARNING",
             LOWTIDE_SIGNAL_LISTEN=signal_target,
             LOWTIDE_SIGNAL_METRICS_LISTEN="",

@@ -45,6 +45,8 @@ def _env(database_url: str, target: str) -> dict[str, str]:
     return dict(
         os.environ,
         LOWTIDE_DATABASE_URL=database_url,
+        # Auth is on by default; the benchmark runs everything on loopback.
+        LOWTIDE_AUTH="off",
         LOWTIDE_SCHEDULER_LISTEN=target,
         LOWTIDE_SCHEDULER_METRICS_LISTEN="",
         LOWTIDE_LOG_LEVEL="WARNING",

@@ -41,6 +41,27 @@ def _target(args: argparse.Namespace, config: Config) -> str:
     return str(args.target or config.scheduler.listen)
 
 
+def _security() -> dict[str, Any]:
+    """Token and TLS files for the client commands, from the environment only: a token on the
+    command line would show in `ps` and in shell history. LOWTIDE_TOKEN is sent as a bearer
+    token; LOWTIDE_CA turns TLS on; LOWTIDE_CERT and LOWTIDE_KEY add a client certificate."""
+    names = {"token": "LOWTIDE_TOKEN", "ca": "LOWTIDE_CA", "cert": "LOWTIDE_CERT", "key": "LOWTIDE_KEY"}
+    return {option: os.environ[name] for option, name in names.items() if os.environ.get(name)}
+
+
+async def _token_hash(args: argparse.Namespace, config: Config) -> int:
+    from lowtide.auth import hash_token
+
+    # The token comes from stdin so that it is not in shell history; one trailing newline (from
+    # `echo` or a file) is not part of it.
+    token = sys.stdin.read().removesuffix("\n").removesuffix("\r")
+    if not token:
+        print("lowtide: no token on stdin", file=sys.stderr)
+        return 2
+    print(hash_token(token), flush=True)
+    return 0
+
+
 def _print(args: argparse.Namespace, message: Any, human: str) -> None:
     print(output.dumps(message) if args.json else human, flush=True)
 
@@ -65,8 +86,10 @@ async def _task_submit(args: argparse.Namespace, config: Config) -> int:
         "start_tolerance": args.tolerance,
         "on_miss": args.on_miss.replace("-", "_") if args.on_miss else 0,
         "estimated_duration": args.estimated_duration,
+        "deadline": args.deadline,
+        "latest_start": args.latest_start,
     }
-    async with Client(_target(args, config)) as client:
+    async with Client(_target(args, config), **_security()) as client:
         if args.count > 1:
             specs = [
                 task_spec(
@@ -89,21 +112,21 @@ async def _task_submit(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _task_get(args: argparse.Namespace, config: Config) -> int:
-    async with Client(_target(args, config)) as client:
+    async with Client(_target(args, config), **_security()) as client:
         task = await client.get(args.id)
         _print(args, task, output.task_line(task))
     return 0
 
 
 async def _task_cancel(args: argparse.Namespace, config: Config) -> int:
-    async with Client(_target(args, config)) as client:
+    async with Client(_target(args, config), **_security()) as client:
         task = await client.cancel(args.id)
         _print(args, task, output.task_line(task))
     return 0
 
 
 async def _task_list(args: argparse.Namespace, config: Config) -> int:
-    async with Client(_target(args, config)) as client:
+    async with Client(_target(args, config), **_security()) as client:
         token = ""
         shown = 0
         while shown < args.limit:
@@ -124,7 +147,7 @@ async def _task_list(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _task_explain(args: argparse.Namespace, config: Config) -> int:
-    async with Client(_target(args, config)) as client:
+    async with Client(_target(args, config), **_security()) as client:
         response = await client.explain(args.id)
         if args.json:
             data = output.to_dict(response.task)
@@ -136,7 +159,7 @@ async def _task_explain(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _queue(args: argparse.Namespace, config: Config) -> int:
-    async with Client(_target(args, config)) as client:
+    async with Client(_target(args, config), **_security()) as client:
         if args.queue_command == "pause":
             queue = await client.pause_queue(args.name)
         else:
@@ -176,7 +199,7 @@ def _schedule_line(schedule: Any) -> str:
 
 
 async def _schedule(args: argparse.Namespace, config: Config) -> int:
-    async with Client(_target(args, config)) as client:
+    async with Client(_target(args, config), **_security()) as client:
         verb = args.schedule_command
         if verb == "create":
             on_miss = args.on_miss.replace("-", "_") if args.on_miss else "run_late"
@@ -213,7 +236,7 @@ async def _schedule(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _status(args: argparse.Namespace, config: Config) -> int:
-    async with Client(_target(args, config)) as client:
+    async with Client(_target(args, config), **_security()) as client:
         status = await client.status()
     if args.json:
         print(output.dumps(status), flush=True)
@@ -251,7 +274,7 @@ async def _signal_serve(args: argparse.Namespace, config: Config) -> int:
 
 
 def _signal_client(args: argparse.Namespace, config: Config) -> SignalClient:
-    return SignalClient(str(args.target or config.signal.listen))
+    return SignalClient(str(args.target or config.signal.listen), **_security())
 
 
 def _show_signal(args: argparse.Namespace, state: Any) -> None:
@@ -377,7 +400,13 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--start-in", type=_duration, metavar="DURATION", help="fixed start, from now")
     submit.add_argument("--tolerance", type=_duration, metavar="DURATION", help="fixed start tolerance (1s)")
     submit.add_argument("--on-miss", choices=("run-late", "skip"), help="fixed start miss policy (run-late)")
-    submit.add_argument("--estimated-duration", type=_duration, metavar="DURATION", help="for a fixed start")
+    submit.add_argument(
+        "--estimated-duration", type=_duration, metavar="DURATION", help="for a fixed start or a deadline"
+    )
+    submit.add_argument(
+        "--deadline", type=_timestamp, metavar="TIME", help="latest finish of a deferrable task (planned release)"
+    )
+    submit.add_argument("--latest-start", type=_timestamp, metavar="TIME", help="latest start of a deferrable task")
     submit.add_argument("--count", type=int, default=1, help="submit N copies in batches")
     submit.add_argument(
         "--wait",
@@ -450,6 +479,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     health.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer (default 3)")
     health.set_defaults(handler=_health)
+
+    token = commands.add_parser("token", help="tokens for [auth] tokens")
+    token_commands = token.add_subparsers(dest="token_command", required=True)
+    token_hash = token_commands.add_parser(
+        "hash", parents=[common], help="print the sha256 of the token read from stdin, for [auth] tokens"
+    )
+    token_hash.set_defaults(handler=_token_hash)
 
     demo = commands.add_parser(
         "demo-worker", parents=[common, client], help="run a built-in worker (echo, sleep, fail)"

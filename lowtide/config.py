@@ -40,6 +40,10 @@ class SchedulerConfig:
     max_payload_bytes: int = 1024 * 1024
     max_batch_tasks: int = 10_000
     max_message_bytes: int = 64 * 1024 * 1024
+    # Concurrent streams (calls) one client connection may have open: beyond it a client's
+    # further calls wait for its own to finish instead of crowding out the others. Note that
+    # grpc shares one connection between the channels a process opens to the same target.
+    max_concurrent_streams: int = 10_000
     # The signal service the scheduler subscribes to for cost holds.
     signal_target: str = "127.0.0.1:50052"
     # Prometheus /metrics (empty: not served).
@@ -159,12 +163,49 @@ class SignalDefinition:
 
 
 @dataclass(frozen=True)
+class TokenEntry:
+    """One accepted token, from `[[auth.tokens]]`: only its SHA-256 is kept (`lowtide token hash`)."""
+
+    name: str
+    role: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """Bearer tokens in gRPC metadata (`authorization: Bearer <token>`), each with a role."""
+
+    # On unless switched off explicitly: LOWTIDE_AUTH=off (or [auth] enabled = false).
+    enabled: bool = True
+    # With auth off a service listens on loopback only, unless this says otherwise.
+    allow_insecure_remote: bool = False
+    tokens: tuple[TokenEntry, ...] = ()
+    # The token the scheduler presents to the signal service (empty: none); the CLI and the
+    # clients read theirs from LOWTIDE_TOKEN instead.
+    signal_token: str = ""
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """TLS for both services; empty cert and key mean plaintext."""
+
+    cert: str = ""
+    key: str = ""
+    # When set, clients must present a certificate signed by this CA (mutual TLS).
+    client_ca: str = ""
+    # The CA the scheduler trusts for the signal service (empty: plaintext to it).
+    signal_ca: str = ""
+
+
+@dataclass(frozen=True)
 class Config:
     database: DatabaseConfig = field(default_factory=DatabaseConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
     signal: SignalConfig = field(default_factory=SignalConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
     types: Mapping[str, TypeConfig] = field(default_factory=dict)
     signals: Mapping[str, SignalDefinition] = field(default_factory=dict)
     queues: Mapping[str, QueueConfig] = field(default_factory=dict)
@@ -182,7 +223,38 @@ _SECTIONS = {
     "retry": RetryConfig,
     "signal": SignalConfig,
     "cost": CostConfig,
+    "tls": TlsConfig,
 }
+
+ROLES = ("worker", "submitter", "admin")
+
+
+def _auth(values: Mapping[str, Any], env: Mapping[str, str]) -> AuthConfig:
+    """`[auth]`: tokens are a list of tables, so they are read here rather than by _section;
+    LOWTIDE_AUTH=off|on is the short form of LOWTIDE_AUTH_ENABLED."""
+    values = dict(values)
+    entries = values.pop("tokens", [])
+    env = dict(env)
+    if "LOWTIDE_AUTH" in env:
+        switch = env["LOWTIDE_AUTH"].lower()
+        if switch not in ("off", "on"):
+            raise ConfigError(f'LOWTIDE_AUTH: must be "off" or "on", not {env["LOWTIDE_AUTH"]!r}')
+        env.setdefault("LOWTIDE_AUTH_ENABLED", "true" if switch == "on" else "false")
+    base: AuthConfig = _section("auth", AuthConfig, values, env)
+    if not isinstance(entries, list):
+        raise ConfigError("[auth] tokens: must be a list of {name, role, sha256} tables")
+    tokens = []
+    for i, entry in enumerate(entries):
+        where = f"[auth] tokens[{i}]"
+        if not isinstance(entry, dict) or set(entry) != {"name", "role", "sha256"}:
+            raise ConfigError(f"{where}: must have exactly name, role and sha256")
+        if entry["role"] not in ROLES:
+            raise ConfigError(f"{where}: role must be one of {', '.join(ROLES)}, not {entry['role']!r}")
+        digest = str(entry["sha256"]).lower()
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise ConfigError(f"{where}: sha256 must be 64 hex digits (see `lowtide token hash`)")
+        tokens.append(TokenEntry(str(entry["name"]), str(entry["role"]), digest))
+    return replace(base, tokens=tuple(tokens))
 
 
 def _coerce(section: str, key: str, kind: Any, raw: Any) -> Any:
@@ -248,7 +320,7 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
             raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
         except tomllib.TOMLDecodeError as error:
             raise ConfigError(f"config file {path}: {error}") from None
-    unknown = set(data) - {*_SECTIONS, "types", "signals", "queues", "pools", "resources"}
+    unknown = set(data) - {*_SECTIONS, "auth", "types", "signals", "queues", "pools", "resources"}
     if unknown:
         raise ConfigError(f"unknown section(s) {', '.join(sorted(unknown))}")
     sections = {name: _section(name, cls, data.get(name, {}), env) for name, cls in _SECTIONS.items()}
@@ -283,4 +355,7 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
             raise ConfigError(f"[resources] {name}: must be a whole number at least 0")
         resources[name] = capacity
-    return Config(types=types, signals=signals, queues=queues, pools=pools, resources=resources, **sections)
+    auth = _auth(data.get("auth", {}), env)
+    if sections["scheduler"].max_concurrent_streams < 1:
+        raise ConfigError("[scheduler] max_concurrent_streams: must be at least 1")
+    return Config(types=types, signals=signals, queues=queues, pools=pools, resources=resources, auth=auth, **sections)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -51,3 +52,72 @@ def handles_errors(
     wrapper.__name__ = method.__name__
     wrapper.__doc__ = method.__doc__
     return wrapper
+
+
+class _Undecodable:
+    """What a request that is no valid message decodes to, so that the handler can refuse it."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def decode(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as error:  # DecodeError, or invalid UTF-8 in a string field
+            return _Undecodable(error)
+
+    return decode
+
+
+class RefuseUndecodable(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """grpc.aio answers a request its deserializer cannot parse with UNKNOWN; this interceptor
+    answers INVALID_ARGUMENT instead, which a caller can act on. Unary requests only: a stream
+    of requests (WorkerService.Connect) validates its messages itself."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or handler.request_streaming:
+            return handler
+        method = details.method
+        inner = handler.unary_stream if handler.response_streaming else handler.unary_unary
+
+        async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"request is not a valid {method} message: {request.error}"
+            )
+
+        if handler.response_streaming and inspect.isasyncgenfunction(inner):
+
+            async def yielding(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+                if isinstance(request, _Undecodable):
+                    await refuse(request, context)
+                async for item in inner(request, context):
+                    yield item
+
+            return grpc.unary_stream_rpc_method_handler(
+                yielding, _tolerant(handler.request_deserializer), handler.response_serializer
+            )
+
+        # A unary response, or a stream written with context.write (health's Watch): awaited.
+        async def awaited(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if isinstance(request, _Undecodable):
+                await refuse(request, context)
+            return await inner(request, context)
+
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(
+                awaited, _tolerant(handler.request_deserializer), handler.response_serializer
+            )
+
+        return grpc.unary_unary_rpc_method_handler(
+            awaited, _tolerant(handler.request_deserializer), handler.response_serializer
+        )

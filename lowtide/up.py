@@ -16,10 +16,12 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from lowtide.auth import check_listen, is_loopback
 from lowtide.config import Config
 from lowtide.db import apply_migrations
 from lowtide.db.embedded import start_embedded
 from lowtide.demo import demo_env, demo_worker_args, generate, show
+from lowtide.errors import ConfigError
 
 log = logging.getLogger("lowtide.up")
 
@@ -79,7 +81,32 @@ async def _wait_serving(target: str, within: float = 60.0) -> bool:
     return False
 
 
+def dev_auth(config: Config, env: dict[str, str]) -> str:
+    """Switches auth off for a loopback dev setup unless tokens are configured or LOWTIDE_AUTH
+    is set already; refuses (ConfigError) to serve beyond loopback with nothing to check. Returns
+    the banner's auth line."""
+    listens = (config.scheduler.listen, config.signal.listen)
+    if config.auth.tokens or "LOWTIDE_AUTH" in os.environ:
+        if not config.auth.enabled:
+            for listen, section in zip(listens, ("scheduler", "signal"), strict=True):
+                check_listen(config.auth, listen, section)
+            return "OFF (LOWTIDE_AUTH=off): anyone who can connect may do anything"
+        if not config.auth.tokens:
+            raise ConfigError("lowtide up: LOWTIDE_AUTH=on and no [auth] tokens: every call would be refused")
+        return f"on, {len(config.auth.tokens)} token(s) in [auth] tokens"
+    if all(is_loopback(listen) for listen in listens):
+        env["LOWTIDE_AUTH"] = "off"
+        return "OFF for local development (loopback only; configure [auth] tokens to turn it on)"
+    raise ConfigError(
+        "lowtide up: a listen address is not loopback and no [auth] tokens are configured; "
+        "add tokens (see `lowtide token hash`), listen on 127.0.0.1, or set LOWTIDE_AUTH=off "
+        "and [auth] allow_insecure_remote = true to accept an open service"
+    )
+
+
 async def run_up(config: Config, *, demo: bool = False) -> int:
+    env = dict(os.environ)
+    auth_line = dev_auth(config, env)
     url = config.database.url
     if url:
         where = "the database at LOWTIDE_DATABASE_URL"
@@ -88,7 +115,7 @@ async def run_up(config: Config, *, demo: bool = False) -> int:
         url = await asyncio.to_thread(start_embedded, config.database.data_dir)
         where = f"embedded PostgreSQL, data in {config.database.data_dir}"
     await apply_migrations(url)
-    env = dict(os.environ, LOWTIDE_DATABASE_URL=url)
+    env["LOWTIDE_DATABASE_URL"] = url
     # The scheduler subscribes to the signal service this process starts, wherever it listens.
     env.setdefault("LOWTIDE_SCHEDULER_SIGNAL_TARGET", config.signal.listen)
     if demo:
@@ -114,6 +141,7 @@ async def run_up(config: Config, *, demo: bool = False) -> int:
         f"  signal:    {config.signal.listen} (gRPC: SignalService; feed: {feed})\n"
         f"  metrics:   {config.scheduler.metrics_listen or 'off'} (scheduler), "
         f"{config.signal.metrics_listen or 'off'} (signal)\n"
+        f"  auth:      {auth_line}\n"
         + (
             "demo: the 2020 GB grid trace replayed at a day per minute, threshold 215 gCO2/kWh;\n"
             "  two demo workers; every second 2 echo + 1 train (held while the signal is high)\n"

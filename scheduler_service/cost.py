@@ -44,9 +44,14 @@ class CostHolds:
         config: HoldConfig,
         on_release: Callable[[], None],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        token: str | None = None,
+        ca: str | None = None,
         stale_after: timedelta | None = None,
     ) -> None:
         self.target = target
+        # The token and CA to reach the signal service with ([auth] signal_token, [tls] signal_ca).
+        self.token = token
+        self.ca = ca
         self.signal_name = signal
         self.policy = policy
         self.config = config
@@ -109,7 +114,7 @@ class CostHolds:
         warned = False
         while True:
             try:
-                async with SignalClient(self.target) as client:
+                async with SignalClient(self.target, token=self.token, ca=self.ca) as client:
                     async for state in client.subscribe(self.signal_name):
                         if not self.connected:
                             log.info("signal.subscribed", extra={"target": self.target, "signal": self.signal_name})

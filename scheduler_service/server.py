@@ -16,11 +16,15 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from lowtide.auth import SCHEDULER_METHODS, WORKER_METHODS, check_listen
+from lowtide.auth import interceptors as auth_interceptors
 from lowtide.config import Config
 from lowtide.db import Database, apply_migrations
 from lowtide.db.connector import Row
 from lowtide.errors import ConfigError, DatabaseUnavailable
+from lowtide.grpc_status import RefuseUndecodable
 from lowtide.metrics import start_metrics
+from lowtide.tls import add_port
 from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
 from scheduler_service.cost import CostHolds
@@ -184,6 +188,8 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         config=hold_config,
         on_release=released,
         stale_after=config.signal.stale_after,
+        token=config.auth.signal_token or None,
+        ca=config.tls.signal_ca or None,
     )
     dispatcher = Dispatcher(
         store,
@@ -254,15 +260,26 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     options = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),
+        ("grpc.max_concurrent_streams", cfg.max_concurrent_streams),
     ]
-    server = grpc.aio.server(options=options)
+    try:
+        check_listen(config.auth, cfg.listen, "scheduler")
+        guards = auth_interceptors(config, {**SCHEDULER_METHODS, **WORKER_METHODS})
+    except ConfigError:
+        await db.close()
+        raise
+    server = grpc.aio.server(options=options, interceptors=[*guards, RefuseUndecodable()])
     scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server(api, server)
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(stream, server)
     add_keda_scaler(server, store=store, registry=registry, holds=holds, reserved=reserved_within_horizon)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICES, KEDA_SERVICE, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
-    port = server.add_insecure_port(cfg.listen)
+    try:
+        port = add_port(server, cfg.listen, config.tls)
+    except ConfigError:
+        await db.close()
+        raise
     if port == 0:
         await db.close()
         raise ConfigError(f"[scheduler] listen: cannot listen on {cfg.listen}")

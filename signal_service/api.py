@@ -52,6 +52,14 @@ def _points(points: list[Point]) -> list[signal_pb2.SignalPoint]:
     return [signal_pb2.SignalPoint(at=_timestamp(p.at), value=p.value) for p in points]
 
 
+def _datetime(field: str, stamp: Timestamp) -> datetime:
+    """A request's Timestamp; one outside datetime's range is the caller's mistake."""
+    try:
+        return stamp.ToDatetime(tzinfo=UTC)
+    except ValueError as error:
+        raise errors.InvalidArgument(field, str(error)) from None
+
+
 class SignalApi(signal_pb2_grpc.SignalServiceServicer):
     def __init__(self, signals: Signals) -> None:
         self._signals = signals
@@ -74,7 +82,7 @@ class SignalApi(signal_pb2_grpc.SignalServiceServicer):
     async def SetSignal(self, request: signal_pb2.SetSignalRequest, context: Context) -> signal_pb2.SetSignalResponse:
         observed_at = None
         if request.HasField("observed_at"):
-            observed_at = request.observed_at.ToDatetime(tzinfo=UTC)
+            observed_at = _datetime("observed_at", request.observed_at)
         state = await self._signals.set(
             request.name,
             request.value,
@@ -119,7 +127,7 @@ class SignalApi(signal_pb2_grpc.SignalServiceServicer):
         definition = self._signals.resolve(request.name)
         if request.limit > MAX_HISTORY:
             raise errors.InvalidArgument("limit", f"must be at most {MAX_HISTORY}")
-        since = request.since.ToDatetime(tzinfo=UTC) if request.HasField("since") else None
+        since = _datetime("since", request.since) if request.HasField("since") else None
         points = await self._signals.store.history(definition.name, since=since, limit=request.limit or DEFAULT_HISTORY)
         return signal_pb2.GetHistoryResponse(points=_points(points))
 

@@ -17,10 +17,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from lowtide.auth import SIGNAL_METHODS, check_listen
+from lowtide.auth import interceptors as auth_interceptors
 from lowtide.config import Config
 from lowtide.db import Database, apply_migrations
 from lowtide.errors import ConfigError, DatabaseUnavailable, LowtideError
+from lowtide.grpc_status import RefuseUndecodable
 from lowtide.metrics import Metrics, start_metrics
+from lowtide.tls import add_port
 from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.api import SignalApi
 from signal_service.fanout import Fanout
@@ -122,18 +126,20 @@ async def _maintain(signals: Signals, *, stale_after: timedelta, refresh: timede
         await asyncio.sleep(_tick(stale_after, refresh))
 
 
-def _grpc_server(signals: Signals, listen: str) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+def _grpc_server(signals: Signals, config: Config) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+    listen = config.signal.listen
+    check_listen(config.auth, listen, "signal")
     # No SO_REUSEPORT: a second service on the same port is an error, not a silent split of
     # the subscribers between two processes.
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    server = grpc.aio.server(
+        options=[("grpc.so_reuseport", 0)],
+        interceptors=[*auth_interceptors(config, SIGNAL_METHODS), RefuseUndecodable()],
+    )
     signal_pb2_grpc.add_SignalServiceServicer_to_server(SignalApi(signals), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((SERVICE, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
-    try:
-        port = server.add_insecure_port(listen)
-    except RuntimeError:
-        port = 0
+    port = add_port(server, listen, config.tls)
     if port == 0:
         raise ConfigError(f"[signal] listen: cannot listen on {listen} (in use, or not an address here)")
     return server, health_servicer, port
@@ -160,7 +166,7 @@ async def start_signal_service(
             default=config.cost.signal,
         )
         await signals.start()
-        server, health_servicer, port = _grpc_server(signals, cfg.listen)
+        server, health_servicer, port = _grpc_server(signals, config)
         await server.start()
     except BaseException:
         await db.close()

@@ -14,9 +14,14 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
-from lowtide.config import Config, SchedulerConfig
+from lowtide.config import AuthConfig, Config, SchedulerConfig
 from lowtide.db import apply_migrations
 from scheduler_service.server import Scheduler, start_scheduler
+
+# Auth off, as `lowtide up` runs it on loopback: for fixtures built here and, through the
+# environment, for the services tests start as processes (`lowtide scheduler serve`, ...).
+NO_AUTH = AuthConfig(enabled=False)
+os.environ.setdefault("LOWTIDE_AUTH", "off")
 
 
 def with_dbname(url: str, dbname: str) -> str:
@@ -72,7 +77,9 @@ def make_config(**scheduler: object) -> Config:
         metrics_listen="127.0.0.1:0",
         metrics_interval=timedelta(milliseconds=200),
     )
-    return Config(scheduler=replace(base, **scheduler))  # type: ignore[arg-type]
+    # Auth is on by default; these tests are about scheduling, on loopback, so it is off here
+    # explicitly (tests/security turns it on).
+    return Config(scheduler=replace(base, **scheduler), auth=NO_AUTH)  # type: ignore[arg-type]
 
 
 @pytest.fixture

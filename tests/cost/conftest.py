@@ -13,7 +13,7 @@ from lowtide.config import Config, CostConfig, QueueConfig, SignalConfig, TypeCo
 from lowtide_client import SignalClient
 from scheduler_service.server import Scheduler, start_scheduler
 from signal_service.server import SignalServer, start_signal_service
-from tests.conftest import make_config
+from tests.conftest import NO_AUTH, make_config
 
 
 @dataclass
@@ -40,7 +40,8 @@ def cost_config(signal_target: str, **cost: Any) -> Config:
 @pytest.fixture
 async def signal(database_url: str) -> AsyncIterator[SignalServer]:
     running = await start_signal_service(
-        Config(signal=SignalConfig(listen="127.0.0.1:0", metrics_listen="127.0.0.1:0")), database_url=database_url
+        Config(signal=SignalConfig(listen="127.0.0.1:0", metrics_listen="127.0.0.1:0"), auth=NO_AUTH),
+        database_url=database_url,
     )
     yield running
     await running.stop(grace=0.5)

@@ -14,6 +14,7 @@ import pytest
 
 from lowtide.config import Config, SignalConfig
 from signal_service.server import SignalServer, start_signal_service
+from tests.conftest import NO_AUTH
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ async def run_lowtide(*args: str, env: Mapping[str, str] | None = None, within: 
 @pytest.fixture
 async def signal_service(database_url: str) -> AsyncIterator[SignalServer]:
     running = await start_signal_service(
-        Config(signal=SignalConfig(listen="127.0.0.1:0", metrics_listen="127.0.0.1:0")), database_url=database_url
+        Config(signal=SignalConfig(listen="127.0.0.1:0", metrics_listen="127.0.0.1:0"), auth=NO_AUTH),
+        database_url=database_url,
     )
     yield running
     await running.stop(grace=0.5)

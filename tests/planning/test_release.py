@@ -16,7 +16,7 @@ from lowtide_client import Client, SignalClient, Task, TaskState, Worker
 from scheduler_service.domain.planning import Forecast
 from scheduler_service.server import Scheduler, start_scheduler
 from signal_service.server import SignalServer, start_signal_service
-from tests.conftest import make_config
+from tests.conftest import NO_AUTH, make_config
 from tests.helpers import eventually
 
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
@@ -49,7 +49,9 @@ async def _services(database_url: str, tmp_path: Path, feed: str) -> tuple[Signa
         replay_loop=False,
         refresh=timedelta(milliseconds=200),
     )
-    signal = await start_signal_service(Config(signal=signal_config, cost=cost), database_url=database_url)
+    signal = await start_signal_service(
+        Config(signal=signal_config, cost=cost, auth=NO_AUTH), database_url=database_url
+    )
     config = replace(make_config(signal_target=signal.target), cost=cost)
     scheduler = await start_scheduler(config, database_url=database_url)
     return signal, scheduler

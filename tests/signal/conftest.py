@@ -10,13 +10,14 @@ import pytest
 
 from lowtide.config import Config, SignalConfig, SignalDefinition
 from signal_service.server import SignalServer, start_signal_service
+from tests.conftest import NO_AUTH
 
 
 def signal_config(signals: Mapping[str, SignalDefinition] | None = None, **signal: object) -> Config:
     base = SignalConfig(
         listen="127.0.0.1:0", metrics_listen="127.0.0.1:0", stale_after=timedelta(hours=1), refresh=timedelta(seconds=1)
     )
-    return Config(signal=replace(base, **signal), signals=dict(signals or {}))  # type: ignore[arg-type]
+    return Config(signal=replace(base, **signal), signals=dict(signals or {}), auth=NO_AUTH)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 
 from lowtide_client._backoff import Backoff
+from lowtide_client._channel import Security, open_channel
 from lowtide_client._durations import duration_to_proto, format_duration
 from lowtide_client._log import log_event
 from lowtide_client._proto.lowtide.v1 import schedule_pb2, scheduler_pb2, scheduler_pb2_grpc, task_pb2
@@ -55,16 +56,30 @@ _WAIT_MARGIN = 10.0
 class Client:
     """Submit, inspect, cancel and wait for tasks.
 
-    ``Client("host:port")`` opens an insecure channel lazily (on the first call, inside the
-    running event loop, which ``grpc.aio`` requires) and closes it in ``close()``. Pass
+    ``Client("host:port")`` opens a channel (plaintext, or TLS with ``ca=``) lazily (on the
+    first call, inside the running event loop, which ``grpc.aio`` requires) and closes it in
+    ``close()``; ``token=`` is sent as a bearer token on every call. Pass
     ``channel=`` to use your own (TLS, interceptors, options); the client then never closes
     it, because whoever made it may share it.
 
     Use it as ``async with Client(...) as client:`` or call ``await client.close()``.
     """
 
-    def __init__(self, target: str = "127.0.0.1:50051", *, channel: grpc.aio.Channel | None = None) -> None:
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        channel: grpc.aio.Channel | None = None,
+        token: str | None = None,
+        ca: str | bytes | None = None,
+        cert: str | bytes | None = None,
+        key: str | bytes | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self._target = target
+        # token: sent as `authorization: Bearer` (auth on); ca, or cert and key for mutual TLS,
+        # or credentials: TLS. Ignored when you pass your own channel.
+        self._security = Security(token=token, ca=ca, cert=cert, key=key, credentials=credentials)
         self._channel: Any = channel
         self._owns_channel = channel is None
         self._stub: Any = None
@@ -269,7 +284,7 @@ class Client:
             raise RuntimeError("the client is closed")
         if self._stub is None:
             if self._channel is None:
-                self._channel = grpc.aio.insecure_channel(self._target)
+                self._channel = open_channel(self._target, self._security)
             self._stub = scheduler_pb2_grpc.SchedulerServiceStub(self._channel)
         return self._stub
 

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from lowtide_client._backoff import Backoff
+from lowtide_client._channel import Security, open_channel
 from lowtide_client._log import log_event
 from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 
@@ -31,12 +32,25 @@ _RECONNECT_MAX = 2.0
 class SignalClient:
     """Get, set and subscribe to signals. An empty ``name`` means the default signal.
 
-    ``SignalClient("host:port")`` opens an insecure channel on first use and closes it in
-    ``close()``; a ``channel=`` you pass is yours and is never closed here.
+    ``SignalClient("host:port")`` opens a channel (plaintext, or TLS with ``ca=``) on first
+    use and closes it in ``close()``; a ``channel=`` you pass is yours and is never closed here.
     """
 
-    def __init__(self, target: str = "127.0.0.1:50052", *, channel: grpc.aio.Channel | None = None) -> None:
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50052",
+        *,
+        channel: grpc.aio.Channel | None = None,
+        token: str | None = None,
+        ca: str | bytes | None = None,
+        cert: str | bytes | None = None,
+        key: str | bytes | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self._target = target
+        # token: sent as `authorization: Bearer` (auth on); ca, or cert and key for mutual TLS,
+        # or credentials: TLS. Ignored when you pass your own channel.
+        self._security = Security(token=token, ca=ca, cert=cert, key=key, credentials=credentials)
         self._channel: Any = channel
         self._owns_channel = channel is None
         self._stub: Any = None
@@ -60,7 +74,7 @@ class SignalClient:
     def _stubs(self) -> Any:
         if self._stub is None:
             if self._channel is None:
-                self._channel = grpc.aio.insecure_channel(self._target)
+                self._channel = open_channel(self._target, self._security)
             self._stub = signal_pb2_grpc.SignalServiceStub(self._channel)
         return self._stub
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import grpc
 
 from lowtide_client._activities import Activity, ActivityFunction, make_activity
+from lowtide_client._channel import Security, open_channel
 from lowtide_client._holds import CostHold, local_conflicts
 from lowtide_client._log import log_event
 from lowtide_client._runtime import Runtime, Settings
@@ -65,6 +66,11 @@ class Worker:
         cost_deferrable_activities: Sequence[str] = (),
         cost_holds: Sequence[CostHold] = (),
         hold_check_interval: timedelta = timedelta(milliseconds=250),
+        token: str | None = None,
+        ca: str | bytes | None = None,
+        cert: str | bytes | None = None,
+        key: str | bytes | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         if isinstance(queues, str):
             raise TypeError("queues must be a sequence of queue names, not a single str")
@@ -86,6 +92,9 @@ class Worker:
             hold_check_interval=hold_check_interval.total_seconds(),
         )
         self._worker_id = worker_id or _default_worker_id()
+        # A token with the worker role when the scheduler has auth on; ca (cert and key for
+        # mutual TLS) or credentials when it serves TLS.
+        self._security = Security(token=token, ca=ca, cert=cert, key=key, credentials=credentials)
         self._activities: dict[str, Activity] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = False
@@ -188,7 +197,7 @@ class Worker:
         if self._stop_requested:
             self._stop_event.set()
         installed = self._install_signal_handlers(loop) if install_signal_handlers else []
-        channel: Any = grpc.aio.insecure_channel(self._settings.target)
+        channel: Any = open_channel(self._settings.target, self._security)
         executor = ThreadPoolExecutor(max_workers=self._settings.slots, thread_name_prefix="lowtide-activity")
         runtime = Runtime(
             settings=self._settings,

@@ -1,0 +1,56 @@
+"""Fixtures for the security tests: services with auth on, one token per role, and TLS files."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from lowtide.auth import hash_token
+from lowtide.config import AuthConfig, Config, SignalConfig, SignalDefinition, TokenEntry
+from scheduler_service.server import Scheduler, start_scheduler
+from signal_service.server import SignalServer, start_signal_service
+from tests.conftest import make_config
+from tests.security.certs import Pki, make_pki
+from tests.signal.conftest import signal_config
+
+TOKENS = {"worker": "w-secret-1", "submitter": "s-secret-2", "admin": "a-secret-3"}
+AUTH = AuthConfig(
+    enabled=True, tokens=tuple(TokenEntry(f"{role}-token", role, hash_token(t)) for role, t in TOKENS.items())
+)
+
+
+def secured(config: Config) -> Config:
+    return replace(config, auth=AUTH, signal=SignalConfig(listen="127.0.0.1:0", metrics_listen="127.0.0.1:0"))
+
+
+@pytest.fixture
+async def guarded(database_url: str) -> AsyncIterator[Scheduler]:
+    """A scheduler with auth on."""
+    running = await start_scheduler(secured(make_config()), database_url=database_url)
+    yield running
+    await running.stop(grace=1.0)
+
+
+@pytest.fixture
+async def guarded_signal(database_url: str) -> AsyncIterator[SignalServer]:
+    """A signal service with auth on."""
+    running = await start_signal_service(secured(make_config()), database_url=database_url)
+    yield running
+    await running.stop(grace=0.5)
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(Path(tmp_path_factory.mktemp("pki")))
+
+
+@pytest.fixture
+async def open_signal(database_url: str) -> AsyncIterator[SignalServer]:
+    """A signal service with auth off, as the bad-input tests drive its handlers directly."""
+    config = signal_config({"price": SignalDefinition(unit="EUR/MWh", threshold=100.0)})
+    running = await start_signal_service(config, database_url=database_url)
+    yield running
+    await running.stop(grace=0.5)
