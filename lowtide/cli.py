@@ -255,6 +255,7 @@ async def _demo_worker(args: argparse.Namespace, config: Config) -> int:
         types=args.types.split(","),
         slots=args.slots,
         worker_id=args.worker_id,
+        security=_security(),
     )
     return 0
 

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from lowtide_client import Worker
 
@@ -39,13 +40,32 @@ async def fail(payload: bytes) -> bytes:
 
 
 async def run_demo_worker(
-    *, target: str, pool: str, queues: list[str], types: list[str], slots: int, worker_id: str | None
+    *,
+    target: str,
+    pool: str,
+    queues: list[str],
+    types: list[str],
+    slots: int,
+    worker_id: str | None,
+    security: Mapping[str, str] | None = None,
 ) -> None:
+    """`security` is the worker token and TLS files (from LOWTIDE_TOKEN, LOWTIDE_CA, ...)."""
     functions = {"echo": echo, "sleep": sleep, "fail": fail, "train": sleep}
     unknown = set(types) - set(functions)
     if unknown:
         raise SystemExit(f"demo-worker: unknown type(s) {', '.join(sorted(unknown))}; have {', '.join(ACTIVITIES)}")
-    worker = Worker(target=target, pool=pool, queues=queues, slots=slots, worker_id=worker_id)
+    security = security or {}
+    worker = Worker(
+        target=target,
+        pool=pool,
+        queues=queues,
+        slots=slots,
+        worker_id=worker_id,
+        token=security.get("token"),
+        ca=security.get("ca"),
+        cert=security.get("cert"),
+        key=security.get("key"),
+    )
     for name in types:
         worker.register(name, functions[name])
     await worker.run(install_signal_handlers=True)

@@ -264,3 +264,31 @@ def test_up_turns_auth_off_on_loopback_only_and_says_so(monkeypatch: pytest.Monk
     monkeypatch.setenv("LOWTIDE_AUTH", "off")
     with pytest.raises(ConfigError, match="not a loopback address and auth is off"):
         dev_auth(replace(remote, auth=AuthConfig(enabled=False)), {})
+
+
+async def test_the_demo_worker_connects_with_the_token_from_the_environment(guarded: Scheduler) -> None:
+    import asyncio
+    import os
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LOWTIDE_")}
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "lowtide",
+        "demo-worker",
+        "--target",
+        guarded.target,
+        "--types",
+        "echo",
+        env={**base, "LOWTIDE_TOKEN": TOKENS["worker"]},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        async with Client(guarded.target, token=TOKENS["submitter"]) as client:
+            task = await client.submit("echo", b"secured")
+            done = await client.wait(task.id, timeout=timedelta(seconds=20))
+    finally:
+        worker.terminate()
+        await asyncio.wait_for(worker.wait(), 20)
+    assert (done.state, done.result) == (TaskState.Value("TASK_STATE_COMPLETED"), b"secured")
