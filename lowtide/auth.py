@@ -15,7 +15,7 @@ import hashlib
 import hmac
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,3 +172,20 @@ def interceptors(config: Config, methods: Mapping[str, frozenset[str]]) -> list[
             "(`lowtide token hash` prints the sha256 to store), or set LOWTIDE_AUTH=off for a loopback dev setup"
         )
     return [TokenAuth(config.auth.tokens, methods)]
+
+
+def caller(config: AuthConfig, metadata: Iterable[tuple[str, str | bytes]]) -> TokenEntry | None:
+    """The token entry a call was made with (the interceptor has already let it in); None when
+    auth is off. Servicers use it to record who submitted a task and to let a submitter cancel
+    only its own."""
+    if not config.enabled:
+        return None
+    token = _bearer(tuple(metadata))
+    if token is None:
+        return None
+    digest = hash_token(token)
+    found = None
+    for entry in config.tokens:
+        if hmac.compare_digest(entry.sha256, digest):
+            found = entry
+    return found

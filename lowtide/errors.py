@@ -56,6 +56,10 @@ class ReservationConflict(FailedPrecondition):
 RESERVATION_CONFLICT_KEY = "lowtide-reservation-conflict-bin"
 
 
+class PermissionDenied(LowtideError):
+    """The caller's token may not do this."""
+
+
 class DatabaseUnavailable(LowtideError):
     """The database cannot be reached; nothing was stored. Retry later."""
 

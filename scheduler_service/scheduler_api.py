@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import grpc
 
 from lowtide import errors
-from lowtide.config import Config
+from lowtide.auth import SUBMITTER, caller
+from lowtide.config import Config, TokenEntry
 from lowtide.errors import InvalidArgument, NotFound, TooLarge
 from lowtide.grpc_status import handles_errors
 from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
@@ -110,11 +111,18 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             )
         return out
 
-    async def _insert(self, tasks: list[NewTask]) -> list[Submitted]:
+    def _who(self, context: Context) -> TokenEntry | None:
+        return caller(self._config.auth, context.invocation_metadata() or ())
+
+    async def _insert(self, tasks: list[NewTask], who: TokenEntry | None = None) -> list[Submitted]:
         tasks = self._plan(tasks)
         try:
             submitted = await self._store.insert_tasks(
-                tasks, signal=self._dispatcher.holds.value, capacity=self._capacity, overload=self._overload(tasks)
+                tasks,
+                signal=self._dispatcher.holds.value,
+                capacity=self._capacity,
+                overload=self._overload(tasks),
+                submitted_by=who.name if who else None,
             )
         except Refused as refused:
             raise conflict_error(refused, tasks[refused.index], len(tasks) > 1) from None
@@ -130,7 +138,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         if not request.HasField("task"):
             raise InvalidArgument("task", "is required")
         task = self._validate(request.task)
-        [submitted] = await self._insert([task])
+        [submitted] = await self._insert([task], self._who(context))
         row = await self._store.get_task(submitted.id)
         assert row is not None
         return scheduler_pb2.SubmitTaskResponse(task=convert.task_message(row), created=submitted.created)
@@ -152,7 +160,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
                 raise TooLarge(f"tasks[{index}].{error}") from None
         if not tasks:
             return scheduler_pb2.SubmitTasksResponse()
-        submitted = await self._insert(tasks)
+        submitted = await self._insert(tasks, self._who(context))
         return scheduler_pb2.SubmitTasksResponse(
             tasks=[scheduler_pb2.SubmittedTask(id=s.id, created=s.created) for s in submitted]
         )
@@ -175,6 +183,12 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     ) -> scheduler_pb2.CancelTaskResponse:
         if request.id <= 0:
             raise InvalidArgument("id", "must be a positive task id")
+        who = self._who(context)
+        if who is not None and who.role == SUBMITTER:
+            # A submitter cancels only what it submitted; admins cancel anything.
+            owner = (await self._get(request.id))["submitted_by"]
+            if owner != who.name:
+                raise errors.PermissionDenied(f"task {request.id} was not submitted by token {who.name!r}")
         row = await self._store.cancel(request.id)
         if row is None:
             raise NotFound(f"task {request.id} not found")

@@ -121,6 +121,7 @@ class Store:
         tasks: Sequence[NewTask],
         *,
         signal: float | None = None,
+        submitted_by: str | None = None,
         capacity: Callable[[str], int] = lambda pool: 1,
         overload: Mapping[str, Overload] | None = None,
     ) -> list[Submitted]:
@@ -159,6 +160,7 @@ class Store:
             "planned_release_ats": [t.planned_release_at for t in tasks],
             "planned_intensities": [t.planned_intensity for t in tasks],
             "plan_reasons": [t.plan_reason for t in tasks],
+            "submitted_by": submitted_by,
             "signal": signal,
         }
         keys = [t.idempotency_key for t in tasks if t.idempotency_key]

@@ -6,7 +6,7 @@ INSERT INTO lowtide.tasks (
     schedule_to_start_ms, start_to_close_ms, heartbeat_ms, schedule_to_start_deadline,
     max_defer_ms, hold_deadline, signal_at_submit,
     pool, start_at, start_tolerance_ms, on_miss, estimated_duration_ms, run_at, deps_pending, resources,
-    latest_start, planned_release_at, planned_intensity, plan_reason
+    latest_start, planned_release_at, planned_intensity, plan_reason, submitted_by
 )
 SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_key,
        n.max_attempts, n.initial_backoff_ms, n.backoff_coefficient, n.max_backoff_ms,
@@ -24,7 +24,7 @@ SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_ke
        CASE WHEN n.deps_pending > 0 THEN '9999-01-01 00:00:00+00'::timestamptz
             ELSE COALESCE(n.start_at, GREATEST(n.planned_release_at, now()), now()) END,
        n.deps_pending, n.resources::jsonb,
-       n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason
+       n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason, %(submitted_by)s::text
 FROM unnest(
     %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
     %(priorities)s::int[], %(idempotency_keys)s::text[], %(max_attempts)s::int[],

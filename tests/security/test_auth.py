@@ -23,6 +23,7 @@ from scheduler_service.keda import SERVICE_NAME as KEDA_SERVICE
 from scheduler_service.server import Scheduler, start_scheduler
 from signal_service.server import SignalServer
 from tests.conftest import make_config
+from tests.security.conftest import AUTH as AUTH_CONFIG
 from tests.security.conftest import TOKENS
 
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
@@ -292,3 +293,28 @@ async def test_the_demo_worker_connects_with_the_token_from_the_environment(guar
         worker.terminate()
         await asyncio.wait_for(worker.wait(), 20)
     assert (done.state, done.result) == (TaskState.Value("TASK_STATE_COMPLETED"), b"secured")
+
+
+async def test_a_submitter_cancels_only_its_own_tasks(database_url: str) -> None:
+    other = "s-secret-other"
+    auth = replace(
+        AUTH_CONFIG, tokens=(*AUTH_CONFIG.tokens, TokenEntry("other-submitter", "submitter", hash_token(other)))
+    )
+    scheduler = await start_scheduler(replace(make_config(), auth=auth), database_url=database_url)
+    try:
+        async with (
+            Client(scheduler.target, token=TOKENS["submitter"]) as mine,
+            Client(scheduler.target, token=other) as theirs,
+            Client(scheduler.target, token=TOKENS["admin"]) as admin,
+        ):
+            task = await mine.submit("echo")
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await theirs.cancel(task.id)
+            assert (await mine.get(task.id)).state == TaskState.Value("TASK_STATE_PENDING")
+            assert (await mine.cancel(task.id)).state == TaskState.Value("TASK_STATE_CANCELLED")
+            theirs_task = await theirs.submit("echo")
+            assert (await admin.cancel(theirs_task.id)).state == TaskState.Value("TASK_STATE_CANCELLED")
+    finally:
+        await scheduler.stop(grace=0.5)
+    assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert f"task {task.id} was not submitted by token 'other-submitter'" in (caught.value.details() or "")
