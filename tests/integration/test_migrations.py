@@ -98,7 +98,17 @@ def numbered(sql: str) -> tuple[str, int]:
     return _PLACEHOLDER.sub(number, body), len(numbers)
 
 
-QUERIES = load_queries("scheduler_service.sql")
+# Every named query of both services: a renamed column fails here rather than in production.
+QUERY_FILES = (
+    ("scheduler_service.sql", "queries.sql"),
+    ("scheduler_service.sql", "schedules.sql"),
+    ("signal_service.sql", "queries.sql"),
+)
+QUERIES = {
+    f"{package}/{filename}:{name}": sql
+    for package, filename in QUERY_FILES
+    for name, sql in load_queries(package, filename).items()
+}
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +124,10 @@ def migrated_database(pg_server_url: str, template_db: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def test_the_queries_file_has_queries() -> None:
-    assert {"insert_tasks", "claim_tasks", "finish_attempts", "get_task"} <= set(QUERIES)
+def test_the_query_files_have_queries() -> None:
+    names = {name.rsplit(":", 1)[1] for name in QUERIES}
+    assert {"insert_tasks", "claim_tasks", "finish_attempts", "get_task"} <= names
+    assert all(any(key.startswith(f"{p}/{f}:") for key in QUERIES) for p, f in QUERY_FILES)
 
 
 @pytest.mark.parametrize("query", sorted(QUERIES))
