@@ -168,8 +168,10 @@ class SchedulerMetrics:
 
     async def refresh(self) -> None:
         queues: dict[str, QueueFigures] = {}
+        # One read of the backlog serves the queue figures and the pools' desired workers.
         running = await self._store.running_by_queue()
-        for row in await self._store.pending_by_queue_and_type():
+        pending = await self._store.pending_by_queue_and_type()
+        for row in pending:
             figures = queues.setdefault(row["queue"], QueueFigures())
             held = row["kind"] == "activity" and row["activity_type"] in self._holds.held_for(row["queue"])
             if held:
@@ -180,11 +182,19 @@ class SchedulerMetrics:
                 figures.oldest_pending_age = max(figures.oldest_pending_age, row["oldest_age"])
         for queue, count in running.items():
             queues.setdefault(queue, QueueFigures()).running = count
-        self.snapshot = Snapshot(queues, {p.name: _figures(p) for p in await self.pool_status()})
+        pools = await self.pool_status(pending, running)
+        self.snapshot = Snapshot(queues, {p.name: _figures(p) for p in pools})
 
-    async def pool_status(self) -> list[scheduler_pb2.PoolStatus]:
-        """Per pool: workers, slots, busy and held slots, reservations, hit rate, desired workers."""
-        return await pool_status(self._store, self._registry, self._holds, self._config, self.fixed)
+    async def pool_status(
+        self, pending: list[Row] | None = None, running: dict[str, int] | None = None
+    ) -> list[scheduler_pb2.PoolStatus]:
+        """Per pool: workers, slots, busy and held slots, reservations, hit rate, desired workers.
+        `pending` and `running` are the backlog when the caller has read it already."""
+        if pending is None or running is None:
+            pending, running = await self._store.pending_by_queue_and_type(), await self._store.running_by_queue()
+        return await pool_status(
+            self._store, self._registry, self._holds, self._config, self.fixed, pending=pending, running=running
+        )
 
     async def run(self, interval: timedelta) -> None:
         while True:
@@ -201,7 +211,14 @@ def _figures(status: scheduler_pb2.PoolStatus) -> PoolFigures:
 
 
 async def pool_status(
-    store: Store, registry: Registry, holds: CostHolds, config: Config, fixed: FixedStarts | None
+    store: Store,
+    registry: Registry,
+    holds: CostHolds,
+    config: Config,
+    fixed: FixedStarts | None,
+    *,
+    pending: list[Row],
+    running: dict[str, int],
 ) -> list[scheduler_pb2.PoolStatus]:
     """The pools as GetStatus, the metrics and the KEDA scaler see them."""
     now = await store.now()
@@ -235,13 +252,13 @@ async def pool_status(
     if fixed is not None:
         for name in list(pools) + [u.pool for u in fixed.upcoming.values()]:
             pool(name).held_slots = fixed.held_slots(name)
-    backlog = await pool_backlog(store, registry, holds)
+    backlog = pool_backlog(registry, holds, pending, running)
     for name, status in pools.items():
-        claimable, running = backlog.get(name, (0, 0))
+        claimable, busy = backlog.get(name, (0, 0))
         per_worker = status.slots // status.workers if status.workers else 1
         status.desired_workers = desired_workers(
             claimable=claimable,
-            running=running,
+            running=busy,
             slots_per_worker=max(1, per_worker),
             reserved=ahead_in_horizon.get(name, 0),
             max_workers=None,
@@ -249,7 +266,9 @@ async def pool_status(
     return [pools[name] for name in sorted(pools)]
 
 
-async def pool_backlog(store: Store, registry: Registry, holds: CostHolds) -> dict[str, tuple[int, int]]:
+def pool_backlog(
+    registry: Registry, holds: CostHolds, pending: list[Row], running: dict[str, int]
+) -> dict[str, tuple[int, int]]:
     """Claimable pending work and running work per pool, held work left out. A queue's work is
     counted in the pools of the workers that serve it (in this replica)."""
     serving: dict[str, set[str]] = {}
@@ -257,8 +276,7 @@ async def pool_backlog(store: Store, registry: Registry, holds: CostHolds) -> di
         for queue in session.queues:
             serving.setdefault(queue, set()).add(session.pool)
     out: dict[str, tuple[int, int]] = {}
-    running = await store.running_by_queue()
-    for row in await store.pending_by_queue_and_type():
+    for row in pending:
         held = row["kind"] == "activity" and row["activity_type"] in holds.held_for(row["queue"])
         if held:
             continue

@@ -14,6 +14,7 @@ import grpc
 from lowtide import errors
 from lowtide.auth import SUBMITTER, caller
 from lowtide.config import Config, TokenEntry
+from lowtide.db.connector import Row
 from lowtide.errors import InvalidArgument, NotFound, TooLarge
 from lowtide.grpc_status import handles_errors
 from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
@@ -308,10 +309,13 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
                 return queue
         return scheduler_pb2.QueueStatus(name=name)  # pragma: no cover - _queues lists paused queues
 
-    async def _queues(self) -> list[scheduler_pb2.QueueStatus]:
+    async def _queues(
+        self, pending: list[Row] | None = None, running: dict[str, int] | None = None
+    ) -> list[scheduler_pb2.QueueStatus]:
         holds = self._dispatcher.holds
         paused = await self._store.paused_queues()
-        running = await self._store.running_by_queue()
+        if pending is None or running is None:
+            pending, running = await self._store.pending_by_queue_and_type(), await self._store.running_by_queue()
         queues: dict[str, scheduler_pb2.QueueStatus] = {}
 
         def queue(name: str) -> scheduler_pb2.QueueStatus:
@@ -328,7 +332,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
 
         for name in [*paused, *running, *self._config.queues]:
             queue(name)
-        for row in await self._store.pending_by_queue_and_type():
+        for row in pending:
             status = queue(row["queue"])
             if row["kind"] == "activity" and row["activity_type"] in status.held_types:
                 status.held_depth += row["depth"]
@@ -355,7 +359,9 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             hold.value = signal.value
         if holds.state.since is not None:
             hold.since.FromDatetime(holds.state.since)
-        pools = await self.metrics.pool_status() if self.metrics is not None else []
+        # One read of the backlog serves the queues and the pools.
+        pending, running = await self._store.pending_by_queue_and_type(), await self._store.running_by_queue()
+        pools = await self.metrics.pool_status(pending, running) if self.metrics is not None else []
         deferrable = sorted(holds.config.deferrable.union(*(holds.config.per_queue or {}).values()))
         carbon = [
             scheduler_pb2.CarbonStatus(
@@ -366,7 +372,8 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             )
             for r in (await self._store.carbon_by_type(deferrable) if deferrable else [])
         ]
-        return scheduler_pb2.GetStatusResponse(queues=await self._queues(), pools=pools, hold=hold, carbon=carbon)
+        queues = await self._queues(pending, running)
+        return scheduler_pb2.GetStatusResponse(queues=queues, pools=pools, hold=hold, carbon=carbon)
 
 
 def conflict_error(refused: Refused, task: NewTask, batch: bool) -> errors.ReservationConflict:
