@@ -307,13 +307,38 @@ async def _signal_get(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _show_forecast(args: argparse.Namespace, name: str, forecast: Any) -> None:
+    if args.json:
+        data = output.to_dict(forecast)
+        data["version"] = forecast.version
+        print(json.dumps({"signal": name, "forecast": data}), flush=True)
+        return
+    parts = [name, "forecast", f"from={forecast.source or '-'}", f"version={forecast.version}"]
+    points = forecast.points
+    if not points:
+        parts.append("no points (the feed gives no forecast now)")
+    else:
+        low = min(points, key=lambda p: p.value)
+        parts += [
+            f"points={len(points)}",
+            f"{points[0].at.ToDatetime().isoformat()}Z..{points[-1].at.ToDatetime().isoformat()}Z",
+            f"lowest={low.value:g} at {low.at.ToDatetime().isoformat()}Z",
+        ]
+    print(" ".join(parts), flush=True)
+
+
 async def _signal_watch(args: argparse.Namespace, config: Config) -> int:
     async with _signal_client(args, config) as client:
         try:
             # A restart of the signal service (UNAVAILABLE) is waited out, not the end of the
-            # watch; a state seen before the restart is not printed again.
-            async for state in client.subscribe(args.signal, reconnect=True):
-                _show_signal(args, state)
+            # watch; a state (or forecast) seen before the restart is not printed again.
+            last_version = 0
+            async for update in client.updates(args.signal, reconnect=True):
+                if update.state.version > last_version:
+                    last_version = update.state.version
+                    _show_signal(args, update.state)
+                if args.forecast and update.HasField("forecast"):
+                    _show_forecast(args, update.state.name, update.forecast)
         except BrokenPipeError:
             # The reader went away (`watch | head`): a normal end. Python would otherwise
             # complain again when it flushes stdout at exit.
@@ -376,6 +401,7 @@ def _parser() -> argparse.ArgumentParser:
     signal_get = signal_commands.add_parser("get", parents=[common, signal_target], help="show the signal")
     signal_get.set_defaults(handler=_signal_get)
     watch = signal_commands.add_parser("watch", parents=[common, signal_target], help="print each change as it comes")
+    watch.add_argument("--forecast", action="store_true", help="also print each new forecast the feed issues")
     watch.set_defaults(handler=_signal_watch)
 
     task = commands.add_parser("task", help="submit and inspect tasks")

@@ -15,11 +15,11 @@ import logging
 import random
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import grpc
 
 from lowtide_client import SignalClient
+from lowtide_client._proto.lowtide.v1 import signal_pb2
 from scheduler_service.domain.holds import (
     NO_SIGNAL,
     HoldConfig,
@@ -70,6 +70,8 @@ class CostHolds:
         self.forecast_source = ""
         # Grows with every new forecast, so the planner knows when to plan again.
         self.forecast_version = 0
+        # The feed's latest forecast as streamed by the signal service (None: none yet).
+        self._feed_forecast: signal_pb2.Forecast | None = None
 
     @property
     def value(self) -> float | None:
@@ -115,7 +117,8 @@ class CostHolds:
         while True:
             try:
                 async with SignalClient(self.target, token=self.token, ca=self.ca) as client:
-                    async for state in client.subscribe(self.signal_name):
+                    async for update in client.updates(self.signal_name):
+                        state = update.state
                         if not self.connected:
                             log.info("signal.subscribed", extra={"target": self.target, "signal": self.signal_name})
                         self.connected = True
@@ -133,7 +136,9 @@ class CostHolds:
                             )
                         )
                         # After the state is applied (a fall releases work at once), not before.
-                        await self._refresh_forecast(client, state)
+                        if update.HasField("forecast"):
+                            self._feed_forecast = update.forecast
+                        self._refresh_forecast(state)
             except grpc.aio.AioRpcError as error:
                 if not warned:
                     log.warning(
@@ -146,22 +151,20 @@ class CostHolds:
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 5.0)
 
-    async def _refresh_forecast(self, client: SignalClient, state: Any) -> None:
-        """Reads the forecast that goes with a new state. The current value is put in front as
-        a point at `now`, since the feed's points start at the next interval."""
-        try:
-            points = await client.forecast(self.signal_name)
-        except grpc.aio.AioRpcError:
-            return
+    def _refresh_forecast(self, state: signal_pb2.SignalState) -> None:
+        """The planner's forecast from the feed's latest (streamed beside the state, only when
+        new) and the current value, put in front as a point at `now`, since the feed's points
+        start at the next interval. A new version tells the planner to plan again."""
+        feed = self._feed_forecast
         now = self._clock()
-        pairs = [(p.at.ToDatetime(tzinfo=UTC), p.value) for p in points]
+        pairs = [] if feed is None else [(p.at.ToDatetime(tzinfo=UTC), p.value) for p in feed.points]
         pairs = [(at, value) for at, value in pairs if at > now]
         if state.HasField("value"):
             pairs.insert(0, (now, state.value))
         forecast = Forecast.of(pairs) if len(pairs) > 1 else None
         if forecast != self.forecast:
             self.forecast = forecast
-            self.forecast_source = state.source
+            self.forecast_source = feed.source if feed is not None and forecast is not None else ""
             self.forecast_version += 1
 
     def _start_stale_timer(self) -> None:

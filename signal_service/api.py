@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
@@ -13,8 +13,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from lowtide import errors
 from lowtide.grpc_status import abort, handles_errors
 from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
-from signal_service.domain import Point, SignalState
-from signal_service.fanout import Closed
+from signal_service.domain import Point, SignalForecast, SignalState
+from signal_service.fanout import Closed, Update
 from signal_service.signals import Signals
 
 log = logging.getLogger("lowtide.signal")
@@ -48,8 +48,15 @@ def state_message(state: SignalState) -> signal_pb2.SignalState:
     return message
 
 
-def _points(points: list[Point]) -> list[signal_pb2.SignalPoint]:
+def _points(points: Sequence[Point]) -> list[signal_pb2.SignalPoint]:
     return [signal_pb2.SignalPoint(at=_timestamp(p.at), value=p.value) for p in points]
+
+
+def forecast_message(forecast: SignalForecast) -> signal_pb2.Forecast:
+    message = signal_pb2.Forecast(points=_points(forecast.points), source=forecast.source, version=forecast.version)
+    if forecast.issued_at is not None:
+        message.issued_at.CopyFrom(_timestamp(forecast.issued_at))
+    return message
 
 
 def _datetime(field: str, stamp: Timestamp) -> datetime:
@@ -63,16 +70,22 @@ def _datetime(field: str, stamp: Timestamp) -> datetime:
 class SignalApi(signal_pb2_grpc.SignalServiceServicer):
     def __init__(self, signals: Signals) -> None:
         self._signals = signals
-        self._responses: dict[str, signal_pb2.SubscribeResponse] = {}
+        # Per signal, the last message sent without a forecast and the last sent with one.
+        self._responses: dict[tuple[str, bool], tuple[tuple[int, int], signal_pb2.SubscribeResponse]] = {}
 
-    def _response(self, state: SignalState) -> signal_pb2.SubscribeResponse:
-        """One message per state, shared by every subscriber it goes to: with a thousand
-        subscribers, building it once per subscriber would cost more than sending it."""
-        cached = self._responses.get(state.name)
-        if cached is None or cached.state.version != state.version:
-            cached = signal_pb2.SubscribeResponse(state=state_message(state))
-            self._responses[state.name] = cached
-        return cached
+    def _response(self, update: Update) -> signal_pb2.SubscribeResponse:
+        """One message per state (and forecast), shared by every subscriber it goes to: with a
+        thousand subscribers, building it once per subscriber would cost more than sending it."""
+        state, forecast = update
+        key = (state.version, 0 if forecast is None else forecast.version)
+        slot = (state.name, forecast is not None)
+        cached = self._responses.get(slot)
+        if cached is None or cached[0] != key:
+            message = signal_pb2.SubscribeResponse(state=state_message(state))
+            if forecast is not None:
+                message.forecast.CopyFrom(forecast_message(forecast))
+            cached = self._responses[slot] = (key, message)
+        return cached[1]
 
     @handles_errors
     async def GetSignal(self, request: signal_pb2.GetSignalRequest, context: Context) -> signal_pb2.GetSignalResponse:
@@ -136,5 +149,12 @@ class SignalApi(signal_pb2_grpc.SignalServiceServicer):
         self, request: signal_pb2.GetForecastRequest, context: Context
     ) -> signal_pb2.GetForecastResponse:
         definition = self._signals.resolve(request.name)
-        points, source = await self._signals.store.forecast(definition.name)
-        return signal_pb2.GetForecastResponse(points=_points(points), source=source)
+        forecast = await self._signals.reload_forecast(definition.name)
+        if forecast is None:
+            return signal_pb2.GetForecastResponse()
+        response = signal_pb2.GetForecastResponse(
+            points=_points(forecast.points), source=forecast.source, version=forecast.version
+        )
+        if forecast.issued_at is not None:
+            response.issued_at.CopyFrom(_timestamp(forecast.issued_at))
+        return response

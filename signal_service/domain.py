@@ -49,6 +49,18 @@ class Point:
     value: float
 
 
+@dataclass(frozen=True, slots=True)
+class SignalForecast:
+    """A feed's forecast for a signal, as issued: `version` grows with each new one (0: none
+    yet), and an empty `points` is a forecast too (the feed stopped giving one)."""
+
+    name: str
+    points: tuple[Point, ...]
+    source: str
+    version: int
+    issued_at: datetime | None
+
+
 def is_high(value: float | None, threshold: float) -> bool:
     """High while the value is over the threshold, and until the first value arrives: work that
     waits for a low signal must not start on the strength of a value nobody has seen."""

@@ -38,6 +38,7 @@ log = logging.getLogger("lowtide.signal")
 
 SERVICE = signal_pb2.DESCRIPTOR.services_by_name["SignalService"].full_name
 CHANNEL = "lowtide_signal"
+FORECAST_CHANNEL = "lowtide_forecast"
 
 
 @dataclass
@@ -83,17 +84,21 @@ class SignalServer:
 
 async def _listen(db: Database, signals: Signals) -> None:
     """Changes made by other replicas (and this one), through LISTEN/NOTIFY; the payload is the
-    signal's name, and the state is read back so that no NOTIFY has to carry it."""
+    signal's name, and the state (or forecast) is read back so that no NOTIFY has to carry it."""
     delay = 0.1
     while True:
         try:
-            async with db.listen(CHANNEL) as notifications:
+            async with db.listen(CHANNEL, FORECAST_CHANNEL) as notifications:
                 delay = 0.1
                 # Changes made while this connection was down were never notified here.
                 await signals.resync()
                 async for note in notifications:
-                    name = note.partition(":")[2]
-                    if name in signals.defined:
+                    channel, _, name = note.partition(":")
+                    if name not in signals.defined:
+                        continue
+                    if channel == FORECAST_CHANNEL:
+                        await signals.reload_forecast(name)
+                    else:
                         await signals.reload(name)
         except LowtideError as error:
             log.warning("listen.reconnecting", extra={"error": str(error)})

@@ -1,16 +1,17 @@
 """The one path every change takes, whoever makes it (SetSignal, a feed, another replica's
-NOTIFY, the stale check): validated, stored, then published to this replica's subscribers."""
+NOTIFY, the stale check): validated, stored, then published to this replica's subscribers.
+Forecasts take the same path: stored when new, announced, published beside the state."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from lowtide.config import Config
 from lowtide.errors import NotFound
-from signal_service.domain import Reading, SignalState, check_unit, validate_value
+from signal_service.domain import Point, Reading, SignalForecast, SignalState, check_unit, validate_value
 from signal_service.fanout import Fanout
 from signal_service.store import SignalStore
 
@@ -63,10 +64,32 @@ class Signals:
 
     async def resync(self) -> None:
         """Publishes whatever the database holds that this replica has not seen: the safety net
-        for a NOTIFY lost while the listening connection was down."""
-        for state in await self.store.states():
+        for a NOTIFY lost while the listening connection was down. A forecast (a hundred points)
+        is read only when its version shows it is new here."""
+        for state, forecast_version in await self.store.snapshot():
             if state.name in self.defined:
                 self.fanout.publish(state)
+                if forecast_version > self.fanout.forecast_version(state.name):
+                    await self.reload_forecast(state.name)
+
+    async def reload_forecast(self, name: str) -> SignalForecast | None:
+        """The stored forecast, published here if it is newer than what this replica holds."""
+        forecast = await self.store.forecast(name)
+        if forecast is not None and forecast.version:
+            self.fanout.publish_forecast(forecast)
+        return forecast
+
+    async def set_forecast(self, name: str, points: Sequence[Point], *, source: str) -> SignalForecast | None:
+        """Stores a feed's forecast and publishes it, when it differs from the stored one; the
+        new forecast, or None when it was the same. Points are validated as values are."""
+        definition = self.resolve(name)
+        for point in points:
+            validate_value(point.value, definition.unit, field="forecast")
+        ordered = sorted(points, key=lambda p: p.at)
+        forecast = await self.store.set_forecast(definition.name, ordered, source=source)
+        if forecast is not None:
+            self.fanout.publish_forecast(forecast)
+        return forecast
 
     async def reload(self, name: str) -> SignalState:
         """The stored state, published here if it is newer than what this replica holds."""

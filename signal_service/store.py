@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from lowtide.db import Database, load_queries
-from signal_service.domain import Point, Reading, SignalState, is_stale
+from signal_service.domain import Point, Reading, SignalForecast, SignalState, is_stale
 
 Q = load_queries("signal_service.sql")
 
@@ -27,6 +27,17 @@ def state_of(row: Mapping[str, Any]) -> SignalState:
         source=row["source"],
         version=row["version"],
         stale=row["stale"],
+    )
+
+
+def forecast_of(row: Mapping[str, Any]) -> SignalForecast:
+    points = tuple(Point(at, value) for at, value in zip(row["forecast_at"], row["forecast_value"], strict=True))
+    return SignalForecast(
+        name=row["name"],
+        points=points,
+        source=row["forecast_source"],
+        version=row["forecast_version"],
+        issued_at=row["forecast_issued_at"],
     )
 
 
@@ -54,7 +65,11 @@ class SignalStore:
         return None if row is None else state_of(row)
 
     async def states(self) -> list[SignalState]:
-        return [state_of(row) for row in await self.db.fetch(Q["list_signals"])]
+        return [state for state, _ in await self.snapshot()]
+
+    async def snapshot(self) -> list[tuple[SignalState, int]]:
+        """Every signal's state with the version of its forecast (0: none yet), in one read."""
+        return [(state_of(row), row["forecast_version"]) for row in await self.db.fetch(Q["list_signals"])]
 
     async def record(self, name: str, reading: Reading, *, source: str) -> SignalState | None:
         """Stores a validated reading as the latest value, appends it to the history and tells
@@ -96,21 +111,25 @@ class SignalStore:
         rows = await self.db.fetch(Q["history"], {"name": name, "since": since, "limit": limit})
         return [Point(row["observed_at"], row["value"]) for row in rows]
 
-    async def set_forecast(self, name: str, points: Sequence[Point], *, source: str) -> None:
+    async def set_forecast(self, name: str, points: Sequence[Point], *, source: str) -> SignalForecast | None:
+        """Stores a forecast and tells the other replicas, when it differs from the stored one;
+        the new forecast, or None when it was the same (or the signal does not exist)."""
         params = {
             "name": name,
             "at": [p.at for p in points],
             "values": [p.value for p in points],
             "source": source,
         }
-        await self.db.execute(Q["set_forecast"], params)
+        async with self.db.transaction() as tx:
+            row = await tx.fetch_one(Q["set_forecast"], params)
+            if row is None:
+                return None
+            await tx.execute(Q["notify_forecast"], {"name": name})
+        return forecast_of(row)
 
-    async def forecast(self, name: str) -> tuple[list[Point], str]:
+    async def forecast(self, name: str) -> SignalForecast | None:
         row = await self.db.fetch_one(Q["get_forecast"], {"name": name})
-        if row is None:
-            return [], ""
-        points = [Point(at, value) for at, value in zip(row["forecast_at"], row["forecast_value"], strict=True)]
-        return points, row["forecast_source"]
+        return None if row is None else forecast_of(row)
 
     async def hold_feed_lease(self, holder: str, ttl: timedelta) -> bool:
         """Takes or renews the feed's lease; False while another replica holds it."""

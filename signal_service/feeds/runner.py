@@ -71,8 +71,8 @@ async def poll_once(feed: Feed, signals: Signals, name: str, stats: FeedStats) -
 async def refresh_forecast(feed: Feed, signals: Signals, name: str, stats: FeedStats) -> None:
     try:
         points = await feed.forecast()
-        await signals.store.set_forecast(name, points, source=feed.source)
-    except (FeedError, DatabaseUnavailable) as error:
+        await signals.set_forecast(name, points, source=feed.source)
+    except (FeedError, InvalidArgument, DatabaseUnavailable) as error:
         # Some plans have no forecast; the current value matters far more, so this is quieter.
         stats.forecast_errors += 1
         log.info("feed.forecast_failed", extra={"feed": feed.source, "error": str(error)})

@@ -17,8 +17,8 @@ SELECT name, unit, threshold, value, observed_at, source, version, stale, update
 FROM lowtide.signals WHERE name = %(name)s
 
 -- list_signals --
--- Every signal's latest state, by name.
-SELECT name, unit, threshold, value, observed_at, source, version, stale, updated_at
+-- Every signal's latest state, by name, with the version of its forecast (read apart, only when new).
+SELECT name, unit, threshold, value, observed_at, source, version, stale, updated_at, forecast_version
 FROM lowtide.signals ORDER BY name
 
 -- record_value --
@@ -66,14 +66,25 @@ SELECT value, observed_at FROM (
 ORDER BY version
 
 -- set_forecast --
--- Replaces a signal's forecast.
+-- Replaces a signal's forecast when it differs from the stored one (a feed polled more often than
+-- it publishes answers the same again); returns the new forecast, nothing when unchanged.
 UPDATE lowtide.signals
-SET forecast_at = %(at)s::timestamptz[], forecast_value = %(values)s::float8[], forecast_source = %(source)s
+SET forecast_at = %(at)s::timestamptz[], forecast_value = %(values)s::float8[], forecast_source = %(source)s,
+    forecast_version = forecast_version + 1, forecast_issued_at = now()
 WHERE name = %(name)s
+  AND (forecast_at IS DISTINCT FROM %(at)s::timestamptz[]
+       OR forecast_value IS DISTINCT FROM %(values)s::float8[]
+       OR forecast_source IS DISTINCT FROM %(source)s)
+RETURNING name, forecast_at, forecast_value, forecast_source, forecast_version, forecast_issued_at
 
 -- get_forecast --
--- A signal's forecast, as two arrays of the same length.
-SELECT forecast_at, forecast_value, forecast_source FROM lowtide.signals WHERE name = %(name)s
+-- A signal's forecast, as two arrays of the same length, with its version and when it was issued.
+SELECT name, forecast_at, forecast_value, forecast_source, forecast_version, forecast_issued_at
+FROM lowtide.signals WHERE name = %(name)s
+
+-- notify_forecast --
+-- Tells every signal-service replica that a signal has a new forecast (delivered at commit).
+SELECT pg_notify('lowtide_forecast', %(name)s)
 
 -- hold_feed_lease --
 -- Takes or keeps the feed's lease (lowtide.leader, as the scheduler's); a row only when this holder has it.

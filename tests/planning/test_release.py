@@ -15,6 +15,7 @@ from lowtide.config import Config, CostConfig, SignalConfig
 from lowtide_client import Client, SignalClient, Task, TaskState, Worker
 from scheduler_service.domain.planning import Forecast
 from scheduler_service.server import Scheduler, start_scheduler
+from signal_service.domain import Point
 from signal_service.server import SignalServer, start_signal_service
 from tests.conftest import NO_AUTH, make_config
 from tests.helpers import eventually
@@ -126,24 +127,32 @@ async def test_without_a_forecast_the_threshold_hold_applies_and_the_latest_star
     assert done.signal_at_dispatch == 400
 
 
-async def test_the_leader_plans_again_on_a_new_forecast(static: Services) -> None:
-    # A static feed sends no forecast of its own, so the one set here is the only one.
+async def test_the_leader_plans_again_on_a_new_forecast_streamed_by_the_signal_service(static: Services) -> None:
+    # A static feed issues no forecast of its own, so the one set here is the only one.
     holds = static.scheduler.dispatcher.holds
-    async with Client(static.scheduler.target) as client:
+    async with Client(static.scheduler.target) as client, SignalClient(static.signal.target) as signals:
+        # The current value (high) starts the scheduler's forecast at now; the feed's points
+        # start later.
+        await signals.set(300)
         task = await client.submit(
             "train", latest_start=datetime.now(UTC) + timedelta(hours=2), estimated_duration=timedelta(minutes=10)
         )
         now = datetime.now(UTC)
-        # A new forecast whose cheapest window is an hour from now.
-        holds.forecast = Forecast.of(
+        # A new forecast whose cheapest window is an hour from now, issued as a feed issues one:
+        # the signal service stores it and streams it to the scheduler beside the state.
+        issued = await static.signal.signals.set_forecast(
+            "grid",
             [
-                (now, 300.0),
-                (now + timedelta(minutes=60), 50.0),
-                (now + timedelta(minutes=70), 300.0),
-                (now + timedelta(hours=3), 300.0),
-            ]
+                Point(now + timedelta(minutes=5), 300.0),
+                Point(now + timedelta(minutes=60), 50.0),
+                Point(now + timedelta(minutes=70), 300.0),
+                Point(now + timedelta(hours=3), 300.0),
+            ],
+            source="test-feed",
         )
-        holds.forecast_version += 1
+        assert issued is not None
+        await eventually(lambda: _forecast_known(static))
+        assert holds.forecast_source == "test-feed"
         # The leader's planner (in maintenance) sees the new version and plans again.
         replanned = await eventually(lambda: _planned_near(client, task.id, now + timedelta(minutes=60)))
     assert replanned

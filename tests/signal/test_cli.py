@@ -8,8 +8,10 @@ import contextlib
 import json
 import os
 import sys
+from datetime import UTC, datetime, timedelta
 
 from lowtide_client import SignalClient
+from signal_service.domain import Point
 from signal_service.server import SignalServer, start_signal_service
 from tests.signal.conftest import signal_config
 
@@ -36,6 +38,29 @@ async def test_watch_prints_the_change_that_set_makes(signal_server: SignalServe
         changed = json.loads(await asyncio.wait_for(watch.stdout.readline(), 5.0))
         assert (changed["value"], changed["high"], changed["source"]) == (520.0, True, "manual")
         assert changed["version"] > first["version"]
+    finally:
+        watch.terminate()
+        await watch.wait()
+
+
+async def test_watch_forecast_prints_each_new_forecast_once(signal_server: SignalServer) -> None:
+    at = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    watch = await lowtide("signal", "watch", "--forecast", "--target", signal_server.target)
+    try:
+        assert watch.stdout is not None
+        first = (await asyncio.wait_for(watch.stdout.readline(), 20.0)).decode()
+        assert first.startswith("grid no value yet (gCO2/kWh) high")
+        points = [Point(at, 300.0), Point(at + timedelta(minutes=30), 120.0), Point(at + timedelta(hours=1), 200.0)]
+        await signal_server.signals.set_forecast("grid", points, source="replay")
+        # The same forecast again is not news.
+        await signal_server.signals.set_forecast("grid", points, source="replay")
+        line = (await asyncio.wait_for(watch.stdout.readline(), 5.0)).decode()
+        assert line.startswith("grid forecast from=replay version=1 points=3 2026-11-30T12:00:00Z..")
+        assert "lowest=120 at 2026-11-30T12:30:00Z" in line
+        async with SignalClient(signal_server.target) as client:
+            await client.set(90.0)
+        line = (await asyncio.wait_for(watch.stdout.readline(), 5.0)).decode()
+        assert line.startswith("grid 90 gCO2/kWh low")
     finally:
         watch.terminate()
         await watch.wait()

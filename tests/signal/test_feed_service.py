@@ -4,6 +4,7 @@ and a bad answer leaves the last good value in place."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 from lowtide_client import SignalClient
@@ -57,6 +58,61 @@ async def test_uk_feed_value_and_forecast_reach_subscribers_and_a_bad_answer_kee
                 await subscription.aclose()
         finally:
             await running.stop()
+
+
+async def test_a_new_forecast_is_streamed_to_subscribers_of_every_replica_and_only_when_new(
+    database_url: str,
+) -> None:
+    with grid_api() as api:
+        api.on("/intensity", Answer({"data": [uk_entry("2026-11-29T23:00Z", 450, 430)]}))
+        api.on("/intensity/*", Answer({"data": [uk_entry("2026-11-29T23:30Z", 420, None)]}))
+        feeding = await start_signal_service(
+            signal_config(feed="uk-carbon-intensity", base_url=api.url, refresh=timedelta(milliseconds=100)),
+            database_url=database_url,
+        )
+        # Another replica, with no feed of its own and a long refresh: only NOTIFY brings the
+        # forecast here in time.
+        other = await start_signal_service(signal_config(refresh=timedelta(minutes=10)), database_url=database_url)
+        try:
+            async with SignalClient(other.target) as client:
+                updates = client.updates()
+                first = await asyncio.wait_for(_with_forecast(updates), 5.0)
+                assert [p.value for p in first.forecast.points] == [420.0]
+                assert first.forecast.source == "uk-carbon-intensity" and first.forecast.version >= 1
+
+                # The feed is polled again and again and answers the same forecast: a change of
+                # the value comes without it.
+                polls = feeding.feed_stats.fetches
+                await eventually(lambda: _at_least(feeding.feed_stats.fetches, polls + 3))
+                manual = await client.set(100.0)
+                while (update := await asyncio.wait_for(anext(updates), 5.0)).state.version < manual.version:
+                    assert not update.HasField("forecast")
+                assert not update.HasField("forecast")
+
+                # A new forecast arrives as one, with the next version and the current state.
+                api.on(
+                    "/intensity/*",
+                    Answer(
+                        {"data": [uk_entry("2026-11-29T23:30Z", 300, None), uk_entry("2026-11-30T00:00Z", 90, None)]}
+                    ),
+                )
+                renewed = await asyncio.wait_for(_with_forecast(updates), 5.0)
+                assert [p.value for p in renewed.forecast.points] == [300.0, 90.0]
+                assert renewed.forecast.version == first.forecast.version + 1
+                assert renewed.state.version >= manual.version
+                got = await client.forecast()
+                assert [p.value for p in got] == [300.0, 90.0]
+                await updates.aclose()
+        finally:
+            await other.stop()
+            await feeding.stop()
+
+
+async def _with_forecast(updates: AsyncIterator[signal_pb2.SubscribeResponse]) -> signal_pb2.SubscribeResponse:
+    async for update in updates:
+        if update.HasField("forecast"):
+            return update
+    raise AssertionError("the stream ended")
 
 
 async def _at_least(value: int, wanted: int) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import logging
 from collections.abc import AsyncGenerator
 from datetime import datetime
@@ -112,6 +113,8 @@ class SignalClient:
         return [*response.points]
 
     async def forecast(self, name: str = "") -> builtins.list[signal_pb2.SignalPoint]:
+        """The feed's latest forecast, in time order (empty when it gives none). To be told of
+        each new forecast as it is issued, use ``updates()``."""
         response: signal_pb2.GetForecastResponse = await self._stubs().GetForecast(
             signal_pb2.GetForecastRequest(name=name)
         )
@@ -129,16 +132,35 @@ class SignalClient:
         state at most once and in order. Other errors (NOT_FOUND for an unknown signal) are
         raised either way.
         """
-        backoff = Backoff(initial=_RECONNECT_INITIAL, maximum=_RECONNECT_MAX)
         last_version = 0
+        async with contextlib.aclosing(self.updates(name, reconnect=reconnect)) as updates:
+            async for update in updates:
+                if update.state.version > last_version:
+                    last_version = update.state.version
+                    yield update.state
+
+    async def updates(
+        self, name: str = "", *, reconnect: bool = False
+    ) -> AsyncGenerator[signal_pb2.SubscribeResponse, None]:
+        """``subscribe()`` with the forecast beside the state: each message carries the current
+        ``state``, and ``forecast`` (``HasField("forecast")``) in the first message when the feed
+        has one and whenever a new one is issued. A message that brings neither a newer state
+        nor a newer forecast (a resubscription's first one, say) is skipped."""
+        backoff = Backoff(initial=_RECONNECT_INITIAL, maximum=_RECONNECT_MAX)
+        last_version = last_forecast = 0
         while True:
             call = self._stubs().Subscribe(signal_pb2.SubscribeRequest(name=name))
             try:
                 async for response in call:
                     backoff.reset()
-                    if response.state.version > last_version:
-                        last_version = response.state.version
-                        yield response.state
+                    if response.HasField("forecast") and response.forecast.version <= last_forecast:
+                        response.ClearField("forecast")
+                    if response.state.version <= last_version and not response.HasField("forecast"):
+                        continue
+                    last_version = max(last_version, response.state.version)
+                    if response.HasField("forecast"):
+                        last_forecast = response.forecast.version
+                    yield response
                 # The server ends a stream only by failing it; an end without a status is a lost stream.
                 if not reconnect:
                     return

@@ -215,20 +215,65 @@ class SubscribeResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     STATE_FIELD_NUMBER: _builtins.int
+    FORECAST_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def state(self) -> Global___SignalState: ...
+    def state(self) -> Global___SignalState:
+        """The current state; the same version again when only the forecast is new."""
+
+    @_builtins.property
+    def forecast(self) -> Global___Forecast:
+        """Set in the first message when the feed has given a forecast, then whenever a new one is
+        issued; absent when unchanged (keep the last one). Sent only when new, since most changes
+        are of the value alone and a forecast is a hundred points.
+        """
+
     def __init__(
         self,
         *,
         state: Global___SignalState | None = ...,
+        forecast: Global___Forecast | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["state", b"state"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["forecast", b"forecast", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["forecast", b"forecast", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SubscribeResponse: _TypeAlias = SubscribeResponse  # noqa: Y015
+
+@_typing.final
+class Forecast(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POINTS_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    ISSUED_AT_FIELD_NUMBER: _builtins.int
+    source: _builtins.str
+    """The feed that issued it."""
+    version: _builtins.int
+    """Grows with every new forecast of this signal, across restarts and replicas."""
+    @_builtins.property
+    def points(self) -> _containers.RepeatedCompositeFieldContainer[Global___SignalPoint]:
+        """In time order; empty when the feed no longer gives a forecast."""
+
+    @_builtins.property
+    def issued_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        points: _abc.Iterable[Global___SignalPoint] | None = ...,
+        source: _builtins.str = ...,
+        version: _builtins.int = ...,
+        issued_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["issued_at", b"issued_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["issued_at", b"issued_at", "points", b"points", "source", b"source", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Forecast: _TypeAlias = Forecast  # noqa: Y015
 
 @_typing.final
 class ListSignalsRequest(_message.Message):
@@ -341,20 +386,28 @@ class GetForecastResponse(_message.Message):
 
     POINTS_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    ISSUED_AT_FIELD_NUMBER: _builtins.int
     source: _builtins.str
+    version: _builtins.int
+    """The forecast's version (0: none issued yet) and when it was issued, as in Subscribe."""
     @_builtins.property
     def points(self) -> _containers.RepeatedCompositeFieldContainer[Global___SignalPoint]:
         """In time order; empty when the feed gives no forecast."""
 
+    @_builtins.property
+    def issued_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
         points: _abc.Iterable[Global___SignalPoint] | None = ...,
         source: _builtins.str = ...,
+        version: _builtins.int = ...,
+        issued_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["issued_at", b"issued_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["points", b"points", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["issued_at", b"issued_at", "points", b"points", "source", b"source", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

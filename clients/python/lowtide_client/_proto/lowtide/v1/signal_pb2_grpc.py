@@ -87,8 +87,8 @@ class SignalServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Subscribe(self, request, context):
-        """The current state at once, then every change. A slow reader may skip intermediate states,
-        never the latest one.
+        """The current state (and forecast, if the feed gives one) at once, then every change. A slow
+        reader may skip intermediate states and forecasts, never the latest of each.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -39,8 +39,8 @@ class SignalServiceStub:
     SetSignal: _grpc.UnaryUnaryMultiCallable[_signal_pb2.SetSignalRequest, _signal_pb2.SetSignalResponse]
     """The runtime-config path: an operator or a script sets the value with no redeploy."""
     Subscribe: _grpc.UnaryStreamMultiCallable[_signal_pb2.SubscribeRequest, _signal_pb2.SubscribeResponse]
-    """The current state at once, then every change. A slow reader may skip intermediate states,
-    never the latest one.
+    """The current state (and forecast, if the feed gives one) at once, then every change. A slow
+    reader may skip intermediate states and forecasts, never the latest of each.
     """
     ListSignals: _grpc.UnaryUnaryMultiCallable[_signal_pb2.ListSignalsRequest, _signal_pb2.ListSignalsResponse]
     GetHistory: _grpc.UnaryUnaryMultiCallable[_signal_pb2.GetHistoryRequest, _signal_pb2.GetHistoryResponse]
@@ -59,8 +59,8 @@ class SignalServiceAsyncStub(SignalServiceStub):
     SetSignal: _aio.UnaryUnaryMultiCallable[_signal_pb2.SetSignalRequest, _signal_pb2.SetSignalResponse]  # type: ignore[assignment]
     """The runtime-config path: an operator or a script sets the value with no redeploy."""
     Subscribe: _aio.UnaryStreamMultiCallable[_signal_pb2.SubscribeRequest, _signal_pb2.SubscribeResponse]  # type: ignore[assignment]
-    """The current state at once, then every change. A slow reader may skip intermediate states,
-    never the latest one.
+    """The current state (and forecast, if the feed gives one) at once, then every change. A slow
+    reader may skip intermediate states and forecasts, never the latest of each.
     """
     ListSignals: _aio.UnaryUnaryMultiCallable[_signal_pb2.ListSignalsRequest, _signal_pb2.ListSignalsResponse]  # type: ignore[assignment]
     GetHistory: _aio.UnaryUnaryMultiCallable[_signal_pb2.GetHistoryRequest, _signal_pb2.GetHistoryResponse]  # type: ignore[assignment]
@@ -94,8 +94,8 @@ class SignalServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _signal_pb2.SubscribeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_signal_pb2.SubscribeResponse], _abc.AsyncIterator[_signal_pb2.SubscribeResponse]]:
-        """The current state at once, then every change. A slow reader may skip intermediate states,
-        never the latest one.
+        """The current state (and forecast, if the feed gives one) at once, then every change. A slow
+        reader may skip intermediate states and forecasts, never the latest of each.
         """
 
     @_abc_1.abstractmethod
