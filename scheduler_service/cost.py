@@ -167,6 +167,17 @@ class CostHolds:
             self.forecast_source = feed.source if feed is not None and forecast is not None else ""
             self.forecast_version += 1
 
+    @property
+    def forecast_origin(self) -> str:
+        """Where the planner's forecast came from: the feed's forecast (source, version, when it
+        was issued) with the current value in front."""
+        feed = self._feed_forecast
+        value = "" if self.signal is None or self.signal.value is None else f", from {self.signal.value:g} now"
+        if feed is None or not feed.points:
+            return f"no forecast from the feed{value}"
+        issued = f" issued {feed.issued_at.ToDatetime().strftime('%H:%M:%S')}Z" if feed.HasField("issued_at") else ""
+        return f"{feed.source} #{feed.version}{issued}, {len(feed.points)} points{value}"
+
     def _start_stale_timer(self) -> None:
         if self.stale_after is None or self._stale_timer is not None:
             return

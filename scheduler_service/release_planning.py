@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from lowtide.config import Config
@@ -36,7 +37,10 @@ def plan_tasks(
 ) -> list[Plan]:
     now = now or datetime.now(UTC)
     low = not holds.state.active
-    return plan(tasks, holds.forecast, Capacity(max(1, capacity), tuple(committed)), now, signal_low=low)
+    plans = plan(tasks, holds.forecast, Capacity(max(1, capacity), tuple(committed)), now, signal_low=low)
+    # Which forecast a plan came from, so `task explain` can say so.
+    origin = holds.forecast_origin
+    return [replace(p, reason=f"{p.reason} (forecast: {origin})") if p.kind is PlanKind.FORECAST else p for p in plans]
 
 
 def release_time(release: Plan) -> datetime | None:

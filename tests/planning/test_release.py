@@ -13,7 +13,6 @@ import pytest
 
 from lowtide.config import Config, CostConfig, SignalConfig
 from lowtide_client import Client, SignalClient, Task, TaskState, Worker
-from scheduler_service.domain.planning import Forecast
 from scheduler_service.server import Scheduler, start_scheduler
 from signal_service.domain import Point
 from signal_service.server import SignalServer, start_signal_service
@@ -103,6 +102,8 @@ async def test_a_held_task_runs_in_the_cheapest_window_not_at_the_first_dip(repl
         assert task.HasField("planned_release_at") and task.planned_intensity < 100
         explained = await client.explain(task.id)
         assert explained.reasons[0] == "planned_release"
+        # With the forecast it came from: the replay feed's, streamed to the scheduler.
+        assert "(forecast: replay #" in explained.explanation
         done = await client.wait(task.id, timeout=timedelta(seconds=15))
     # The threshold hold would have released it at the first dip (200 < 250); the plan waited
     # for the 90 window, and the release was on time (the feed itself may lag a poll behind).
@@ -166,26 +167,27 @@ async def _planned_near(client: Client, task_id: int, when: datetime) -> bool:
 
 
 async def test_a_plan_leaves_fixed_start_reservations_their_capacity(static: Services) -> None:
-    holds = static.scheduler.dispatcher.holds
     now = datetime.now(UTC)
     cheap, next_best = now + timedelta(minutes=60), now + timedelta(minutes=90)  # 50, then 80
-    async with Client(static.scheduler.target) as client:
+    async with Client(static.scheduler.target) as client, SignalClient(static.signal.target) as signals:
+        await signals.set(300)
         # A fixed start holds the only slot over the cheapest window.
         await client.submit("report", start_at=cheap, estimated_duration=timedelta(minutes=10))
         task = await client.submit(
             "train", latest_start=now + timedelta(hours=2), estimated_duration=timedelta(minutes=10)
         )
-        holds.forecast = Forecast.of(
+        await static.signal.signals.set_forecast(
+            "grid",
             [
-                (now, 300.0),
-                (cheap - timedelta(minutes=5), 50.0),
-                (cheap + timedelta(minutes=20), 300.0),
-                (next_best, 80.0),
-                (next_best + timedelta(minutes=20), 300.0),
-                (now + timedelta(hours=3), 300.0),
-            ]
+                Point(now + timedelta(minutes=5), 300.0),
+                Point(cheap - timedelta(minutes=5), 50.0),
+                Point(cheap + timedelta(minutes=20), 300.0),
+                Point(next_best, 80.0),
+                Point(next_best + timedelta(minutes=20), 300.0),
+                Point(now + timedelta(hours=3), 300.0),
+            ],
+            source="test-feed",
         )
-        holds.forecast_version += 1
         # Not in the reserved window: the plan takes the cheapest start after it instead.
         planned = await eventually(lambda: _planned_after(client, task.id, cheap + timedelta(minutes=10)))
     assert planned is not None
