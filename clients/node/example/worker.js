@@ -1,9 +1,11 @@
 'use strict';
 // The example worker docker compose runs: `echo` returns its payload, `upper` upper-cases it.
 // Configured by environment: LOWTIDE_TARGET (default 127.0.0.1:50051), LOWTIDE_POOL,
-// LOWTIDE_QUEUES, LOWTIDE_ACTIVITY_TYPES, LOWTIDE_SLOTS. SIGTERM drains: no new work, running
-// attempts finish and report, then it exits.
-const { Worker } = require('../lib');
+// LOWTIDE_QUEUES, LOWTIDE_ACTIVITY_TYPES, LOWTIDE_SLOTS, and as the lowtide CLI LOWTIDE_TOKEN
+// (a worker-role token when the scheduler has auth on), LOWTIDE_CA (TLS), LOWTIDE_CERT and
+// LOWTIDE_KEY (mutual TLS). SIGTERM drains: no new work, running attempts finish and report,
+// then it exits.
+const { Worker, fromEnv } = require('../lib');
 
 const all = {
   echo: async (payload) => payload,
@@ -23,6 +25,7 @@ const worker = new Worker({
   queues: list(process.env.LOWTIDE_QUEUES, 'default'),
   slots: Number(process.env.LOWTIDE_SLOTS || 8),
   activities: Object.fromEntries(names.map((name) => [name, all[name]])),
+  ...fromEnv(),
 });
 worker.on('error', (error) => console.error(`worker stream failed: ${error.message}`));
 for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => worker.stop());

@@ -1,13 +1,15 @@
 'use strict';
 // A small promise-based client of SchedulerService: submit, get, wait, cancel.
-const grpc = require('@grpc/grpc-js');
 const { loadLowtide } = require('./protos');
 const { fromMillis } = require('./duration');
+const { channelSettings } = require('./security');
 
 class SchedulerClient {
-  constructor(target) {
+  /** `security`: { token, ca, cert, key } (see security.js), e.g. `fromEnv()`; plaintext without. */
+  constructor(target, security = {}) {
     const lowtide = loadLowtide();
-    this._stub = new lowtide.SchedulerService(target, grpc.credentials.createInsecure());
+    const { credentials, options } = channelSettings(security);
+    this._stub = new lowtide.SchedulerService(target, credentials, options);
   }
 
   _call(method, request) {

@@ -2,5 +2,6 @@
 const { Worker, NonRetryableError } = require('./worker');
 const { SchedulerClient } = require('./client');
 const { loadLowtide, PROTO_DIR } = require('./protos');
+const { fromEnv } = require('./security');
 
-module.exports = { Worker, NonRetryableError, SchedulerClient, loadLowtide, PROTO_DIR };
+module.exports = { Worker, NonRetryableError, SchedulerClient, loadLowtide, PROTO_DIR, fromEnv };

@@ -5,6 +5,7 @@ const { EventEmitter } = require('node:events');
 const grpc = require('@grpc/grpc-js');
 const { loadLowtide } = require('./protos');
 const { toMillis } = require('./duration');
+const { channelSettings } = require('./security');
 
 /** Thrown by an activity for a failure that retrying cannot fix: the task fails at once. */
 class NonRetryableError extends Error {
@@ -27,8 +28,24 @@ class Worker extends EventEmitter {
    * @param {number} [options.slots] attempts run at once, default 4
    * @param {string} [options.workerId] stable across reconnects; the scheduler picks one when empty
    * @param {number} [options.resultDelayMs] results finished this close together go in one message
+   * @param {string} [options.token] bearer token (a worker-role token when the scheduler has auth on)
+   * @param {string|Buffer} [options.ca] TLS: the CA to trust (PEM text, Buffer or file path)
+   * @param {string|Buffer} [options.cert] mutual TLS: this worker's certificate, with `key`
+   * @param {string|Buffer} [options.key] mutual TLS: its private key
    */
-  constructor({ target, activities, pool = 'default', queues = ['default'], slots = 4, workerId = '', resultDelayMs = 5 }) {
+  constructor({
+    target,
+    activities,
+    pool = 'default',
+    queues = ['default'],
+    slots = 4,
+    workerId = '',
+    resultDelayMs = 5,
+    token,
+    ca,
+    cert,
+    key,
+  }) {
     super();
     if (!target) throw new Error('target is required (host:port of the scheduler)');
     if (!activities || Object.keys(activities).length === 0) throw new Error('register at least one activity');
@@ -40,6 +57,8 @@ class Worker extends EventEmitter {
     this.slots = slots;
     this.workerId = workerId;
     this.resultDelayMs = resultDelayMs;
+    // Checked here, so a missing file or a cert without its key fails at construction.
+    this._channel = channelSettings({ token, ca, cert, key });
     this.heartbeatIntervalMs = 2000;
     this.running = new Map();
     this.draining = false;
@@ -56,7 +75,7 @@ class Worker extends EventEmitter {
   /** Connects and says hello; resolves with the Welcome once the scheduler accepted it. */
   start() {
     const lowtide = loadLowtide();
-    this._client = new lowtide.WorkerService(this.target, grpc.credentials.createInsecure());
+    this._client = new lowtide.WorkerService(this.target, this._channel.credentials, this._channel.options);
     const call = this._client.Connect();
     this._call = call;
     const welcomed = new Promise((resolve, reject) => {
