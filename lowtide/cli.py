@@ -348,8 +348,10 @@ async def _signal_watch(args: argparse.Namespace, config: Config) -> int:
 
 async def _health(args: argparse.Namespace, config: Config) -> int:
     from lowtide.health import check_health
+    from lowtide_client._channel import Security
 
-    answer = await check_health(str(args.target or config.scheduler.listen), args.service, within=args.timeout)
+    target = str(args.target or config.scheduler.listen)
+    answer = await check_health(target, args.service, within=args.timeout, security=Security(**_security()))
     if args.json:
         print(json.dumps({"serving": answer.serving, "message": answer.message}), flush=True)
     else:

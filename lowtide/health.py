@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from lowtide_client._channel import Security, open_channel
+
 
 @dataclass(frozen=True)
 class HealthAnswer:
@@ -19,11 +21,14 @@ class HealthAnswer:
     message: str
 
 
-async def check_health(target: str, service: str = "", *, within: float = 3.0) -> HealthAnswer:
+async def check_health(
+    target: str, service: str = "", *, within: float = 3.0, security: Security | None = None
+) -> HealthAnswer:
     """Asks `target` whether `service` ("" for the whole server) is SERVING; never raises for an
-    unreachable or unhealthy server: the answer says what was wrong."""
+    unreachable or unhealthy server: the answer says what was wrong. `security` reaches a TLS
+    service (the health service itself needs no token)."""
     what = f"{service or 'server'} at {target}"
-    async with grpc.aio.insecure_channel(target) as channel:
+    async with open_channel(target, security) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=within)

@@ -4,6 +4,7 @@ certificate from that CA does."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
@@ -20,6 +21,7 @@ from lowtide_client._channel import Security, open_channel
 from scheduler_service.server import Scheduler, start_scheduler
 from signal_service.server import SignalServer, start_signal_service
 from tests.conftest import make_config
+from tests.deploy.conftest import run_lowtide
 from tests.helpers import eventually
 from tests.security.certs import Pki
 from tests.security.conftest import TOKENS, secured
@@ -127,3 +129,18 @@ async def test_half_a_tls_config_is_refused(database_url: str, pki: Pki) -> None
     )
     with pytest.raises(ConfigError, match=r"\[tls\] key: cannot read"):
         await start_signal_service(missing, database_url=database_url)
+
+
+async def test_lowtide_health_probes_a_mutual_tls_scheduler_with_the_cli_environment(
+    mtls_scheduler: Scheduler, pki: Pki
+) -> None:
+    target = mtls_scheduler.target
+    tls = {"LOWTIDE_CA": str(pki.ca), "LOWTIDE_CERT": str(pki.client.cert), "LOWTIDE_KEY": str(pki.client.key)}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("LOWTIDE_CA", "LOWTIDE_CERT", "LOWTIDE_KEY"))}
+    ran = await run_lowtide("health", "--target", target, env=clean | tls)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == f"server at {target}: SERVING"
+    # Plaintext to a TLS port: not serving, and the probe says why.
+    ran = await run_lowtide("health", "--target", target, "--timeout", "2", env=clean)
+    assert ran.returncode == 1
+    assert f"server at {target}: UNAVAILABLE" in ran.stderr
