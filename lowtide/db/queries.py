@@ -1,5 +1,8 @@
 """Named queries: each `.sql` file holds blocks that start with `-- name --` and one comment line
 saying what the query does, as in Procrastinate's queries.sql. Loaded once into a dict.
+
+A block whose name starts with `_` is a fragment, not a query: text that several queries share
+(what a claim sets, say), written once and put in place of `{{_name}}` when the file is loaded.
 """
 
 from __future__ import annotations
@@ -8,20 +11,31 @@ import re
 from importlib import resources
 
 _HEADER = re.compile(r"^-- ([a-z0-9_]+) --\s*$", re.MULTILINE)
+_FRAGMENT = re.compile(r"\{\{(_[a-z0-9_]+)\}\}")
+_COMMENT_LINE = re.compile(r"^\s*--.*\n", re.MULTILINE)
 
 
 def parse_queries(text: str) -> dict[str, str]:
     parts = _HEADER.split(text)
-    queries: dict[str, str] = {}
+    blocks: dict[str, str] = {}
     # parts = [preamble, name1, body1, name2, body2, ...]
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
+        if name in blocks:
             raise ValueError(f"query {name!r} is defined twice")
         sql = body.strip()
         if not sql:
             raise ValueError(f"query {name!r} is empty")
-        queries[name] = sql
-    return queries
+        blocks[name] = sql
+    # A fragment goes in without its comment lines (the query says what it does).
+    fragments = {name: _COMMENT_LINE.sub("", sql + "\n").strip() for name, sql in blocks.items() if name[0] == "_"}
+
+    def fragment(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in fragments:
+            raise ValueError(f"no fragment {name!r} (a block named -- {name} --)")
+        return fragments[name]
+
+    return {name: _FRAGMENT.sub(fragment, sql) for name, sql in blocks.items() if name[0] != "_"}
 
 
 def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:

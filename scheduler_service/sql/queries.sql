@@ -92,6 +92,28 @@ FROM lowtide.tasks
 WHERE state = 'running' AND activity_type = ANY(%(types)s::text[])
 GROUP BY activity_type
 
+-- _start_attempt --
+-- What every claim sets on the attempts it starts (regular, fixed-due and chosen by id alike);
+-- a fixed start's first attempt records whether it started within its tolerance.
+state = 'running',
+    attempt = t.attempt + 1,
+    worker_id = %(worker_id)s,
+    started_at = now(),
+    close_deadline = now() + t.start_to_close_ms * interval '1 millisecond',
+    heartbeat_deadline = now() + t.heartbeat_ms * interval '1 millisecond',
+    schedule_to_start_deadline = NULL,
+    start_hit = CASE WHEN t.start_at IS NOT NULL AND t.attempt = 0
+        THEN abs(extract(epoch FROM now() - t.start_at)) * 1000 <= GREATEST(t.start_tolerance_ms, 50)
+        ELSE t.start_hit END,
+    signal_at_dispatch = %(signal)s::float8
+
+-- _started_attempt --
+-- What every claim returns of each attempt it started: what the worker is sent, and its timing.
+t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
+          t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
+          t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
+          t.start_hit, t.pool
+
 -- claim_tasks --
 -- Takes up to %(limit)s due pending tasks for one worker: best priority first, FIFO within a
 -- priority, each type capped at its room, paused queues left alone. Open (queue, type) pairs
@@ -161,20 +183,11 @@ chosen AS (
     LIMIT %(limit)s
 )
 UPDATE lowtide.tasks t
-SET state = 'running',
-    attempt = t.attempt + 1,
-    worker_id = %(worker_id)s,
-    started_at = now(),
-    close_deadline = now() + t.start_to_close_ms * interval '1 millisecond',
-    heartbeat_deadline = now() + t.heartbeat_ms * interval '1 millisecond',
-    schedule_to_start_deadline = NULL,
-    released_by = chosen.released_by,
-    signal_at_dispatch = %(signal)s::float8
+SET {{_start_attempt}},
+    released_by = chosen.released_by
 FROM chosen
 WHERE t.id = chosen.id
-RETURNING t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
-          t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
-          t.close_deadline, t.heartbeat_ms, t.priority, t.run_at
+RETURNING {{_started_attempt}}
 
 -- unclaim_tasks --
 -- Hands claimed attempts back untouched (their worker left before they were sent).
@@ -422,23 +435,10 @@ WITH chosen AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE lowtide.tasks t
-SET state = 'running',
-    attempt = t.attempt + 1,
-    worker_id = %(worker_id)s,
-    started_at = now(),
-    close_deadline = now() + t.start_to_close_ms * interval '1 millisecond',
-    heartbeat_deadline = now() + t.heartbeat_ms * interval '1 millisecond',
-    schedule_to_start_deadline = NULL,
-    start_hit = CASE WHEN t.attempt = 0
-        THEN abs(extract(epoch FROM now() - t.start_at)) * 1000 <= GREATEST(t.start_tolerance_ms, 50)
-        ELSE t.start_hit END,
-    signal_at_dispatch = %(signal)s::float8
+SET {{_start_attempt}}
 FROM chosen
 WHERE t.id = chosen.id
-RETURNING t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
-          t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
-          t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
-          t.start_hit, t.pool
+RETURNING {{_started_attempt}}
 
 -- upcoming_fixed --
 -- First attempts of fixed-start tasks in these pools starting before a horizon, for slot holds
@@ -602,22 +602,9 @@ FOR UPDATE SKIP LOCKED
 -- claim_by_ids --
 -- Marks chosen tasks running for one worker (the resource path picks them in Python).
 UPDATE lowtide.tasks t
-SET state = 'running',
-    attempt = t.attempt + 1,
-    worker_id = %(worker_id)s,
-    started_at = now(),
-    close_deadline = now() + t.start_to_close_ms * interval '1 millisecond',
-    heartbeat_deadline = now() + t.heartbeat_ms * interval '1 millisecond',
-    schedule_to_start_deadline = NULL,
-    start_hit = CASE WHEN t.start_at IS NOT NULL AND t.attempt = 0
-        THEN abs(extract(epoch FROM now() - t.start_at)) * 1000 <= GREATEST(t.start_tolerance_ms, 50)
-        ELSE t.start_hit END,
-    signal_at_dispatch = %(signal)s::float8
+SET {{_start_attempt}}
 WHERE t.id = ANY(%(ids)s::bigint[]) AND t.state = 'pending'
-RETURNING t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
-          t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
-          t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
-          t.start_hit, t.pool
+RETURNING {{_started_attempt}}
 
 -- plannable_tasks --
 -- Pending first attempts with a latest start: the tasks whose release the planner chooses.
