@@ -70,6 +70,13 @@ class ReleasePlanner:
         self._planned_version = -1
         self._planned_at = 0.0
 
+    async def wake_for_upcoming(self) -> None:
+        """Sets this replica's wake-ups for the planned releases due within REPLAN_EVERY (the
+        leader announces each new plan, and plans again at least that often), so a worker
+        connected to any replica is fed at the planned time, not a poll later."""
+        for due in await self._store.upcoming_releases(timedelta(seconds=2 * REPLAN_EVERY)):
+            self.wake_at(due)
+
     def capacity(self, types: Iterable[str]) -> int:
         """Slots of the connected workers that run any of these types."""
         wanted = set(types)

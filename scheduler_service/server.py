@@ -10,6 +10,7 @@ import logging
 import signal
 import socket
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -124,13 +125,17 @@ def _wake_pairs(payload: str) -> list[tuple[str, str]] | None:
         return None
 
 
-async def _listen(db: Database, registry: Registry, dispatcher: Dispatcher) -> None:
-    """Wake-ups and cancels from other replicas (and this one), through LISTEN/NOTIFY."""
+async def _listen(
+    db: Database, registry: Registry, dispatcher: Dispatcher, planned: Callable[[], Awaitable[None]]
+) -> None:
+    """Wake-ups, cancels and new plans from other replicas (and this one), through LISTEN/NOTIFY."""
     delay = 0.1
     while True:
         try:
-            async with db.listen("lowtide_wake", "lowtide_cancel") as notifications:
+            async with db.listen("lowtide_wake", "lowtide_cancel", "lowtide_plan") as notifications:
                 delay = 0.1
+                # Plans made before this replica listened were never announced here.
+                await planned()
                 async for note in notifications:
                     channel, _, payload = note.partition(":")
                     if channel == "lowtide_wake":
@@ -144,6 +149,8 @@ async def _listen(db: Database, registry: Registry, dispatcher: Dispatcher) -> N
                         session = registry.get(worker_id)
                         if session is not None:
                             session.cancel([(int(task_id), int(attempt))])
+                    elif channel == "lowtide_plan":
+                        await planned()
         except DatabaseUnavailable as error:
             log.warning("listen.reconnecting", extra={"error": str(error)})
         await asyncio.sleep(delay)
@@ -256,7 +263,8 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         metrics=metrics,
     )
     maintenance.schedules = ScheduleMaterializer(store, config)
-    maintenance.planner = api.planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
+    planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
+    maintenance.planner = api.planner = planner
     options = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),
@@ -289,7 +297,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     background = [
         asyncio.create_task(completer.run(), name="completer"),
         asyncio.create_task(maintenance.run(), name="maintenance"),
-        asyncio.create_task(_listen(db, registry, dispatcher), name="listen"),
+        asyncio.create_task(_listen(db, registry, dispatcher, planner.wake_for_upcoming), name="listen"),
         asyncio.create_task(holds.run(), name="signal"),
         asyncio.create_task(metrics.run(cfg.metrics_interval), name="metrics"),
         asyncio.create_task(fixed.run(), name="fixed-starts"),

@@ -582,17 +582,21 @@ class Store:
         return await self.db.fetch(Q["plannable_tasks"])
 
     async def apply_plans(self, plans: Sequence[tuple[int, datetime | None, float | None, str]]) -> None:
+        """Stores the plans and tells every replica (NOTIFY, at commit) to time its wake-ups."""
         if not plans:
             return
-        await self.db.execute(
-            Q["apply_plans"],
-            {
-                "ids": [p[0] for p in plans],
-                "release_ats": [p[1] for p in plans],
-                "intensities": [p[2] for p in plans],
-                "reasons": [p[3] for p in plans],
-            },
-        )
+        params = {
+            "ids": [p[0] for p in plans],
+            "release_ats": [p[1] for p in plans],
+            "intensities": [p[2] for p in plans],
+            "reasons": [p[3] for p in plans],
+        }
+        async with self.db.transaction() as tx:
+            await tx.execute(Q["apply_plans"], params)
+            await tx.execute(Q["notify_plans"])
+
+    async def upcoming_releases(self, horizon: timedelta) -> list[datetime]:
+        return [row["due"] for row in await self.db.fetch(Q["upcoming_releases"], {"horizon": horizon})]
 
     async def live_reservations(self) -> list[Row]:
         return await self.db.fetch(Q["live_reservations"])

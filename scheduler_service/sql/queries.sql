@@ -627,6 +627,21 @@ FROM unnest(%(ids)s::bigint[], %(release_ats)s::timestamptz[], %(intensities)s::
      AS p(id, release_at, intensity, reason)
 WHERE t.id = p.id AND t.state = 'pending' AND t.attempt = 0
 
+-- notify_plans --
+-- Tells every replica that releases were planned, so each sets its own wake-up timers for them.
+SELECT pg_notify('lowtide_plan', '')
+
+-- upcoming_releases --
+-- When planned tasks are due within a horizon (their release, or latest start if earlier): the
+-- times a replica wakes its dispatchers at, so work is claimed then rather than a poll later.
+SELECT DISTINCT LEAST(planned_release_at, latest_start) AS due
+FROM lowtide.tasks
+WHERE state = 'pending' AND attempt = 0 AND planned_release_at IS NOT NULL
+  AND LEAST(planned_release_at, latest_start) > now()
+  AND LEAST(planned_release_at, latest_start) <= now() + %(horizon)s::interval
+ORDER BY due
+LIMIT 1000
+
 -- live_reservations --
 -- The windows of admitted fixed starts not finished yet (capacity a release plan must leave).
 SELECT r.window_start, r.window_end

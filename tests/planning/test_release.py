@@ -13,6 +13,7 @@ import pytest
 
 from lowtide.config import Config, CostConfig, SignalConfig
 from lowtide_client import Client, SignalClient, Task, TaskState, Worker
+from scheduler_service.maintenance import LEADER
 from scheduler_service.server import Scheduler, start_scheduler
 from signal_service.domain import Point
 from signal_service.server import SignalServer, start_signal_service
@@ -33,7 +34,7 @@ class Services:
     scheduler: Scheduler
 
 
-async def _services(database_url: str, tmp_path: Path, feed: str) -> tuple[SignalServer, Scheduler]:
+async def _services(database_url: str, tmp_path: Path, feed: str, **settings: object) -> tuple[SignalServer, Scheduler]:
     start = datetime(2020, 1, 1, tzinfo=UTC)
     trace = tmp_path / "trace.csv"
     rows = [f"{(start + timedelta(minutes=10 * i)).strftime('%Y-%m-%d %H:%M:%S')},{v}" for i, v in enumerate(TRACE)]
@@ -52,7 +53,7 @@ async def _services(database_url: str, tmp_path: Path, feed: str) -> tuple[Signa
     signal = await start_signal_service(
         Config(signal=signal_config, cost=cost, auth=NO_AUTH), database_url=database_url
     )
-    config = replace(make_config(signal_target=signal.target), cost=cost)
+    config = replace(make_config(signal_target=signal.target, **settings), cost=cost)
     scheduler = await start_scheduler(config, database_url=database_url)
     return signal, scheduler
 
@@ -200,3 +201,65 @@ async def _planned_after(client: Client, task_id: int, when: datetime) -> Task |
     if task.HasField("planned_release_at") and task.planned_release_at.ToDatetime(tzinfo=UTC) >= when:
         return task
     return None
+
+
+async def _leader(scheduler: Scheduler) -> str | None:
+    row = await scheduler.db.fetch_one("SELECT holder FROM lowtide.leader WHERE name = %(name)s", {"name": LEADER})
+    return None if row is None else str(row["holder"])
+
+
+async def test_a_worker_on_another_replica_starts_at_the_leaders_new_plan_not_a_poll_later(
+    database_url: str, tmp_path: Path
+) -> None:
+    # Dispatchers poll every 5 s here: only a wake-up at the planned time starts the task on time.
+    slow_poll = {"poll_interval": timedelta(seconds=5)}
+    signal, leader = await _services(database_url, tmp_path, "static", **slow_poll)
+    follower = None
+    try:
+        await eventually(lambda: _leads(leader))
+        follower = await start_scheduler(
+            replace(make_config(signal_target=signal.target, **slow_poll), cost=leader.config.cost),
+            database_url=database_url,
+        )
+        started: dict[str, float] = {}
+        async with (
+            Client(leader.target) as client,
+            SignalClient(signal.target) as signals,
+            train_worker(follower, started),
+        ):
+            await signals.set(300)  # high, and it stays high: only the plan releases the task
+            task = await client.submit(
+                "train",
+                "planned",
+                latest_start=datetime.now(UTC) + timedelta(hours=1),
+                estimated_duration=timedelta(seconds=1),
+            )
+            now = datetime.now(UTC)
+            cheap = now + timedelta(seconds=3)
+            await signal.signals.set_forecast(
+                "grid",
+                [
+                    Point(now + timedelta(seconds=1), 300.0),
+                    Point(cheap, 50.0),
+                    Point(cheap + timedelta(seconds=1), 300.0),
+                    Point(now + timedelta(hours=2), 300.0),
+                ],
+                source="test-feed",
+            )
+            done = await client.wait(task.id, timeout=timedelta(seconds=10))
+        assert await _leader(leader) == leader.scheduler_id != follower.scheduler_id
+        # Run by the only worker, which is connected to the follower.
+        assert done.state == COMPLETED
+        planned = done.planned_release_at.ToDatetime(tzinfo=UTC)
+        actual = done.started_at.ToDatetime(tzinfo=UTC)
+        assert abs(planned - cheap) < timedelta(milliseconds=100)
+        assert timedelta(0) <= actual - planned < timedelta(seconds=1)
+    finally:
+        if follower is not None:
+            await follower.stop(grace=0.5)
+        await leader.stop(grace=0.5)
+        await signal.stop(grace=0.5)
+
+
+async def _leads(scheduler: Scheduler) -> bool:
+    return await _leader(scheduler) == scheduler.scheduler_id
