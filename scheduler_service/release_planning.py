@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from lowtide.config import Config
 from scheduler_service.cost import CostHolds
-from scheduler_service.domain.planning import Capacity, Commitment, Plan, PlanKind, PlanTask, plan
+from scheduler_service.domain.planning import Capacity, Commitment, Plan, PlanKind, PlanTask, plan, release_by
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 
@@ -111,5 +111,5 @@ class ReleasePlanner:
         await self._store.apply_plans([(p.task_id, release_time(p), p.expected_intensity, p.reason) for p in plans])
         # Claimed when due, not a poll later: at the planned release, and at the latest start.
         for task, release in zip(tasks, plans, strict=True):
-            self.wake_at(min(release.release_at, task.latest_start))
+            self.wake_at(min(release.release_at, release_by(task.latest_start)))
         log.info("planning.planned", extra={"tasks": len(plans), "forecast": self._holds.forecast_source or "none"})

@@ -23,7 +23,7 @@ from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
 from scheduler_service.domain.fixed import Refused, reservation_capacity
 from scheduler_service.domain.model import NewTask
-from scheduler_service.domain.planning import PlanTask
+from scheduler_service.domain.planning import PlanTask, release_by
 from scheduler_service.release_planning import ReleasePlanner, deferrable, plan_tasks, release_time
 from scheduler_service.schedules_api import ScheduleApi
 from scheduler_service.sessions import Registry
@@ -90,7 +90,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         for index, task in enumerate(tasks):
             if task.latest_start is not None:
                 # A held task runs by its latest start: be awake then, not a poll later.
-                self.planner.wake_at(task.latest_start)
+                self.planner.wake_at(release_by(task.latest_start))
             if (
                 holds.forecast is None
                 or task.latest_start is None
@@ -101,7 +101,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
                 continue
             alone = PlanTask(index, datetime.now(UTC), task.latest_start, task.duration)
             [release] = plan_tasks(holds, [alone], self.planner.capacity([task.activity_type]))
-            self.planner.wake_at(min(release.release_at, task.latest_start))
+            self.planner.wake_at(min(release.release_at, release_by(task.latest_start)))
             out.append(
                 replace(
                     task,

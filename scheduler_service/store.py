@@ -17,6 +17,7 @@ from lowtide.db.connector import Row, Transaction
 from lowtide.errors import FailedPrecondition, InvalidArgument, TooLarge
 from scheduler_service.domain.fixed import Interval, Refused, Reservation, admit_all
 from scheduler_service.domain.model import Attempt, Kind, NewTask, Outcome, RetryPolicy
+from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.domain.resources import free, pick
 from scheduler_service.domain.skiplist import plan_claim
 
@@ -162,6 +163,7 @@ class Store:
             "plan_reasons": [t.plan_reason for t in tasks],
             "submitted_by": submitted_by,
             "signal": signal,
+            "release_lead": RELEASE_LEAD,
         }
         keys = [t.idempotency_key for t in tasks if t.idempotency_key]
         async with self.db.transaction() as tx:
@@ -590,6 +592,7 @@ class Store:
             "release_ats": [p[1] for p in plans],
             "intensities": [p[2] for p in plans],
             "reasons": [p[3] for p in plans],
+            "release_lead": RELEASE_LEAD,
         }
         async with self.db.transaction() as tx:
             await tx.execute(Q["apply_plans"], params)

@@ -36,6 +36,15 @@ _US = timedelta(microseconds=1)
 # were taken in a different order and differ in the last bits.
 _DECIMALS = 6
 
+# A held task is released this long before its latest start, so that the claim which follows
+# the release (a few milliseconds) still starts it by then: one scheduling step.
+RELEASE_LEAD = timedelta(milliseconds=50)
+
+
+def release_by(latest_start: datetime) -> datetime:
+    """When a task with this latest start is released at the latest (plan or no plan)."""
+    return latest_start - RELEASE_LEAD
+
 
 @dataclass(frozen=True, slots=True)
 class Forecast:

@@ -16,9 +16,10 @@ SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_ke
        CASE WHEN n.deps_pending = 0
             THEN COALESCE(n.start_at, now()) + n.schedule_to_start_ms * interval '1 millisecond' END,
        n.max_defer_ms,
-       -- Fixed starts are never held: their start was promised at admission.
+       -- Fixed starts are never held: their start was promised at admission. A latest start
+       -- releases the task a scheduling step (release_lead) before it, so it starts by then.
        CASE WHEN n.kind = 'activity' AND n.start_at IS NULL
-            THEN LEAST(n.latest_start, n.planned_release_at) END,
+            THEN LEAST(n.latest_start - %(release_lead)s::interval, n.planned_release_at) END,
        %(signal)s::float8,
        n.pool, n.start_at, n.start_tolerance_ms, n.on_miss, n.estimated_duration_ms,
        CASE WHEN n.deps_pending > 0 THEN '9999-01-01 00:00:00+00'::timestamptz
@@ -619,7 +620,7 @@ LIMIT 5000
 -- Moves planned tasks' release (never past their latest start) and records why.
 UPDATE lowtide.tasks t
 SET run_at = CASE WHEN p.release_at IS NULL THEN t.run_at ELSE GREATEST(p.release_at, now()) END,
-    hold_deadline = LEAST(t.latest_start, p.release_at),
+    hold_deadline = LEAST(t.latest_start - %(release_lead)s::interval, p.release_at),
     planned_release_at = p.release_at,
     planned_intensity = p.intensity,
     plan_reason = p.reason
@@ -632,13 +633,12 @@ WHERE t.id = p.id AND t.state = 'pending' AND t.attempt = 0
 SELECT pg_notify('lowtide_plan', '')
 
 -- upcoming_releases --
--- When planned tasks are due within a horizon (their release, or latest start if earlier): the
--- times a replica wakes its dispatchers at, so work is claimed then rather than a poll later.
-SELECT DISTINCT LEAST(planned_release_at, latest_start) AS due
+-- When planned tasks are due within a horizon (their release, or just before their latest start
+-- if earlier): the times a replica wakes its dispatchers at, so work is claimed then, not a poll later.
+SELECT DISTINCT hold_deadline AS due
 FROM lowtide.tasks
-WHERE state = 'pending' AND attempt = 0 AND planned_release_at IS NOT NULL
-  AND LEAST(planned_release_at, latest_start) > now()
-  AND LEAST(planned_release_at, latest_start) <= now() + %(horizon)s::interval
+WHERE state = 'pending' AND attempt = 0 AND latest_start IS NOT NULL
+  AND hold_deadline > now() AND hold_deadline <= now() + %(horizon)s::interval
 ORDER BY due
 LIMIT 1000
 

@@ -121,12 +121,16 @@ async def test_without_a_forecast_the_threshold_hold_applies_and_the_latest_star
     async with SignalClient(static.signal.target) as signals:
         await signals.set(400)
     async with Client(static.scheduler.target) as client, train_worker(static.scheduler, started):
-        bounded = await client.submit("train", "bounded", latest_start=datetime.now(UTC) + timedelta(seconds=1.5))
+        latest = datetime.now(UTC) + timedelta(seconds=1.5)
+        bounded = await client.submit("train", "bounded", latest_start=latest)
         assert not bounded.HasField("planned_release_at")
         done = await client.wait(bounded.id, timeout=timedelta(seconds=10))
-    # Held all along (the signal stayed high), it still ran by its latest start.
+    # Held all along (the signal stayed high), it still ran by its latest start: released a
+    # scheduling step before it, so the claim that follows does not make it late.
     assert done.state == COMPLETED
     assert done.signal_at_dispatch == 400
+    started = done.started_at.ToDatetime(tzinfo=UTC)
+    assert latest - timedelta(milliseconds=100) <= started <= latest
 
 
 async def test_the_leader_plans_again_on_a_new_forecast_streamed_by_the_signal_service(static: Services) -> None:
