@@ -1,15 +1,27 @@
-"""Signal fan-out: 1,000 concurrent subscribers (in 4 client processes, so the clients' own work
-is spread over both cores as it would be over many machines), 100 changes through SetSignal;
-for each change, the time from the SetSignal call to the LAST subscriber receiving it."""
+"""Signal fan-out: 1,000 concurrent subscribers, 100 changes through SetSignal; for each change,
+the time from the SetSignal call to the LAST subscriber receiving it.
+
+Run twice, each time against a fresh service: with the subscribers in 4 Python processes
+(grpc.aio, 8 channels each), the figure tracked from the start; then in 2 Node processes
+(@grpc/grpc-js, 8 channels each, `fanout_subscriber.js`), when Node and clients/node's
+node_modules are there. The subscribers run on the same machine as the service and on a small
+one they compete with it for the cores: Python's grpc.aio takes about three times Node's CPU per
+message received, so the Node figure is nearer a deployment, where subscribers are elsewhere.
+
+Each run also reports CPU per change, read from /proc over the 100 changes (Linux only): of the
+service, of the subscriber processes, and of the whole machine (all cores, anything busy: when it
+is well above the other two, other work on the machine was competing too)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -20,7 +32,71 @@ from lowtide_client import SignalClient
 
 SUBSCRIBERS = 1000
 PROCESSES = 4
+NODE_PROCESSES = 2
 CHANGES = 100
+_HERE = Path(__file__).resolve().parent
+_NODE_SUBSCRIBER = _HERE / "fanout_subscriber.js"
+_NODE_MODULES = _HERE.parent / "clients" / "node" / "node_modules"
+
+
+def _ticks() -> tuple[dict[int, int], dict[int, list[int]]]:
+    """CPU ticks (user + system) of every process, and each process's children."""
+    ticks: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # After the command name, which may itself hold spaces and parentheses.
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        ticks[pid] = int(fields[11]) + int(fields[12])
+        children.setdefault(int(fields[1]), []).append(pid)
+    return ticks, children
+
+
+def _cpu_s(pids: list[int]) -> float | None:
+    """CPU seconds used so far by `pids` and their descendants; None without /proc."""
+    if not Path("/proc/self/stat").exists():
+        return None
+    ticks, children = _ticks()
+    total, todo = 0, list(pids)
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0)
+        todo += children.get(pid, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _busy_s() -> float | None:
+    """CPU seconds the machine has been busy so far, all cores (not idle, not waiting on I/O)."""
+    try:
+        fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except OSError:
+        return None
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+class _CpuMeter:
+    """CPU used between start() and stop(), in ms per change."""
+
+    def __init__(self) -> None:
+        self._start: list[float | None] = []
+        self.per_change: dict[str, float | None] = {}
+
+    def _read(self, service: int, clients: list[int]) -> list[float | None]:
+        return [_cpu_s([service]), _cpu_s(clients), _busy_s()]
+
+    def start(self, service: int, clients: list[int]) -> None:
+        self._start = self._read(service, clients)
+
+    def stop(self, service: int, clients: list[int]) -> None:
+        names = ("server_cpu_ms_per_change", "client_cpu_ms_per_change", "machine_busy_ms_per_change")
+        for name, before, after in zip(names, self._start, self._read(service, clients), strict=True):
+            used = None if before is None or after is None else after - before
+            self.per_change[name] = None if used is None else round(used * 1000 / CHANGES, 1)
 
 
 async def _until_serving(signals: SignalClient) -> None:
@@ -35,7 +111,16 @@ async def _until_serving(signals: SignalClient) -> None:
     raise TimeoutError("the signal service did not start within 30 s")
 
 
-async def signal_fanout(server_url: str) -> dict[str, Any]:
+def _node_missing() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not on PATH"
+    if not (_NODE_MODULES / "@grpc" / "grpc-js").is_dir():
+        return "clients/node has no node_modules (run `npm ci` there)"
+    return None
+
+
+async def _run(server_url: str, *, node: bool) -> dict[str, Any]:
+    processes = NODE_PROCESSES if node else PROCESSES
     async with throwaway_database(server_url, "bench_fanout") as url:
         target = f"127.0.0.1:{_free_port()}"
         env = dict(
@@ -48,22 +133,23 @@ async def signal_fanout(server_url: str) -> dict[str, Any]:
             LOWTIDE_SIGNAL_LISTEN=target,
             LOWTIDE_SIGNAL_METRICS_LISTEN="",
         )
-        service = await asyncio.create_subprocess_exec(sys.executable, "-m", "lowtide", "signal", "serve", env=env)
+        service = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "lowtide", "signal", "serve", env=env, stdout=subprocess.DEVNULL
+        )
         clients: list[asyncio.subprocess.Process] = []
         set_at: dict[int, float] = {}
+        cpu = _CpuMeter()
         try:
             async with SignalClient(target) as signals:
                 await _until_serving(signals)
-                for _ in range(PROCESSES):
+                for i in range(processes):
+                    count = SUBSCRIBERS // processes + (i < SUBSCRIBERS % processes)
+                    program = (
+                        ["node", str(_NODE_SUBSCRIBER)] if node else [sys.executable, "-m", "bench.fanout_subscriber"]
+                    )
                     clients.append(
                         await asyncio.create_subprocess_exec(
-                            sys.executable,
-                            "-m",
-                            "bench.fanout_subscriber",
-                            target,
-                            str(SUBSCRIBERS // PROCESSES),
-                            stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE,
+                            *program, target, str(count), stdin=subprocess.PIPE, stdout=subprocess.PIPE
                         )
                     )
                 for client in clients:
@@ -71,11 +157,14 @@ async def signal_fanout(server_url: str) -> dict[str, Any]:
                     line = await asyncio.wait_for(client.stdout.readline(), 120)
                     if line.strip() != b"ready":
                         raise RuntimeError(f"subscriber process said {line!r}")
+                pids = [client.pid for client in clients]
+                cpu.start(service.pid, pids)
                 for i in range(CHANGES):
                     t0 = time.time()
                     state = await signals.set(200 + i)
                     set_at[state.version] = t0
                     await asyncio.sleep(0.1)
+                cpu.stop(service.pid, pids)
             arrivals: dict[int, float] = {}
             for client in clients:
                 out, _ = await asyncio.wait_for(client.communicate(b""), 60)
@@ -85,9 +174,16 @@ async def signal_fanout(server_url: str) -> dict[str, Any]:
             await _stop([service, *clients])
     latencies = [(arrivals[v] - t) * 1000 for v, t in set_at.items() if v in arrivals]
     return {
-        "subscribers": SUBSCRIBERS,
-        "client_processes": PROCESSES,
-        "changes": CHANGES,
+        "client_processes": processes,
         "delivered_changes": len(latencies),
         "set_to_last_subscriber_ms": {"p50": _percentile(latencies, 0.5), "p99": _percentile(latencies, 0.99)},
+        **cpu.per_change,
     }
+
+
+async def signal_fanout(server_url: str) -> dict[str, Any]:
+    report: dict[str, Any] = {"subscribers": SUBSCRIBERS, "changes": CHANGES}
+    report.update(await _run(server_url, node=False))
+    missing = _node_missing()
+    report["node_subscribers"] = {"skipped": missing} if missing else await _run(server_url, node=True)
+    return report
