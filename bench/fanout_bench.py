@@ -117,10 +117,17 @@ async def _until_serving(signals: SignalClient) -> None:
 
 
 def _node_missing() -> str | None:
+    """Why the Node run cannot happen, or None; installs clients/node's packages (from its lock
+    file, as `make test` does) when node and npm are there and the packages are not."""
     if shutil.which("node") is None:
         return "node is not on PATH"
     if not (_NODE_MODULES / "@grpc" / "grpc-js").is_dir():
-        return "clients/node has no node_modules (run `npm ci` there)"
+        npm = shutil.which("npm")
+        if npm is None:
+            return "clients/node has no node_modules and npm is not on PATH"
+        installed = subprocess.run([npm, "ci", "--silent"], cwd=_NODE_MODULES.parent, check=False)
+        if installed.returncode != 0:
+            return f"`npm ci` in clients/node failed ({installed.returncode})"
     return None
 
 

@@ -129,8 +129,8 @@ async def test_without_a_forecast_the_threshold_hold_applies_and_the_latest_star
     # scheduling step before it, so the claim that follows does not make it late.
     assert done.state == COMPLETED
     assert done.signal_at_dispatch == 400
-    started = done.started_at.ToDatetime(tzinfo=UTC)
-    assert latest - timedelta(milliseconds=100) <= started <= latest
+    started_at = done.started_at.ToDatetime(tzinfo=UTC)
+    assert latest - timedelta(milliseconds=100) <= started_at <= latest
 
 
 async def test_the_leader_plans_again_on_a_new_forecast_streamed_by_the_signal_service(static: Services) -> None:
