@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import signal
@@ -25,6 +24,7 @@ from lowtide.db.connector import Row
 from lowtide.errors import ConfigError, DatabaseUnavailable
 from lowtide.grpc_status import RefuseUndecodable
 from lowtide.metrics import start_metrics
+from lowtide.tasks import cancel_all
 from lowtide.tls import add_port
 from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
@@ -81,11 +81,7 @@ class Scheduler:
             session.detached.set()
         await self.server.stop(grace)
         self.dispatcher.holds.close()
-        for task in self.background:
-            task.cancel()
-        for task in self.background:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_all(self.background)
         await self.db.close()
         self.metrics.metrics.shutdown()
 

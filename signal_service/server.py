@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import signal
@@ -24,6 +23,7 @@ from lowtide.db import Database, apply_migrations
 from lowtide.errors import ConfigError, DatabaseUnavailable, LowtideError
 from lowtide.grpc_status import RefuseUndecodable
 from lowtide.metrics import Metrics, start_metrics
+from lowtide.tasks import cancel_all
 from lowtide.tls import add_port
 from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.api import SignalApi
@@ -72,11 +72,7 @@ class SignalServer:
         # reconnect, to another replica if there is one) and let unary calls finish.
         self.signals.fanout.close()
         await self.server.stop(grace)
-        for task in self.background:
-            task.cancel()
-        for task in self.background:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_all(self.background)
         await self.db.close()
         if self.metrics is not None:
             self.metrics.shutdown()
