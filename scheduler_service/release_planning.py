@@ -96,11 +96,13 @@ class ReleasePlanner:
         ]
         if not rows:
             return
+        # Planned within [submission, release_by(latest start)]: a plan never waits past the
+        # moment the hold lets go anyway, so the release and the claim agree.
         tasks = [
             PlanTask(
                 r["id"],
                 r["created_at"],
-                r["latest_start"],
+                release_by(r["latest_start"]),
                 timedelta(milliseconds=r["estimated_duration_ms"] or 30 * 60 * 1000),
             )
             for r in rows
@@ -111,5 +113,5 @@ class ReleasePlanner:
         await self._store.apply_plans([(p.task_id, release_time(p), p.expected_intensity, p.reason) for p in plans])
         # Claimed when due, not a poll later: at the planned release, and at the latest start.
         for task, release in zip(tasks, plans, strict=True):
-            self.wake_at(min(release.release_at, release_by(task.latest_start)))
+            self.wake_at(min(release.release_at, task.latest_start))
         log.info("planning.planned", extra={"tasks": len(plans), "forecast": self._holds.forecast_source or "none"})

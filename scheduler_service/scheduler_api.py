@@ -99,9 +99,9 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             ):
                 out.append(task)
                 continue
-            alone = PlanTask(index, datetime.now(UTC), task.latest_start, task.duration)
+            alone = PlanTask(index, datetime.now(UTC), release_by(task.latest_start), task.duration)
             [release] = plan_tasks(holds, [alone], self.planner.capacity([task.activity_type]))
-            self.planner.wake_at(min(release.release_at, release_by(task.latest_start)))
+            self.planner.wake_at(release.release_at)
             out.append(
                 replace(
                     task,

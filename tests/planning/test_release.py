@@ -267,3 +267,29 @@ async def test_a_worker_on_another_replica_starts_at_the_leaders_new_plan_not_a_
 
 async def _leads(scheduler: Scheduler) -> bool:
     return await _leader(scheduler) == scheduler.scheduler_id
+
+
+async def test_a_plan_for_the_end_of_the_window_still_starts_by_the_latest_start(static: Services) -> None:
+    started: dict[str, float] = {}
+    async with (
+        Client(static.scheduler.target) as client,
+        SignalClient(static.signal.target) as signals,
+        train_worker(static.scheduler, started),
+    ):
+        await signals.set(300)
+        now = datetime.now(UTC)
+        latest = now + timedelta(seconds=3)
+        # The cheapest window begins at the latest start itself.
+        await static.signal.signals.set_forecast(
+            "grid",
+            [Point(now + timedelta(seconds=1), 300.0), Point(latest, 40.0), Point(now + timedelta(hours=1), 40.0)],
+            source="test-feed",
+        )
+        await eventually(lambda: _forecast_known(static))
+        task = await client.submit("train", "edge", latest_start=latest, estimated_duration=timedelta(seconds=1))
+        assert task.HasField("planned_release_at")
+        done = await client.wait(task.id, timeout=timedelta(seconds=10))
+    started_at = done.started_at.ToDatetime(tzinfo=UTC)
+    # Planned as late as it may be, released then, and claimed before the latest start passed.
+    assert done.planned_release_at.ToDatetime(tzinfo=UTC) <= latest
+    assert latest - timedelta(milliseconds=300) <= started_at <= latest
