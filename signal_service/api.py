@@ -152,9 +152,8 @@ class SignalApi(signal_pb2_grpc.SignalServiceServicer):
         forecast = await self._signals.reload_forecast(definition.name)
         if forecast is None:
             return signal_pb2.GetForecastResponse()
-        response = signal_pb2.GetForecastResponse(
-            points=_points(forecast.points), source=forecast.source, version=forecast.version
-        )
-        if forecast.issued_at is not None:
-            response.issued_at.CopyFrom(_timestamp(forecast.issued_at))
+        message = forecast_message(forecast)
+        response = signal_pb2.GetForecastResponse(points=message.points, source=message.source, version=message.version)
+        if message.HasField("issued_at"):
+            response.issued_at.CopyFrom(message.issued_at)
         return response

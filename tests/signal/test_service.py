@@ -13,7 +13,7 @@ import pytest
 from lowtide.errors import ConfigError
 from lowtide_client import SignalClient
 from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
-from signal_service.domain import Reading
+from signal_service.domain import Point, Reading
 from signal_service.server import SignalServer, start_signal_service
 from signal_service.store import SignalStore
 from tests.helpers import eventually
@@ -117,6 +117,35 @@ async def test_a_restart_resumes_the_last_value(database_url: str) -> None:
     finally:
         await second.stop()
     assert resumed == stored == first_seen
+
+
+async def test_a_restart_resumes_the_forecast_in_the_first_message_and_in_get_forecast(database_url: str) -> None:
+    at = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    points = [Point(at, 300.0), Point(at + timedelta(minutes=30), 120.0)]
+    first = await start_signal_service(signal_config(), database_url=database_url)
+    issued = await first.signals.set_forecast("grid", points, source="replay")
+    await first.stop()
+    assert issued is not None and issued.version >= 1
+    second = await start_signal_service(signal_config(), database_url=database_url)
+    try:
+        async with (
+            SignalClient(second.target) as client,
+            grpc.aio.insecure_channel(second.target) as channel,
+        ):
+            updates = client.updates()
+            opening = await anext(updates)
+            await updates.aclose()
+            # GetForecast's version and issue time, which the client's forecast() leaves out.
+            got = await signal_pb2_grpc.SignalServiceStub(channel).GetForecast(signal_pb2.GetForecastRequest())
+    finally:
+        await second.stop()
+    assert [(p.value, p.at.ToDatetime(tzinfo=UTC)) for p in opening.forecast.points] == [
+        (300.0, at),
+        (120.0, at + timedelta(minutes=30)),
+    ]
+    assert (opening.forecast.version, opening.forecast.source) == (issued.version, "replay")
+    assert (got.version, got.source, [p.value for p in got.points]) == (issued.version, "replay", [300.0, 120.0])
+    assert got.issued_at.ToDatetime(tzinfo=UTC) == opening.forecast.issued_at.ToDatetime(tzinfo=UTC) == issued.issued_at
 
 
 async def test_an_old_value_is_marked_stale_and_subscribers_are_told(database_url: str) -> None:
