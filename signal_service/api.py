@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -67,6 +67,13 @@ def _datetime(field: str, stamp: Timestamp) -> datetime:
         raise errors.InvalidArgument(field, str(error)) from None
 
 
+@runtime_checkable
+class Pushing(Protocol):
+    """A context that can send a message without awaiting (lowtide.h2server's)."""
+
+    def try_write(self, message: Any) -> bool: ...
+
+
 class SignalApi(signal_pb2_grpc.SignalServiceServicer):
     def __init__(self, signals: Signals) -> None:
         self._signals = signals
@@ -120,6 +127,10 @@ class SignalApi(signal_pb2_grpc.SignalServiceServicer):
         # The fan-out slot is removed when this generator closes: when the client cancels or
         # goes away, gRPC cancels the task blocked in yield or in next().
         with self._signals.fanout.subscribe(definition.name) as subscription:
+            if isinstance(context, Pushing):
+                # The fan-out sends each change to this stream itself while it can do so without
+                # waiting; this loop sends only when the client is slow (and the first state).
+                subscription.deliver_with(lambda update: context.try_write(self._response(update)))
             try:
                 while True:
                     yield self._response(await subscription.next())
