@@ -5,7 +5,7 @@ Run twice, each time against a fresh service: with the subscribers in 4 Python p
 (grpc.aio, 8 channels each), the figure tracked from the start; then in 2 Node processes
 (@grpc/grpc-js, 8 channels each, `fanout_subscriber.js`), when Node and clients/node's
 node_modules are there. The subscribers run on the same machine as the service and on a small
-one they compete with it for the cores: Python's grpc.aio takes about three times Node's CPU per
+one they compete with it for the cores: Python's grpc.aio takes about twice Node's CPU per
 message received, so the Node figure is nearer a deployment, where subscribers are elsewhere.
 
 10 untimed changes come first (WARMUP). Each run also reports CPU per change, read from /proc over

@@ -273,9 +273,10 @@ class Server:
 
     Why not grpc.aio's own server: there every streamed message costs a completion-queue round
     trip through a poller thread (a socket write, a wake-up and a read per message) and a
-    `sendmsg` of its own, about 75 µs of CPU; a change fanned out to 1,000 subscribers took 75 ms
-    of CPU. Here messages are put into each connection's HTTP/2 buffer and each connection writes
-    once per event-loop turn: about 16 µs per subscriber."""
+    `sendmsg` of its own: a change streamed to 1,000 subscribers took 75 ms of CPU however few
+    their connections. Here messages go into each connection's HTTP/2 buffer and each connection
+    writes once per event-loop turn (or every few messages), and a publisher can push to idle
+    streams with `Context.try_write`, without a task switch each: about 19 ms for the same."""
 
     def __init__(self, *, interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> None:
         self._interceptors = tuple(interceptors)
