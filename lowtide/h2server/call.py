@@ -146,27 +146,26 @@ class Call:
             packed = self.compression[1](message)
             data = wire.PREFIX.pack(True, len(packed)) + packed
         connection = self.connection
-        view = memoryview(data)
-        while view:
+        view, sent = memoryview(data), 0
+        while sent < len(view):
             if connection.paused:
                 await connection.resumed()
             if self.closed:
                 raise Gone
             room = min(connection.h2.local_flow_control_window(self.stream_id), connection.h2.max_outbound_frame_size)
             if room <= 0:
+                # Let the client have what is sent so far: its window updates follow its reads.
                 connection.cork()
                 self._window = asyncio.get_running_loop().create_future()
                 await self._window
-                if self.closed:
-                    raise Gone
                 continue
+            chunk = view[sent : sent + room]
             try:
-                connection.h2.send_data(self.stream_id, view[:room].tobytes() if room < len(view) else data)
+                connection.h2.send_data(self.stream_id, chunk)
             except h2.exceptions.StreamClosedError:
                 self.closed = True
                 raise Gone from None
-            view = view[room:]
-            data = view.tobytes() if view else b""
+            sent += len(chunk)
         connection.cork()
 
     def try_send(self, message: bytes) -> bool:
