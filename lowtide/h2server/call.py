@@ -186,11 +186,17 @@ class Call:
         if self.closed:
             return
         self.closed = True
+        try:
+            metadata = wire.metadata_headers(trailing)
+        except (UnicodeError, TypeError, AttributeError):
+            # Metadata that cannot be a header (a text value outside latin-1, not str or bytes):
+            # as grpc's server, the call ends INTERNAL, rather than never.
+            code, details, metadata = grpc.StatusCode.INTERNAL, "Invalid metadata", []
         headers = [] if self.headers_sent else [(b":status", b"200"), (b"content-type", b"application/grpc")]
         headers.append((b"grpc-status", str(code.value[0]).encode()))
         if details:
             headers.append((b"grpc-message", wire.escape(details).encode()))
-        headers += wire.metadata_headers(trailing)
+        headers += metadata
         try:
             self.connection.h2.send_headers(self.stream_id, headers, end_stream=True)
         except h2.exceptions.StreamClosedError:

@@ -404,6 +404,12 @@ class Server:
         except Exception as error:
             log.exception("grpc.handler_failed", extra={"method": call.method})
             code, details = grpc.StatusCode.UNKNOWN, f"Unexpected {type(error).__name__}: {error}"
+            if context is not None:
+                # As grpc.aio: a code the handler set before raising is the call's (the generated
+                # base servicers set UNIMPLEMENTED and raise NotImplementedError), with its trailers.
+                if context.code() != grpc.StatusCode.OK:
+                    code = context.code()
+                trailing = context.trailing_metadata()
         finally:
             if deadline is not None:
                 deadline.cancel()
@@ -454,7 +460,9 @@ async def _invoke(handler: Handler, call: Call, context: Context) -> None:
     result = behaviour(request, context)
     if not handler.response_streaming:
         response = await result if inspect.isawaitable(result) else result
-        await call.send_message(context.serialize(response))
+        # As grpc.aio: after set_code with a non-OK code the response (often None) is dropped.
+        if context.code() == grpc.StatusCode.OK:
+            await call.send_message(context.serialize(response))
         return
     if hasattr(result, "__aiter__"):
         async for response in result:

@@ -86,7 +86,7 @@ class MessageReader:
 def timeout(value: str) -> float:
     """`grpc-timeout` in seconds: up to 8 digits and a unit."""
     digits, unit = value[:-1], value[-1:]
-    if not digits.isdigit() or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
         raise WireError(grpc.StatusCode.INTERNAL, f"malformed grpc-timeout {value!r}")
     return int(digits) * _TIMEOUT_UNITS[unit]
 
