@@ -49,8 +49,8 @@ class Gone(Exception):
 class Call:
     """The server's side of one stream: what the client sent, and sending the answer back. A
     message goes into the connection's HTTP/2 buffer at once; the connection writes its buffer to
-    the socket once per event-loop turn, so a change sent to a thousand subscribers on one
-    connection is one write, not a thousand."""
+    the socket once per event-loop turn or every 8 messages, so a change sent to a thousand
+    subscribers costs a write per eight of them, not one each."""
 
     def __init__(
         self,

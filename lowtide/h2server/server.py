@@ -119,7 +119,12 @@ class Connection(asyncio.Protocol):
                 self.transport.close()
             return
         for event in events:
-            self._handle(event)
+            try:
+                self._handle(event)
+            except h2.exceptions.ProtocolError as error:
+                # One stream's trouble (an answer to a stream the client has just reset): the
+                # other streams' events are still handled.
+                log.info("grpc.stream_error", extra={"peer": self.peer, "error": str(error)})
         self.flush()
 
     # HTTP/2 events

@@ -180,9 +180,16 @@ async def test_compose_services_serve_work_and_export_the_dashboard_metrics(stac
             task = await client.wait(task.id, timeout=timedelta(seconds=20))
             assert task.state == COMPLETED, f"{task}\n{stack.logs()}"
             assert task.result == b"NODE WORKER"
-            # Each worker joined the pool its compose service names.
-            pools = {pool.name for pool in (await client.status()).pools}
-            assert {"default", "node"} <= pools
+
+            # Each worker joined the pool its compose service names. (The Node worker runs echo
+            # too, so the Python worker may still be starting when both tasks are done.)
+            async def both_pools() -> bool:
+                return {"default", "node"} <= {pool.name for pool in (await client.status()).pools}
+
+            try:
+                await eventually(both_pools, within=30, interval=0.2)
+            except AssertionError as error:
+                raise AssertionError(f"{error}\n{stack.logs()}") from None
         # Queue gauges exist for queues with work: leave one task no worker runs.
         await client.submit("compose-test-unclaimed", b"")
         if _fixed_start_metrics_landed():
