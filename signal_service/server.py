@@ -214,11 +214,12 @@ def _collect_less() -> None:
     """Garbage collection tuned for a process that serves many Subscribe streams (the
     standalone service only: it owns its process, unlike `lowtide up`).
 
-    Every change wakes every stream, and each wake-up allocates a few tracked objects (futures,
-    handles, gRPC's per-write objects): with 1,000 subscribers, the default gen-0 threshold of
-    700 runs several collections per change, and the older generations then traverse every
-    stream's task and frame. At 20,000 (and 20 of each before the next generation), the
-    fan-out benchmark's service used 49 ms of CPU per change instead of 60 (medians of 7 and 8
+    Every change reaches every stream, and a stream whose client reads slowly is woken and
+    allocates a few tracked objects (futures, handles) to send it: with 1,000 subscribers the
+    default gen-0 threshold of 700 can run several collections per change, and the older
+    generations then traverse every stream's task and frame. At 20,000 (and 20 of each before
+    the next generation), the fan-out benchmark's service used 49 ms of CPU per change instead
+    of 60 when every stream was woken for every change (grpc.aio's server; medians of 7 and 8
     runs on 2 cores). What is alive once the service has started (modules, configuration,
     pools) is never garbage: frozen, full collections skip it. Cycles are still collected,
     just in larger batches."""
