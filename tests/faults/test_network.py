@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,8 +14,9 @@ import pytest
 
 from lowtide_client import Client, TaskState, task_spec
 from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
-from scheduler_service.server import Scheduler
+from scheduler_service.server import Scheduler, start_scheduler
 from scheduler_service.sessions import MAX_OUTBOX
+from tests.conftest import make_config
 from tests.faults.support import RawWorker, connected_workers, counting_worker, kill_all, serving, states
 from tests.helpers import eventually
 
@@ -135,10 +137,22 @@ async def test_a_worker_that_stops_reading_is_not_buffered_for_without_bound(
         kill_all(processes)
 
 
+@pytest.fixture
+async def patient_scheduler(database_url: str) -> AsyncIterator[Scheduler]:
+    """A scheduler whose leases outlast a busy moment: 2,000 streams opened by the test process,
+    which runs this scheduler too, can hold its event loop past the usual 2 s test lease, and a
+    lost lease would fail the test for a reason that is not the one it is about."""
+    config = make_config(lease_timeout=timedelta(seconds=20), leader_lease=timedelta(seconds=20))
+    running = await start_scheduler(config, database_url=database_url)
+    yield running
+    await running.stop(grace=1.0)
+
+
 @pytest.mark.slow
 async def test_thousands_of_streams_from_one_client_do_not_crowd_out_others(
-    scheduler: Scheduler, database_url: str, tmp_path: Path
+    patient_scheduler: Scheduler, tmp_path: Path
 ) -> None:
+    scheduler = patient_scheduler
     processes: list[subprocess.Popen[bytes]] = []
     channel = grpc.aio.insecure_channel(scheduler.target)
     calls = []
