@@ -38,6 +38,9 @@ def user_env(data_dir: Path, listen: str) -> dict[str, str]:
     env.update(
         LOWTIDE_DATABASE_DATA_DIR=str(data_dir),
         LOWTIDE_SCHEDULER_LISTEN=listen,
+        # A free port too: 50052 is in the ephemeral range, and a connection of another test that
+        # happens to hold it as its local port would keep the signal service from binding.
+        LOWTIDE_SIGNAL_LISTEN=f"127.0.0.1:{free_port()}",
         # Off: a fixed metrics port could be taken on the machine running the tests.
         LOWTIDE_SCHEDULER_METRICS_LISTEN="",
         LOWTIDE_SIGNAL_METRICS_LISTEN="",
@@ -109,7 +112,10 @@ class Session:
         # Its own process group, as in a terminal, so Ctrl-C (SIGINT to the group) reaches the
         # services it runs too, and a failed test can kill the whole tree.
         process = await self.spawn("up", log="up.log", group=True)
-        printed = await read_until(process, "lowtide is up", within=60)
+        try:
+            printed = await read_until(process, "lowtide is up", within=60)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{self.log('up.log')}") from None
         # The rest of the banner, which ends with how to stop it.
         return process, printed + await read_until(process, "Ctrl-C", within=5)
 
