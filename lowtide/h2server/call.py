@@ -233,7 +233,12 @@ class Context(grpc.aio.ServicerContext[Any, Any]):  # type: ignore[misc]
         """Sends `message` now if it can go without waiting, else nothing (then `write` it).
         For a publisher that pushes one message to many streams from one task: no task switch
         per stream, and a stream whose client reads slowly is left to its own handler."""
-        return self._call.try_send(self._serialize(message))
+        return self.try_write_serialized(self._serialize(message))
+
+    def try_write_serialized(self, data: bytes) -> bool:
+        """`try_write` of a message serialized already: one message pushed to many streams is
+        serialized once, not once per stream."""
+        return self._call.try_send(data)
 
     async def send_initial_metadata(self, initial_metadata: Sequence[tuple[str, str | bytes]]) -> None:
         if self._call.headers_sent:
