@@ -22,6 +22,7 @@ from lowtide.config import Config
 from lowtide.db import Database, apply_migrations
 from lowtide.db.connector import Row
 from lowtide.errors import ConfigError, DatabaseUnavailable
+from lowtide.grpc_options import server_options
 from lowtide.grpc_status import RefuseUndecodable
 from lowtide.metrics import start_metrics
 from lowtide.tasks import cancel_all
@@ -261,11 +262,8 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     maintenance.schedules = ScheduleMaterializer(store, config)
     planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
     maintenance.planner = api.planner = planner
-    options = [
-        ("grpc.max_receive_message_length", cfg.max_message_bytes),
-        ("grpc.max_send_message_length", cfg.max_message_bytes),
-        ("grpc.max_concurrent_streams", cfg.max_concurrent_streams),
-    ]
+    # The limits of lowtide/grpc_options.py; no connection age limit (a worker's stream holds its work).
+    options = server_options(max_concurrent_streams=cfg.max_concurrent_streams, max_message_bytes=cfg.max_message_bytes)
     try:
         check_listen(config.auth, cfg.listen, "scheduler")
         guards = auth_interceptors(config, {**SCHEDULER_METHODS, **WORKER_METHODS})
