@@ -116,6 +116,8 @@ class Store:
         self.db = db
         # Told (after commit) about tasks whose last dependency completed, so dispatch wakes.
         self.on_unblocked: Callable[[list[Row]], None] | None = None
+        # Queues this replica has recorded in lowtide.queues (see register_queues).
+        self._registered_queues: set[str] = set()
 
     async def insert_tasks(
         self,
@@ -185,6 +187,9 @@ class Store:
                         f"queue {queue} is full: {depths[queue]} claimable tasks pending, max_depth "
                         f"{limit.max_depth} (overflow = reject); retry later"
                     )
+            unregistered = {t.queue for t in tasks} - self._registered_queues
+            if unregistered:
+                await tx.execute(Q["register_queues"], {"queues": sorted(unregistered)})
             inserted = await tx.fetch(Q["insert_tasks"], params)
             if len(inserted) < len(fresh) and keys:
                 # Another submit with one of these keys committed meanwhile.
@@ -219,6 +224,9 @@ class Store:
                 )
             if inserted:
                 await tx.execute(Q["notify_wake"], {"payload": wake_payload(tasks)})
+        if len(self._registered_queues) > 10_000:
+            self._registered_queues.clear()  # a bound on memory; the next submit re-registers
+        self._registered_queues |= unregistered
         return out
 
     async def _depths(self, tx: Transaction, limited: Mapping[str, Overload]) -> dict[str, int]:
@@ -482,6 +490,9 @@ class Store:
 
     async def pending_by_queue_and_type(self) -> list[Row]:
         return await self.db.fetch(Q["pending_by_queue_and_type"])
+
+    async def known_queues(self) -> set[str]:
+        return {r["name"] for r in await self.db.fetch(Q["known_queues"])}
 
     async def running_by_queue(self) -> dict[str, int]:
         return {r["queue"]: r["running"] for r in await self.db.fetch(Q["running_by_queue"])}

@@ -363,6 +363,18 @@ UPDATE lowtide.tasks
 SET schedule_to_start_deadline = schedule_to_start_deadline + %(paused_for)s::interval
 WHERE queue = %(name)s AND state = 'pending' AND schedule_to_start_deadline IS NOT NULL
 
+-- register_queues --
+-- Records the queues new tasks go to (once per queue), so an idle queue keeps its metrics.
+INSERT INTO lowtide.queues (name)
+SELECT DISTINCT q FROM unnest(%(queues)s::text[]) AS q
+ON CONFLICT (name) DO NOTHING
+
+-- known_queues --
+-- Every queue the database knows: submitted to or paused once, or served by a connected worker.
+SELECT name FROM lowtide.queues
+UNION
+SELECT unnest(queues) FROM lowtide.workers WHERE lease_expires_at > now()
+
 -- paused_queues --
 -- The queues paused now.
 SELECT name, paused_at FROM lowtide.queues WHERE paused
