@@ -99,7 +99,10 @@ class SchedulerMetrics:
             "lowtide.fixed_start.misses", unit="{task}", description="Fixed starts missed, by reason"
         )
         self.rejected = meter.create_counter(
-            "lowtide.reports.rejected", unit="{report}", description="Worker reports refused as stale"
+            "lowtide.reports.rejected",
+            unit="{report}",
+            description="Worker reports refused, by reason: not_held (not this stream's attempt), no_outcome "
+            "(a result with neither success nor failure), no_longer_held (the attempt ended meanwhile)",
         )
         gauges = [
             ("lowtide.queue.depth", "{task}", "Pending tasks a worker could claim now (held ones apart)", "depth"),

@@ -75,12 +75,17 @@ class Scheduler:
         return f"{host}:{self.port}"
 
     async def stop(self, grace: float = 5.0) -> None:
-        """Graceful: health goes NOT_SERVING, workers are told to drain, streams end, then exit."""
+        """Graceful: health goes NOT_SERVING, every worker stream gets a Drain and up to `grace`
+        to finish, report and close; streams still open then are ended (their attempts keep
+        their lease, for the scheduler the worker reconnects to); the reports taken are written."""
         await self.health.enter_graceful_shutdown()
-        self.stream.stopping = True
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await self.stream.drain(grace)
         for session in self.registry:
             session.detached.set()
-        await self.server.stop(grace)
+        await self.server.stop(max(0.5, grace - (loop.time() - began)))
+        await self.stream.settle(within=5.0)
         self.dispatcher.holds.close()
         await cancel_all(self.background)
         await self.db.close()
@@ -232,6 +237,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         limits=limits,
     )
     stream.fixed = fixed
+    stream.metrics = metrics
 
     def unblocked(rows: list[Row]) -> None:
         registry.wake_all()

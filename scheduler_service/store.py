@@ -390,8 +390,10 @@ class Store:
         self._unblocked(released)
         return {(r["id"], r["attempt"]) for r in rows}
 
-    async def running_attempts_of(self, worker_id: str) -> list[Attempt]:
-        rows = await self.db.fetch(Q["running_attempts_of_worker"], {"worker_id": worker_id})
+    async def running_attempts_of(self, worker_id: str, scheduler_id: str) -> list[Attempt]:
+        """The attempts the worker runs, unless it is connected to another replica than this one."""
+        params = {"worker_id": worker_id, "scheduler_id": scheduler_id}
+        rows = await self.db.fetch(Q["running_attempts_of_worker"], params)
         return [attempt_of(r) for r in rows]
 
     async def adopt(self, worker_id: str, refs: Sequence[tuple[int, int]]) -> list[Row]:
@@ -449,11 +451,13 @@ class Store:
             },
         )
 
-    async def renew_worker(self, worker_id: str, slots: int, lease: timedelta) -> None:
-        await self.db.execute(Q["renew_worker_lease"], {"id": worker_id, "slots": slots, "lease_ms": _ms(lease)})
+    async def renew_worker(self, worker_id: str, slots: int, lease: timedelta, scheduler_id: str) -> bool:
+        """Extends the worker's lease; False when it had run out (or the worker is another replica's)."""
+        params = {"id": worker_id, "slots": slots, "lease_ms": _ms(lease), "scheduler_id": scheduler_id}
+        return await self.db.execute(Q["renew_worker_lease"], params) > 0
 
-    async def delete_worker(self, worker_id: str) -> None:
-        await self.db.execute(Q["delete_worker"], {"id": worker_id})
+    async def delete_worker(self, worker_id: str, scheduler_id: str) -> None:
+        await self.db.execute(Q["delete_worker"], {"id": worker_id, "scheduler_id": scheduler_id})
 
     async def delete_expired_workers(self) -> None:
         await self.db.execute(Q["delete_expired_workers"])

@@ -120,20 +120,24 @@ t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
 -- priority, each type capped at its room, paused queues left alone. Open (queue, type) pairs
 -- are walked on the pending index; held pairs only for workflow tasks (never held) and for
 -- tasks past their max_defer, each on its own small index. So held rows are never read, and a
--- claim costs the same with a million of them waiting.
+-- claim costs the same with a million of them waiting. A worker whose lease has run out gets
+-- nothing (and no row is read) until it is heard from again.
 WITH paused AS (
     SELECT name FROM lowtide.queues WHERE paused
+),
+leased AS (
+    SELECT 1 FROM lowtide.workers WHERE id = %(worker_id)s AND lease_expires_at > now()
 ),
 open_pairs AS (
     SELECT p.queue, p.activity_type, p.cap
     FROM unnest(%(queues)s::text[], %(types)s::text[], %(caps)s::int[]) AS p(queue, activity_type, cap)
-    WHERE p.queue NOT IN (SELECT name FROM paused)
+    WHERE p.queue NOT IN (SELECT name FROM paused) AND EXISTS (SELECT 1 FROM leased)
 ),
 held_pairs AS (
     SELECT p.queue, p.activity_type, p.cap
     FROM unnest(%(held_queues)s::text[], %(held_types)s::text[], %(held_caps)s::int[])
          AS p(queue, activity_type, cap)
-    WHERE p.queue NOT IN (SELECT name FROM paused)
+    WHERE p.queue NOT IN (SELECT name FROM paused) AND EXISTS (SELECT 1 FROM leased)
 ),
 candidates AS (
     SELECT c.id, c.priority, c.run_at, p.activity_type, p.cap, NULL::text AS released_by
@@ -225,11 +229,15 @@ WHERE t.id = o.id AND t.attempt = o.attempt AND t.state = 'running'
 RETURNING t.id, t.attempt, t.state, t.has_dependents
 
 -- running_attempts_of_worker --
--- The attempts a worker runs, locked, to end them when the worker is gone.
+-- The attempts a worker runs, locked, to end them when the worker is gone; none when the worker
+-- has connected to another replica meanwhile (that replica's stream holds them now).
 SELECT id, attempt, max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms,
        non_retryable_error_types
 FROM lowtide.tasks
 WHERE state = 'running' AND worker_id = %(worker_id)s
+  AND NOT EXISTS (
+      SELECT 1 FROM lowtide.workers w WHERE w.id = %(worker_id)s AND w.scheduler_id <> %(scheduler_id)s
+  )
 FOR UPDATE SKIP LOCKED
 
 -- adopt_attempts --
@@ -309,14 +317,15 @@ SET pool = EXCLUDED.pool, queues = EXCLUDED.queues, activity_types = EXCLUDED.ac
     lease_expires_at = EXCLUDED.lease_expires_at
 
 -- renew_worker_lease --
--- Extends a worker's lease (on each heartbeat).
+-- Extends a worker's lease (on each heartbeat), only while it still runs and the worker is this
+-- replica's: no row means the lease ran out (or the worker went elsewhere) and is not renewed.
 UPDATE lowtide.workers SET lease_expires_at = now() + %(lease_ms)s * interval '1 millisecond',
     slots = %(slots)s
-WHERE id = %(id)s
+WHERE id = %(id)s AND scheduler_id = %(scheduler_id)s AND lease_expires_at > now()
 
 -- delete_worker --
--- Forgets a worker whose stream has closed.
-DELETE FROM lowtide.workers WHERE id = %(id)s
+-- Forgets a worker whose stream has closed, unless it has connected to another replica meanwhile.
+DELETE FROM lowtide.workers WHERE id = %(id)s AND scheduler_id = %(scheduler_id)s
 
 -- delete_expired_workers --
 -- Forgets workers whose lease ran out and who run nothing any more.
@@ -436,11 +445,13 @@ SELECT * FROM unnest(%(task_ids)s::bigint[], %(pools)s::text[], %(starts)s::time
 -- claim_fixed_due --
 -- Takes due fixed-start tasks of a pool (at their start, retries, late runs) for one worker,
 -- earliest first, ahead of regular work. Cost holds never apply: the start was promised.
+-- Nothing for a worker whose lease has run out.
 WITH chosen AS (
     SELECT t.id
     FROM lowtide.tasks t
     WHERE t.state = 'pending' AND t.start_at IS NOT NULL AND t.pool = %(pool)s AND t.run_at <= now()
       AND t.resources IS NULL
+      AND EXISTS (SELECT 1 FROM lowtide.workers w WHERE w.id = %(worker_id)s AND w.lease_expires_at > now())
       AND t.queue = ANY(%(queues)s::text[]) AND t.activity_type = ANY(%(types)s::text[])
       AND t.queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
     ORDER BY t.run_at, t.id
@@ -613,10 +624,12 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- claim_by_ids --
--- Marks chosen tasks running for one worker (the resource path picks them in Python).
+-- Marks chosen tasks running for one worker (the resource path picks them in Python); nothing
+-- for a worker whose lease has run out.
 UPDATE lowtide.tasks t
 SET {{_start_attempt}}
 WHERE t.id = ANY(%(ids)s::bigint[]) AND t.state = 'pending'
+  AND EXISTS (SELECT 1 FROM lowtide.workers w WHERE w.id = %(worker_id)s AND w.lease_expires_at > now())
 RETURNING {{_started_attempt}}
 
 -- plannable_tasks --
