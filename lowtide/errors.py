@@ -74,3 +74,8 @@ class DatabaseUnavailable(LowtideError):
 
 class ConfigError(LowtideError):
     """The configuration is not valid."""
+
+
+# The exit status of a command stopped by a ConfigError (sysexits' EX_CONFIG), a listen address
+# that cannot be bound included: `lowtide up` tells it from a crash, which it restarts.
+EXIT_CONFIG = 78

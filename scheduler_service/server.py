@@ -24,9 +24,9 @@ from lowtide.db.connector import Row
 from lowtide.errors import ConfigError, DatabaseUnavailable
 from lowtide.grpc_options import server_options
 from lowtide.grpc_status import RefuseUndecodable
+from lowtide.listen import add_listen_port
 from lowtide.metrics import start_metrics
 from lowtide.tasks import cancel_all
-from lowtide.tls import add_port
 from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
 from scheduler_service.cost import CostHolds
@@ -163,9 +163,8 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     url = database_url or config.database.url
     if not url:
         raise ConfigError("no database URL: set LOWTIDE_DATABASE_URL or [database] url")
-    await apply_migrations(url)
+    # Opened once the ports are bound (below): a database connection never holds a listen port.
     db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
-    await db.open()
     store = Store(db)
     registry = Registry()
     scheduler_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
@@ -284,13 +283,13 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICES, KEDA_SERVICE, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
     try:
-        port = add_port(server, cfg.listen, config.tls)
-    except ConfigError:
+        port = add_listen_port(server, cfg.listen, config.tls, "[scheduler] listen")
+        await apply_migrations(url)
+        await db.open()
+    except BaseException:
         await db.close()
+        metrics.metrics.shutdown()
         raise
-    if port == 0:
-        await db.close()
-        raise ConfigError(f"[scheduler] listen: cannot listen on {cfg.listen}")
     await server.start()
     for service in ("", *SERVICES):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
