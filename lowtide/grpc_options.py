@@ -70,6 +70,8 @@ def server_options(
         ("grpc.max_metadata_size", MAX_METADATA_BYTES),
         ("grpc.keepalive_time_ms", SERVER_KEEPALIVE_TIME_MS),
         ("grpc.keepalive_timeout_ms", SERVER_KEEPALIVE_TIMEOUT_MS),
+        # What grpc core (1.85) times a keepalive ping by: without it an unanswered ping waits a minute.
+        ("grpc.http2.ping_timeout_ms", SERVER_KEEPALIVE_TIMEOUT_MS),
         # Keep pinging a silent stream: grpc's default stops after two pings without data.
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.keepalive_permit_without_calls", 1),

@@ -27,6 +27,8 @@ def keepalive_options(
     return [
         ("grpc.keepalive_time_ms", time_ms),
         ("grpc.keepalive_timeout_ms", timeout_ms),
+        # What grpc core (1.85) times a keepalive ping by: without it an unanswered ping waits a minute.
+        ("grpc.http2.ping_timeout_ms", timeout_ms),
         # Pings only while a call is open (an idle channel is left alone), and keeps pinging a
         # silent stream: grpc's default stops after two pings with no data in between.
         ("grpc.keepalive_permit_without_calls", 0),
