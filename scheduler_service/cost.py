@@ -21,12 +21,11 @@ import grpc
 from lowtide_client import SignalClient
 from lowtide_client._proto.lowtide.v1 import signal_pb2
 from scheduler_service.domain.holds import (
-    NO_SIGNAL,
     HoldConfig,
     HoldPolicy,
-    HoldState,
     SignalView,
     held_types,
+    initial_hold,
     next_hold,
 )
 from scheduler_service.domain.planning import Forecast
@@ -58,7 +57,7 @@ class CostHolds:
         self._on_release = on_release
         self._clock = clock
         self.signal: SignalView | None = None
-        self.state = HoldState(True, clock(), NO_SIGNAL)
+        self.state = initial_hold(policy, clock())
         self.connected = False
         self._recheck: asyncio.TimerHandle | None = None
         # While the signal service is unreachable nobody tells us the value has aged: after
