@@ -130,8 +130,8 @@ class Store:
     ) -> list[Submitted]:
         """Stores the tasks in one statement and returns their ids in order.
 
-        A task whose idempotency key exists already (stored before, or earlier in this batch)
-        is not stored again: its entry carries the first task's id and created=False. Fixed
+        A task whose idempotency key this submitter used already (stored before, or earlier in
+        this batch) is not stored again: its entry carries the first task's id and created=False. Fixed
         starts are admitted first, under a per-pool lock, against the pool's `capacity`; one
         that does not fit raises Refused and nothing of the batch is stored.
         """
@@ -171,7 +171,7 @@ class Store:
         async with self.db.transaction() as tx:
             existing: dict[str, int] = {}
             if keys:
-                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys})
+                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys, "submitted_by": submitted_by})
                 existing = {r["idempotency_key"]: r["id"] for r in rows}
             fresh = _first_new(tasks, existing)
             if any(t.depends_on for t in tasks):
@@ -193,7 +193,7 @@ class Store:
             inserted = await tx.fetch(Q["insert_tasks"], params)
             if len(inserted) < len(fresh) and keys:
                 # Another submit with one of these keys committed meanwhile.
-                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys})
+                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys, "submitted_by": submitted_by})
                 existing = {r["idempotency_key"]: r["id"] for r in rows}
             out = _submitted(tasks, inserted, existing)
             created_fixed = [(s.id, t) for s, t in zip(out, tasks, strict=True) if s.created and t.fixed]

@@ -1,5 +1,5 @@
 -- insert_tasks --
--- Stores a batch of tasks; a row whose idempotency key exists already is not inserted.
+-- Stores a batch of tasks; a row whose idempotency key the same submitter used already is not inserted.
 INSERT INTO lowtide.tasks (
     queue, kind, activity_type, payload, priority, idempotency_key,
     max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable_error_types,
@@ -42,12 +42,13 @@ FROM unnest(
                       start_at, start_tolerance_ms, on_miss, estimated_duration_ms, deps_pending, resources,
                       latest_start, planned_release_at, planned_intensity, plan_reason, ord)
 ORDER BY n.ord
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+ON CONFLICT (idempotency_key, submitted_by) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key
 
 -- tasks_by_idempotency_key --
--- The ids of existing tasks with these idempotency keys.
-SELECT id, idempotency_key FROM lowtide.tasks WHERE idempotency_key = ANY(%(keys)s::text[])
+-- The ids of this submitter's existing tasks with these idempotency keys (NULL: auth off).
+SELECT id, idempotency_key FROM lowtide.tasks
+WHERE idempotency_key = ANY(%(keys)s::text[]) AND submitted_by IS NOT DISTINCT FROM %(submitted_by)s::text
 
 -- notify_wake --
 -- Wakes the dispatchers of every replica (at commit); the payload names the new (queue, type)
