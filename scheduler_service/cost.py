@@ -22,12 +22,11 @@ from lowtide_client import SignalClient
 from lowtide_client._channel import Security, keepalive_options, open_channel
 from lowtide_client._proto.lowtide.v1 import signal_pb2
 from scheduler_service.domain.holds import (
-    NO_SIGNAL,
     HoldConfig,
     HoldPolicy,
-    HoldState,
     SignalView,
     held_types,
+    initial_hold,
     next_hold,
 )
 from scheduler_service.domain.planning import Forecast
@@ -60,7 +59,7 @@ class CostHolds:
         self._on_release = on_release
         self._clock = clock
         self.signal: SignalView | None = None
-        self.state = HoldState(True, clock(), NO_SIGNAL)
+        self.state = initial_hold(policy, clock())
         self.connected = False
         # The Subscribe channel's keepalive (time, timeout in ms); None: lowtide_client's.
         self.keepalive = keepalive

@@ -30,6 +30,7 @@ from lowtide.tasks import cancel_all
 from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
 from scheduler_service.cost import CostHolds
+from scheduler_service.database_health import follow_database
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale, local_conflicts
 from scheduler_service.fixed_starts import FixedStarts
@@ -300,6 +301,9 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         asyncio.create_task(holds.run(), name="signal"),
         asyncio.create_task(metrics.run(cfg.metrics_interval), name="metrics"),
         asyncio.create_task(fixed.run(), name="fixed-starts"),
+        asyncio.create_task(
+            follow_database(db, health_servicer, ("", *SERVICES), interval=cfg.heartbeat_interval), name="db-health"
+        ),
     ]
     log.info("scheduler.started", extra={"listen": cfg.listen, "port": port, "scheduler_id": scheduler_id})
     return Scheduler(

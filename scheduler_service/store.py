@@ -15,7 +15,7 @@ from typing import Any
 from lowtide.db import Database, load_queries
 from lowtide.db.connector import Row, Transaction
 from lowtide.errors import FailedPrecondition, InvalidArgument, TooLarge
-from scheduler_service.domain.fixed import Interval, Refused, Reservation, admit_all
+from scheduler_service.domain.fixed import Interval, Miss, Refused, Reservation, admit_all
 from scheduler_service.domain.model import Attempt, Kind, NewTask, Outcome, RetryPolicy
 from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.domain.resources import free, pick
@@ -130,8 +130,8 @@ class Store:
     ) -> list[Submitted]:
         """Stores the tasks in one statement and returns their ids in order.
 
-        A task whose idempotency key exists already (stored before, or earlier in this batch)
-        is not stored again: its entry carries the first task's id and created=False. Fixed
+        A task whose idempotency key this submitter used already (stored before, or earlier in
+        this batch) is not stored again: its entry carries the first task's id and created=False. Fixed
         starts are admitted first, under a per-pool lock, against the pool's `capacity`; one
         that does not fit raises Refused and nothing of the batch is stored.
         """
@@ -171,7 +171,7 @@ class Store:
         async with self.db.transaction() as tx:
             existing: dict[str, int] = {}
             if keys:
-                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys})
+                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys, "submitted_by": submitted_by})
                 existing = {r["idempotency_key"]: r["id"] for r in rows}
             fresh = _first_new(tasks, existing)
             if any(t.depends_on for t in tasks):
@@ -193,7 +193,7 @@ class Store:
             inserted = await tx.fetch(Q["insert_tasks"], params)
             if len(inserted) < len(fresh) and keys:
                 # Another submit with one of these keys committed meanwhile.
-                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys})
+                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys, "submitted_by": submitted_by})
                 existing = {r["idempotency_key"]: r["id"] for r in rows}
             out = _submitted(tasks, inserted, existing)
             created_fixed = [(s.id, t) for s, t in zip(out, tasks, strict=True) if s.created and t.fixed]
@@ -469,6 +469,15 @@ class Store:
     async def resign(self, name: str, holder: str) -> None:
         await self.db.execute(Q["resign"], {"name": name, "holder": holder})
 
+    async def replica_seen(self, replica: str) -> None:
+        await self.db.execute(Q["replica_seen"], {"id": replica})
+
+    async def replica_stopped(self, replica: str) -> None:
+        await self.db.execute(Q["replica_stopped"], {"id": replica})
+
+    async def forget_replicas(self) -> None:
+        await self.db.execute(Q["forget_replicas"])
+
     async def now(self) -> datetime:
         row = await self.db.fetch_one(Q["now"])
         assert row is not None
@@ -538,13 +547,19 @@ class Store:
     async def upcoming_fixed(self, pools: Sequence[str], horizon: datetime) -> list[Row]:
         return await self.db.fetch(Q["upcoming_fixed"], {"pools": list(pools), "horizon": horizon})
 
-    async def apply_misses(self, reason_of: Callable[[Row], str]) -> list[Row]:
-        """Marks first attempts not started by start + tolerance; returns what was applied."""
+    async def apply_misses(self, reason_of: Callable[[Row], Miss], *, lease: timedelta) -> list[Row]:
+        """Marks first attempts not started by start + tolerance; returns what was applied. A
+        replica not seen for `lease` (and not stopped cleanly) counts as gone."""
         async with self.db.transaction() as tx:
-            rows = await tx.fetch(Q["missed_fixed"])
+            rows = await tx.fetch(Q["missed_fixed"], {"lease_ms": _ms(lease)})
             if not rows:
                 return []
-            params = {"ids": [r["id"] for r in rows], "reasons": [reason_of(r) for r in rows]}
+            misses = [reason_of(r) for r in rows]
+            params = {
+                "ids": [r["id"] for r in rows],
+                "reasons": [m.message for m in misses],
+                "kinds": [m.kind for m in misses],
+            }
             marked = await tx.fetch(Q["mark_missed"], params)
             await self.settle(tx, marked)
             return marked

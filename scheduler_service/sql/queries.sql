@@ -1,5 +1,5 @@
 -- insert_tasks --
--- Stores a batch of tasks; a row whose idempotency key exists already is not inserted.
+-- Stores a batch of tasks; a row whose idempotency key the same submitter used already is not inserted.
 INSERT INTO lowtide.tasks (
     queue, kind, activity_type, payload, priority, idempotency_key,
     max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable_error_types,
@@ -42,12 +42,13 @@ FROM unnest(
                       start_at, start_tolerance_ms, on_miss, estimated_duration_ms, deps_pending, resources,
                       latest_start, planned_release_at, planned_intensity, plan_reason, ord)
 ORDER BY n.ord
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+ON CONFLICT (idempotency_key, submitted_by) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key
 
 -- tasks_by_idempotency_key --
--- The ids of existing tasks with these idempotency keys.
-SELECT id, idempotency_key FROM lowtide.tasks WHERE idempotency_key = ANY(%(keys)s::text[])
+-- The ids of this submitter's existing tasks with these idempotency keys (NULL: auth off).
+SELECT id, idempotency_key FROM lowtide.tasks
+WHERE idempotency_key = ANY(%(keys)s::text[]) AND submitted_by IS NOT DISTINCT FROM %(submitted_by)s::text
 
 -- notify_wake --
 -- Wakes the dispatchers of every replica (at commit); the payload names the new (queue, type)
@@ -346,6 +347,19 @@ RETURNING holder
 -- Gives up the named leader lease.
 DELETE FROM lowtide.leader WHERE name = %(name)s AND holder = %(holder)s
 
+-- replica_seen --
+-- Records that this scheduler replica runs: its start, then a sign of life every maintenance interval.
+INSERT INTO lowtide.scheduler_replicas (id) VALUES (%(id)s)
+ON CONFLICT (id) DO UPDATE SET seen_at = now(), stopped = false
+
+-- replica_stopped --
+-- Records that this scheduler replica stopped (cleanly) now.
+UPDATE lowtide.scheduler_replicas SET seen_at = now(), stopped = true WHERE id = %(id)s
+
+-- forget_replicas --
+-- Forgets replicas not seen for a week (they explain no miss detected now).
+DELETE FROM lowtide.scheduler_replicas WHERE seen_at < now() - interval '7 days'
+
 -- now --
 -- The database's clock, which every deadline is measured against.
 SELECT now() AS now
@@ -475,16 +489,43 @@ ORDER BY start_at
 LIMIT 1000
 
 -- missed_fixed --
--- First attempts not started by start + tolerance (not yet marked), locked, with what explains it.
-SELECT t.id, t.pool, t.on_miss, t.deps_pending > 0 AS dependencies_pending,
-       (SELECT count(*) FROM lowtide.workers w
-        WHERE w.pool = t.pool AND w.lease_expires_at > now())::int AS workers_in_pool
+-- First attempts not started by start + tolerance (not yet marked), locked, with what explains
+-- it: the queue's pause, the pool's workers (all, and those that run the task's queue and type),
+-- their slots and what runs on them, and whether any scheduler replica ran at the start time
+-- (a replica counts as running until it stopped, or until its last sign of life + %(lease_ms)s).
+SELECT t.id, t.pool, t.queue, t.activity_type, t.on_miss, t.start_at, t.deps_pending > 0 AS dependencies_pending,
+       t.resources IS NOT NULL AS needs_resources,
+       EXISTS (SELECT 1 FROM lowtide.queues q WHERE q.name = t.queue AND q.paused) AS queue_paused,
+       pw.workers_in_pool, pw.workers_for_type, pw.slots, pb.busy, pb.busy_fixed,
+       EXISTS (SELECT 1 FROM lowtide.scheduler_replicas s
+               WHERE s.started_at <= t.start_at
+                 AND t.start_at <= CASE WHEN s.stopped THEN s.seen_at
+                                        ELSE s.seen_at + %(lease_ms)s * interval '1 millisecond' END)
+           AS scheduler_ran,
+       (SELECT max(s.seen_at) FROM lowtide.scheduler_replicas s WHERE s.seen_at < t.start_at) AS down_from,
+       (SELECT min(s.started_at) FROM lowtide.scheduler_replicas s WHERE s.started_at > t.start_at) AS down_to
 FROM lowtide.tasks t
+CROSS JOIN LATERAL (
+    SELECT count(*)::int AS workers_in_pool,
+           count(*) FILTER (WHERE t.queue = ANY(w.queues) AND t.activity_type = ANY(w.activity_types))::int
+               AS workers_for_type,
+           COALESCE(sum(w.slots) FILTER (WHERE t.queue = ANY(w.queues) AND t.activity_type = ANY(w.activity_types)),
+                    0)::int AS slots
+    FROM lowtide.workers w
+    WHERE w.pool = t.pool AND w.lease_expires_at > now()
+) pw
+CROSS JOIN LATERAL (
+    SELECT count(*)::int AS busy, count(*) FILTER (WHERE r.start_at IS NOT NULL)::int AS busy_fixed
+    FROM lowtide.tasks r
+    JOIN lowtide.workers w ON w.id = r.worker_id
+    WHERE r.state = 'running' AND w.pool = t.pool AND w.lease_expires_at > now()
+      AND t.queue = ANY(w.queues) AND t.activity_type = ANY(w.activity_types)
+) pb
 WHERE t.state = 'pending' AND t.start_at IS NOT NULL AND t.attempt = 0 AND NOT t.missed
   AND t.start_at + GREATEST(t.start_tolerance_ms, 50) * interval '1 millisecond' < now()
 ORDER BY t.start_at
 LIMIT 1000
-FOR UPDATE SKIP LOCKED
+FOR UPDATE OF t SKIP LOCKED
 
 -- mark_missed --
 -- Applies miss policies: skip ends the task; run_late marks it missed and leaves it due.
@@ -494,9 +535,9 @@ SET missed = true,
     state = CASE WHEN t.on_miss = 'skip' THEN 'skipped' ELSE t.state END,
     finished_at = CASE WHEN t.on_miss = 'skip' THEN now() ELSE t.finished_at END,
     start_hit = false
-FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS m(id, reason)
+FROM unnest(%(ids)s::bigint[], %(reasons)s::text[], %(kinds)s::text[]) AS m(id, reason, kind)
 WHERE t.id = m.id AND t.state = 'pending'
-RETURNING t.id, t.pool, t.state, m.reason, t.has_dependents
+RETURNING t.id, t.pool, t.state, m.reason, m.kind, t.has_dependents
 
 -- pool_fixed_stats --
 -- Per pool: the start times of admitted fixed starts not started yet, and the hit rate of first
