@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import psycopg
 import psycopg_pool
+from psycopg import conninfo
 from psycopg.rows import dict_row
 
 from lowtide.errors import DatabaseUnavailable
@@ -28,6 +30,22 @@ def wrap_exceptions() -> Iterator[None]:
         yield
     except (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg.errors.AdminShutdown) as error:
         raise DatabaseUnavailable(f"database unavailable: {str(error).strip() or type(error).__name__}") from error
+
+
+def conninfo_problem(url: str) -> str | None:
+    """What is wrong with a connection string (a postgresql:// URL or key=value pairs), in
+    libpq's words; None when it parses. A string that may hold a password is not quoted back."""
+    try:
+        params = conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as error:
+        message = " ".join(str(error).split())
+        if "@" in url or "password" in url.lower():
+            message = re.sub(r'"[^"]*"', '"..."', message)
+        return f"not a PostgreSQL URL (postgresql://user@host:5432/dbname) or key=value string: {message}"
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            return f"the port must be a number from 1 to 65535, not {port!r}"
+    return None
 
 
 class Transaction:
