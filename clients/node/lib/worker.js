@@ -89,6 +89,7 @@ class Worker extends EventEmitter {
     this._reconnectTimer = null;
     this._call = null; // the current stream, null while disconnected
     this._welcomed = false; // the current stream's welcome has arrived
+    this._halfClosed = false; // the current stream's request side is closed: write nothing more
     this._streamDraining = false; // the scheduler sent Drain on the current stream
     this._delayMs = reconnectInitialMs;
     this._capMs = reconnectMaxMs;
@@ -99,10 +100,10 @@ class Worker extends EventEmitter {
   }
 
   /**
-   * Connects and says hello; resolves with the first Welcome. From then on the worker keeps a
-   * stream up: after a Drain, an UNAVAILABLE or a broken connection it connects again with
-   * backoff, listing its running attempts in the hello. Rejects when the scheduler refuses
-   * the hello (the status says why).
+   * Connects and says hello; resolves with the first Welcome, and rejects (the worker is then
+   * closed) when that first stream fails: the scheduler refused the hello, or cannot be reached.
+   * From then on the worker keeps a stream up: after a Drain, an UNAVAILABLE or a broken
+   * connection it connects again with backoff, listing its running attempts in the hello.
    */
   start() {
     const lowtide = loadLowtide();
@@ -143,6 +144,7 @@ class Worker extends EventEmitter {
     const call = this._client.Connect();
     this._call = call;
     this._welcomed = false;
+    this._halfClosed = false;
     this._streamDraining = false;
     call.on('data', (message) => this._receive(call, message));
     call.on('error', (error) => this._streamEnded(call, error));
@@ -165,6 +167,7 @@ class Worker extends EventEmitter {
     switch (message.message) {
       case 'welcome': {
         this._welcomed = true;
+        this._everWelcomed = true;
         this.workerId = message.welcome.worker_id;
         this.heartbeatIntervalMs = toMillis(message.welcome.heartbeat_interval) || this.heartbeatIntervalMs;
         const lease = toMillis(message.welcome.lease_timeout);
@@ -256,7 +259,7 @@ class Worker extends EventEmitter {
     if (this._flushTimer !== null) clearTimeout(this._flushTimer);
     this._flushTimer = null;
     // Disconnected: the results wait for the next stream's welcome.
-    if (this._pending.length === 0 || !this._welcomed || !this._call) return;
+    if (this._pending.length === 0 || !this._writable()) return;
     const results = this._pending;
     this._pending = [];
     this._call.write({ results: { results } });
@@ -290,7 +293,7 @@ class Worker extends EventEmitter {
   _scheduleHeartbeat() {
     if (this._heartbeatTimer !== null) clearTimeout(this._heartbeatTimer);
     this._heartbeatTimer = null;
-    if (this._ended || !this._welcomed) return;
+    if (!this._writable()) return;
     let delay = this.heartbeatIntervalMs;
     for (const entry of this.running.values()) {
       if (entry.heartbeatTimeoutMs > 0) delay = Math.min(delay, entry.heartbeatTimeoutMs / 3);
@@ -307,16 +310,28 @@ class Worker extends EventEmitter {
 
   async _settleStream(call) {
     await this._allDone();
-    if (call === this._call && this._welcomed && !this._ended) call.end();
+    if (call === this._call) this._halfClose();
   }
 
   async _settle() {
     await this._allDone();
-    if (this._call && this._welcomed && !this._ended) this._call.end();
+    this._halfClose();
+  }
+
+  _halfClose() {
+    if (!this._writable()) return;
+    this._halfClosed = true;
+    if (this._heartbeatTimer !== null) clearTimeout(this._heartbeatTimer);
+    this._heartbeatTimer = null;
+    this._call.end();
+  }
+
+  _writable() {
+    return this._call !== null && this._welcomed && !this._halfClosed && !this._ended;
   }
 
   _write(message) {
-    if (this._call && this._welcomed && !this._ended) this._call.write(message);
+    if (this._writable()) this._call.write(message);
   }
 
   _streamEnded(call, error) {
@@ -330,7 +345,8 @@ class Worker extends EventEmitter {
       return;
     }
     const code = error ? error.code : grpc.status.OK;
-    if (!RECONNECT.has(code)) {
+    // The first stream must be welcomed (start() rejects otherwise); later ones are retried.
+    if (!this._everWelcomed || !RECONNECT.has(code)) {
       this._finish(error);
       return;
     }
