@@ -15,6 +15,7 @@ import grpc
 
 from lowtide import output
 from lowtide.config import Config, load_config
+from lowtide.demo_worker import ACTIVITIES as DEMO_ACTIVITIES
 from lowtide.errors import EXIT_CONFIG, ConfigError, LowtideError
 from lowtide.logs import configure_logging
 from lowtide_client import Client, SignalClient, TaskKind, TaskState, parse_duration, reservation_conflict, task_spec
@@ -517,12 +518,12 @@ def _parser() -> argparse.ArgumentParser:
     token_hash.set_defaults(handler=_token_hash)
 
     demo = commands.add_parser(
-        "demo-worker", parents=[common, client], help="run a built-in worker (echo, sleep, fail)"
+        "demo-worker", parents=[common, client], help=f"run a built-in worker ({', '.join(DEMO_ACTIVITIES)})"
     )
     demo.add_argument("--slots", type=int, default=10)
     demo.add_argument("--pool", default="default")
     demo.add_argument("--queues", default="default", help="comma-separated")
-    demo.add_argument("--types", default="echo,sleep,fail", help="comma-separated")
+    demo.add_argument("--types", default=",".join(DEMO_ACTIVITIES), help="comma-separated (default: all of them)")
     demo.add_argument("--worker-id")
     demo.set_defaults(handler=_demo_worker)
     return parser
