@@ -32,7 +32,7 @@ from lowtide.db import apply_migrations
 from lowtide.db.embedded import is_initialized, start_embedded
 from lowtide.demo import demo_env, demo_worker_args, generate, show
 from lowtide.errors import EXIT_CONFIG, ConfigError
-from lowtide_client._backoff import Backoff
+from lowtide_proto.backoff import Backoff
 
 log = logging.getLogger("lowtide.up")
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from lowtide.errors import DatabaseUnavailable
-from lowtide_client._backoff import Backoff
+from lowtide_proto.backoff import Backoff
 from scheduler_service.domain.model import Outcome
 from scheduler_service.sessions import WorkerSession
 from scheduler_service.store import Store

@@ -18,9 +18,9 @@ from datetime import UTC, datetime, timedelta
 import grpc
 
 from lowtide_client import SignalClient
-from lowtide_client._backoff import Backoff
-from lowtide_client._channel import Security, keepalive_options, open_channel
-from lowtide_client._proto.lowtide.v1 import signal_pb2
+from lowtide_proto.backoff import Backoff
+from lowtide_proto.channel import Security, keepalive_options, open_channel
+from lowtide_proto.lowtide.v1 import signal_pb2
 from scheduler_service.domain.holds import (
     HoldConfig,
     HoldPolicy,

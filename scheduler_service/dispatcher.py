@@ -17,14 +17,14 @@ from google.protobuf import duration_pb2
 
 from lowtide.db.connector import Row
 from lowtide.errors import DatabaseUnavailable
-from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
+from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.convert import KIND_TO_PROTO
 from scheduler_service.cost import CostHolds
 
 if TYPE_CHECKING:
     from scheduler_service.fixed_starts import FixedStarts
     from scheduler_service.metrics import SchedulerMetrics
-from lowtide_client._backoff import Backoff
+from lowtide_proto.backoff import Backoff
 from scheduler_service.domain.model import Kind
 from scheduler_service.sessions import Registry, WorkerSession
 from scheduler_service.store import Store, attempt_of

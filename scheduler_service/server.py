@@ -27,8 +27,8 @@ from lowtide.grpc_status import RefuseUndecodable
 from lowtide.listen import add_listen_port
 from lowtide.metrics import start_metrics
 from lowtide.tasks import cancel_all
-from lowtide_client._backoff import Backoff
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
+from lowtide_proto.backoff import Backoff
+from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
 from scheduler_service.cost import CostHolds
 from scheduler_service.database_health import follow_database

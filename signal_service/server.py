@@ -25,8 +25,8 @@ from lowtide.grpc_status import RefuseUndecodable
 from lowtide.metrics import Metrics, start_metrics
 from lowtide.tasks import cancel_all
 from lowtide.tls import add_port
-from lowtide_client._backoff import Backoff
-from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
+from lowtide_proto.backoff import Backoff
+from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.api import SignalApi
 from signal_service.fanout import Fanout
 from signal_service.feeds import Feed, feed_unit, make_feed
