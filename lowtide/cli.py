@@ -349,7 +349,7 @@ async def _signal_watch(args: argparse.Namespace, config: Config) -> int:
 
 async def _health(args: argparse.Namespace, config: Config) -> int:
     from lowtide.health import check_health
-    from lowtide_client._channel import Security
+    from lowtide_proto.channel import Security
 
     target = str(args.target or config.scheduler.listen)
     answer = await check_health(target, args.service, within=args.timeout, security=Security(**_security()))

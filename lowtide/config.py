@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lowtide.errors import ConfigError
-from lowtide_client._durations import format_duration, parse_duration
+from lowtide_proto.durations import format_duration, parse_duration
 
 log = logging.getLogger("lowtide.config")
 
