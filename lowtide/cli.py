@@ -73,6 +73,13 @@ def _finite(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = _finite(text)
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 3600 seconds, not {text}")
+    return value
+
+
 def _not_empty(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")
@@ -585,7 +592,9 @@ def _parser() -> argparse.ArgumentParser:
     health.add_argument(
         "--service", default="", help="a service name, e.g. lowtide.v1.SignalService (default: the whole server)"
     )
-    health.add_argument("--timeout", type=_finite, default=3.0, help="seconds to wait for the answer (default 3)")
+    health.add_argument(
+        "--timeout", type=_seconds, default=3.0, help="seconds to wait for the answer, at most 3600 (default 3)"
+    )
     health.set_defaults(handler=_health)
 
     token = commands.add_parser("token", help="tokens for [auth] tokens")

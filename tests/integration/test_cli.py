@@ -72,6 +72,7 @@ BAD_INPUT = [
     (["task", "list", "--limit", "0"], "argument --limit: must be from 1 to"),
     (["schedule", "create", "n", "--cron", "* * * * *", "--type", ""], "argument --type: must not be empty"),
     (["signal", "set", "nan"], "argument value: must be a finite number, not 'nan'"),
+    (["health", "--timeout", "-1"], "argument --timeout: must be above 0 and at most 3600 seconds, not -1"),
 ]
 
 
