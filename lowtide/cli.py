@@ -17,7 +17,7 @@ import grpc
 
 from lowtide import output
 from lowtide.config import Config, load_config
-from lowtide.errors import InvalidArgument, LowtideError
+from lowtide.errors import EXIT_CONFIG, ConfigError, InvalidArgument, LowtideError
 from lowtide.logs import configure_logging
 from lowtide_client import Client, SignalClient, TaskKind, TaskState, parse_duration, reservation_conflict, task_spec
 
@@ -625,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(handler(args, config))
     except LowtideError as error:
         print(f"lowtide: {error}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG if isinstance(error, ConfigError) else 2
     except grpc.aio.AioRpcError as error:
         conflict = reservation_conflict(error)
         if getattr(args, "json", False):

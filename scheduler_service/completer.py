@@ -104,4 +104,4 @@ class Completer:
         for state, count in by_state.items():
             self.metrics.finished.add(count, {"state": state})
         if rejected:
-            self.metrics.rejected.add(rejected)
+            self.metrics.rejected.add(rejected, {"reason": "no_longer_held"})

@@ -218,8 +218,9 @@ class Dispatcher:
         return len(rows) == room
 
     async def _send(self, session: WorkerSession, rows: list[Row]) -> bool:
-        if session.closed:
-            # The worker left while the claim ran: hand the attempts back untouched.
+        if session.closed or session.draining:
+            # The worker left (or was told to drain) while the claim ran: hand the attempts back
+            # untouched. Nothing is assigned after a Drain.
             await self._store.unclaim(session.worker_id, [(r["id"], r["attempt"]) for r in rows])
             return False
         now = asyncio.get_running_loop().time()

@@ -10,7 +10,30 @@ from typing import Any
 
 import grpc
 
-__all__ = ["Security", "open_channel"]
+__all__ = ["KEEPALIVE_TIMEOUT_MS", "KEEPALIVE_TIME_MS", "Security", "keepalive_options", "open_channel"]
+
+# Every channel pings its server every 30 s while a call is open and gives up on the connection
+# when no answer comes within 10 s: a stream whose server is gone without a word (a half-open
+# connection, a frozen process) then fails UNAVAILABLE and the caller reconnects, instead of
+# waiting for ever. lowtide's services permit a ping every 10 s on a silent connection.
+KEEPALIVE_TIME_MS = 30_000
+KEEPALIVE_TIMEOUT_MS = 10_000
+
+
+def keepalive_options(
+    time_ms: int = KEEPALIVE_TIME_MS, timeout_ms: int = KEEPALIVE_TIMEOUT_MS
+) -> list[tuple[str, int]]:
+    """The keepalive options every channel gets (``Security(options=...)`` may override each)."""
+    return [
+        ("grpc.keepalive_time_ms", time_ms),
+        ("grpc.keepalive_timeout_ms", timeout_ms),
+        # What grpc core (1.85) times a keepalive ping by: without it an unanswered ping waits a minute.
+        ("grpc.http2.ping_timeout_ms", timeout_ms),
+        # Pings only while a call is open (an idle channel is left alone), and keeps pinging a
+        # silent stream: grpc's default stops after two pings with no data in between.
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
 
 
 class Security:
@@ -96,7 +119,8 @@ class _StreamStreamToken(grpc.aio.StreamStreamClientInterceptor):  # type: ignor
 
 
 def open_channel(target: str, security: Security | None = None) -> grpc.aio.Channel:
-    """A channel to `target` (call inside the running event loop, as grpc.aio requires)."""
+    """A channel to `target` (call inside the running event loop, as grpc.aio requires), with
+    keepalive pings (see ``keepalive_options``)."""
     security = security or Security()
     token = security.token
     interceptors: list[Any] | None = None
@@ -104,7 +128,9 @@ def open_channel(target: str, security: Security | None = None) -> grpc.aio.Chan
         interceptors = [
             cls(token) for cls in (_UnaryUnaryToken, _UnaryStreamToken, _StreamUnaryToken, _StreamStreamToken)
         ]
+    given = {name for name, _ in security.options}
+    options = [*(o for o in keepalive_options() if o[0] not in given), *security.options]
     credentials = security.credentials()
     if credentials is None:
-        return grpc.aio.insecure_channel(target, options=security.options, interceptors=interceptors)
-    return grpc.aio.secure_channel(target, credentials, options=security.options, interceptors=interceptors)
+        return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
+    return grpc.aio.secure_channel(target, credentials, options=options, interceptors=interceptors)

@@ -173,12 +173,14 @@ class Worker:
             log_event(logging.ERROR, "worker.run_failed", exc_info=True, worker_id=self._worker_id)
 
     async def run(self, *, install_signal_handlers: bool = False) -> None:
-        """Connect and execute assigned attempts until ``stop()`` (or a Drain) is carried out.
+        """Connect and execute assigned attempts until ``stop()`` is carried out.
 
-        Reconnects when the stream fails with UNAVAILABLE or the scheduler ends it
-        unexpectedly. Any other gRPC status (for example a refused hello) is raised as the
-        ``grpc.aio.AioRpcError``. With ``install_signal_handlers``, SIGTERM and SIGINT call
-        ``stop()`` (main thread only).
+        Reconnects (with backoff, listing running attempts in the Hello) when the stream fails
+        with UNAVAILABLE or the scheduler ends it, as after a Drain: the scheduler is going, so
+        the worker takes no new work on that stream, finishes and reports what it runs, closes
+        it and connects again. Any other gRPC status (a refused hello, or ABORTED when a newer
+        stream took over this worker id) is raised as the ``grpc.aio.AioRpcError``. With
+        ``install_signal_handlers``, SIGTERM and SIGINT call ``stop()`` (main thread only).
         """
         if not self._activities:
             raise RuntimeError("register at least one activity before run()")

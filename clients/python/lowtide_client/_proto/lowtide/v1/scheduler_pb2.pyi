@@ -340,8 +340,8 @@ class ExplainTaskResponse(_message.Message):
     EXPLANATION_FIELD_NUMBER: _builtins.int
     REASONS_FIELD_NUMBER: _builtins.int
     explanation: _builtins.str
-    """e.g. "held: activity type train_model is cost-deferrable and signal grid is 520 gCO2/kWh > 400
-    since 12:03:10"
+    """e.g. "held: activity type train_model is cost-deferrable and signal grid is 520 gCO2/kWh, above
+    its threshold of 400 (the hold has been active since 12:03:10)"
     """
     @_builtins.property
     def task(self) -> _task_pb2.Task: ...

@@ -23,7 +23,7 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class WorkerMessage(_message.Message):
-    """Worker -> scheduler. The first message must be a Hello."""
+    """Worker -> scheduler. The first message must be a Hello, and only the first."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -96,22 +96,33 @@ class Hello(_message.Message):
     RUNNING_FIELD_NUMBER: _builtins.int
     COST_DEFERRABLE_ACTIVITIES_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
-    """Stable across reconnects: a worker that comes back under the same id within its lease
-    keeps the attempts it still runs. The scheduler picks one when empty.
+    """Stable across reconnects: the scheduler hands a worker that reconnects under the same id
+    back the attempts it lists in `running`. The scheduler picks an id when empty (Welcome
+    names it). A second stream under an id whose stream is still open takes over: the older
+    stream ends with ABORTED, and its attempts go to the newer one if it lists them in
+    `running`; the others are lost (WorkerLost).
     """
     pool: _builtins.str
     """"default" when empty"""
     slots: _builtins.int
-    """> 0"""
+    """1 to 10,000"""
     @_builtins.property
     def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """["default"] when empty"""
 
     @_builtins.property
-    def activity_types(self) -> _containers.RepeatedCompositeFieldContainer[Global___ActivityType]: ...
+    def activity_types(self) -> _containers.RepeatedCompositeFieldContainer[Global___ActivityType]:
+        """At least one that is not local. Names: 1 to 200 characters."""
+
     @_builtins.property
     def running(self) -> _containers.RepeatedCompositeFieldContainer[_task_pb2.TaskRef]:
-        """Attempts this worker is still running from an earlier stream (after a reconnect)."""
+        """Attempts this worker still runs, or has finished without its result reaching a scheduler,
+        from an earlier stream (after a Drain, an UNAVAILABLE or a broken connection). Those still
+        recorded as this worker's stay its own: report them on this stream. Any listed attempt that
+        is no longer this worker's (its lease ran out, it was cancelled, timed out, or lost when its
+        stream dropped) is named in a CancelTasks right after the Welcome: stop it and drop its
+        result. Attempts recorded as this worker's that the hello does not list are lost (WorkerLost).
+        """
 
     @_builtins.property
     def cost_deferrable_activities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -138,7 +149,12 @@ Global___Hello: _TypeAlias = Hello  # noqa: Y015
 
 @_typing.final
 class Results(_message.Message):
-    """One or more finished attempts."""
+    """One or more finished attempts. Each must carry its TaskRef (task id and attempt, exactly as
+    assigned) and one outcome; a report is applied once, and a report that is refused arrives
+    back in a ReportsRejected with the reason (the attempt is no longer this worker's: it was
+    cancelled, timed out or lost; or the result named no outcome). After a rejection, forget
+    the attempt: never report it again.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -190,7 +206,15 @@ Global___TaskResult: _TypeAlias = TaskResult  # noqa: Y015
 
 @_typing.final
 class Heartbeat(_message.Message):
-    """Keeps the worker's lease, and each listed attempt's heartbeat timeout, alive."""
+    """Send one at least every Welcome.heartbeat_interval, and more often when an Assignment has a
+    heartbeat_timeout (a third of it is safe). It keeps the worker's lease: a worker not heard from
+    for Welcome.lease_timeout loses every attempt it runs (WorkerLost) and is given no more work;
+    its next heartbeat then ends the stream with UNAVAILABLE, and the worker reconnects with a
+    new Hello (whose `running` attempts are cancelled, as they are no longer its own).
+    `running` lists the attempts it runs now: each listed attempt's heartbeat timeout starts
+    again. Leaving an attempt out does not give it back or end it: it only lets its heartbeat
+    timeout (when it has one) run on, after which the attempt fails as HeartbeatTimeout.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -236,7 +260,7 @@ Global___HoldUpdate: _TypeAlias = HoldUpdate  # noqa: Y015
 
 @_typing.final
 class SlotUpdate(_message.Message):
-    """The worker now has this many slots in all."""
+    """The worker now has this many slots in all (0: send me nothing more for now)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -297,12 +321,15 @@ Global___SchedulerMessage: _TypeAlias = SchedulerMessage  # noqa: Y015
 
 @_typing.final
 class Welcome(_message.Message):
+    """The first message from the scheduler: the hello was accepted."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     WORKER_ID_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _builtins.int
     LEASE_TIMEOUT_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
+    """The worker's id (the hello's, or one the scheduler picked): use it when reconnecting."""
     @_builtins.property
     def heartbeat_interval(self) -> _duration_pb2.Duration:
         """Send a Heartbeat at least this often; silence for lease_timeout loses the worker its tasks."""
@@ -326,7 +353,9 @@ Global___Welcome: _TypeAlias = Welcome  # noqa: Y015
 
 @_typing.final
 class Assignments(_message.Message):
-    """Several assignments travel together when many are ready."""
+    """Several assignments travel together when many are ready. The scheduler never sends more than
+    the worker's free slots (slots minus the attempts it holds).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -362,10 +391,12 @@ class Assignment(_message.Message):
     activity_type: _builtins.str
     payload: _builtins.bytes
     @_builtins.property
-    def task(self) -> _task_pb2.TaskRef: ...
+    def task(self) -> _task_pb2.TaskRef:
+        """Report the attempt with exactly this TaskRef."""
+
     @_builtins.property
     def start_to_close_deadline(self) -> _timestamp_pb2.Timestamp:
-        """The attempt fails if it is not finished by then."""
+        """The attempt fails if it is not finished by then (the scheduler's clock)."""
 
     @_builtins.property
     def heartbeat_timeout(self) -> _duration_pb2.Duration:
@@ -392,7 +423,10 @@ Global___Assignment: _TypeAlias = Assignment  # noqa: Y015
 
 @_typing.final
 class CancelTasks(_message.Message):
-    """Stop these attempts; their results will not be applied."""
+    """Stop these attempts now and do not report them: they are no longer this worker's (cancelled
+    by a user, timed out, or lost), and their slots are free again for the scheduler. A report
+    sent anyway is refused.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -414,20 +448,43 @@ Global___CancelTasks: _TypeAlias = CancelTasks  # noqa: Y015
 
 @_typing.final
 class Drain(_message.Message):
-    """Take no new work; finish or hand back what you hold, then close the stream."""
+    """The scheduler is about to stop (or wants this stream gone). A worker that gets it must:
+     1. take no new work on this stream (the scheduler sends no Assignment after a Drain);
+     2. let the attempts it runs finish and report them on this stream, until the deadline;
+     3. once nothing runs, close its side of the stream (half-close); the scheduler then ends it
+        with OK. At the deadline the scheduler ends the stream itself, whatever still runs.
+     4. reconnect, with backoff (the scheduler refuses new streams with UNAVAILABLE while it
+        stops), to the same address (a load balancer's next replica, or this scheduler once it is
+        back), listing in Hello.running every attempt still running or not yet reported: they
+        stay this worker's for its lease (Welcome.lease_timeout from its last heartbeat).
+    A drain is not a stop of the worker: keep running attempts across it and deliver their results
+    on the next stream.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     REASON_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
+    GRACE_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
+    @_builtins.property
+    def deadline(self) -> _timestamp_pb2.Timestamp:
+        """When the scheduler ends the stream (its clock)."""
+
+    @_builtins.property
+    def grace(self) -> _duration_pb2.Duration:
+        """The same as a duration from when the Drain was sent, for a worker whose clock differs."""
+
     def __init__(
         self,
         *,
         reason: _builtins.str = ...,
+        deadline: _timestamp_pb2.Timestamp | None = ...,
+        grace: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "grace", b"grace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "grace", b"grace", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -435,7 +492,7 @@ Global___Drain: _TypeAlias = Drain  # noqa: Y015
 
 @_typing.final
 class ReportsRejected(_message.Message):
-    """Reports that were refused, never applied: the attempt is no longer this worker's."""
+    """Reports that were refused, never applied: forget these attempts (stop them if they still run)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -29,6 +29,27 @@ GRPC_VERSION: str
 class WorkerServiceStub:
     """Workers in any language connect here. One ordered bidirectional stream per worker carries
     everything: the hello, assignments, results, heartbeats, slot changes, cancels and drain.
+
+    What a worker must do, in order:
+     1. Open Connect. When the scheduler has auth on, send the call metadata
+        `authorization: Bearer <token>` with a token of the worker role (UNAUTHENTICATED without
+        one, PERMISSION_DENIED for a token of another role).
+     2. Send a Hello as the first message and wait for the Welcome. A hello the scheduler cannot
+        accept ends the stream at once: INVALID_ARGUMENT (a field out of range, named in the
+        status message) or FAILED_PRECONDITION (a message other than Hello first, or a cost hold
+        naming a local activity). Fix the hello; connecting again unchanged fails the same way.
+     3. Run each Assignment in a free slot; send a Results message per finished attempt (or
+        several together), a Heartbeat at least every Welcome.heartbeat_interval, and stop
+        attempts named in a CancelTasks. On Drain, see Drain.
+     4. Reconnect (with backoff, e.g. 100 ms doubling to a few seconds, and well within
+        Welcome.lease_timeout) when the stream ends with OK or UNAVAILABLE, keeping the same
+        worker_id and listing the attempts still running in Hello.running: they stay this worker's.
+        Other statuses are errors to fix, not to retry: INVALID_ARGUMENT (a malformed or undecodable
+        message), FAILED_PRECONDITION (a second Hello), RESOURCE_EXHAUSTED (the worker did not read
+        its stream), ABORTED (a newer stream connected under the same worker_id and took over: two
+        processes share an id, and the older one must stop).
+    Every report is fenced by (task id, attempt): one for an attempt the worker no longer holds is
+    refused (ReportsRejected), never applied.
     """
 
     @_typing.overload
@@ -41,6 +62,27 @@ class WorkerServiceStub:
 class WorkerServiceAsyncStub(WorkerServiceStub):
     """Workers in any language connect here. One ordered bidirectional stream per worker carries
     everything: the hello, assignments, results, heartbeats, slot changes, cancels and drain.
+
+    What a worker must do, in order:
+     1. Open Connect. When the scheduler has auth on, send the call metadata
+        `authorization: Bearer <token>` with a token of the worker role (UNAUTHENTICATED without
+        one, PERMISSION_DENIED for a token of another role).
+     2. Send a Hello as the first message and wait for the Welcome. A hello the scheduler cannot
+        accept ends the stream at once: INVALID_ARGUMENT (a field out of range, named in the
+        status message) or FAILED_PRECONDITION (a message other than Hello first, or a cost hold
+        naming a local activity). Fix the hello; connecting again unchanged fails the same way.
+     3. Run each Assignment in a free slot; send a Results message per finished attempt (or
+        several together), a Heartbeat at least every Welcome.heartbeat_interval, and stop
+        attempts named in a CancelTasks. On Drain, see Drain.
+     4. Reconnect (with backoff, e.g. 100 ms doubling to a few seconds, and well within
+        Welcome.lease_timeout) when the stream ends with OK or UNAVAILABLE, keeping the same
+        worker_id and listing the attempts still running in Hello.running: they stay this worker's.
+        Other statuses are errors to fix, not to retry: INVALID_ARGUMENT (a malformed or undecodable
+        message), FAILED_PRECONDITION (a second Hello), RESOURCE_EXHAUSTED (the worker did not read
+        its stream), ABORTED (a newer stream connected under the same worker_id and took over: two
+        processes share an id, and the older one must stop).
+    Every report is fenced by (task id, attempt): one for an attempt the worker no longer holds is
+    refused (ReportsRejected), never applied.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -49,6 +91,27 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     """Workers in any language connect here. One ordered bidirectional stream per worker carries
     everything: the hello, assignments, results, heartbeats, slot changes, cancels and drain.
+
+    What a worker must do, in order:
+     1. Open Connect. When the scheduler has auth on, send the call metadata
+        `authorization: Bearer <token>` with a token of the worker role (UNAUTHENTICATED without
+        one, PERMISSION_DENIED for a token of another role).
+     2. Send a Hello as the first message and wait for the Welcome. A hello the scheduler cannot
+        accept ends the stream at once: INVALID_ARGUMENT (a field out of range, named in the
+        status message) or FAILED_PRECONDITION (a message other than Hello first, or a cost hold
+        naming a local activity). Fix the hello; connecting again unchanged fails the same way.
+     3. Run each Assignment in a free slot; send a Results message per finished attempt (or
+        several together), a Heartbeat at least every Welcome.heartbeat_interval, and stop
+        attempts named in a CancelTasks. On Drain, see Drain.
+     4. Reconnect (with backoff, e.g. 100 ms doubling to a few seconds, and well within
+        Welcome.lease_timeout) when the stream ends with OK or UNAVAILABLE, keeping the same
+        worker_id and listing the attempts still running in Hello.running: they stay this worker's.
+        Other statuses are errors to fix, not to retry: INVALID_ARGUMENT (a malformed or undecodable
+        message), FAILED_PRECONDITION (a second Hello), RESOURCE_EXHAUSTED (the worker did not read
+        its stream), ABORTED (a newer stream connected under the same worker_id and took over: two
+        processes share an id, and the older one must stop).
+    Every report is fenced by (task id, attempt): one for an attempt the worker no longer holds is
+    refused (ReportsRejected), never applied.
     """
 
     @_abc_1.abstractmethod
