@@ -1,6 +1,7 @@
 """`python -m bench`: one JSON object on stdout: lowtide against Procrastinate and PgQueuer on
 the same PostgreSQL, then lowtide's own figures (signal fan-out, cost-hold release, claim cost
-with a million held rows, carbon saved by planned release over the 2020 GB trace).
+with a million held rows, carbon saved by planned release over the 2020 GB trace, both services
+against hostile HTTP/2 clients).
 
 Progress and the workers' own warnings go to stderr. The exit status is 1 when a selected
 benchmark failed (its entry then holds `error`), 0 otherwise.
@@ -29,6 +30,7 @@ BENCHMARKS = (
     "fixed_starts",
     "live_carbon",
     "carbon",
+    "hostile",
 )
 PEERS = ("procrastinate", "pgqueuer")
 
@@ -112,6 +114,10 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
         from bench.holds_bench import held_claim
 
         return await held_claim(args.database_url)
+    if name == "hostile":
+        from bench.hostile_bench import hostile
+
+        return await hostile(args.database_url)
     if name == "carbon":
         from bench.carbon_bench import carbon_evaluation
 

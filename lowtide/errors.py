@@ -60,6 +60,14 @@ class PermissionDenied(LowtideError):
     """The caller's token may not do this."""
 
 
+class Aborted(LowtideError):
+    """The call was ended because something newer took its place."""
+
+
+class Unavailable(LowtideError):
+    """The service cannot carry the call on now; the caller should connect again (with backoff)."""
+
+
 class DatabaseUnavailable(LowtideError):
     """The database cannot be reached; nothing was stored. Retry later."""
 

@@ -1,10 +1,11 @@
 """Listening ports of both services: one port, one process.
 
 grpc turns SO_REUSEPORT on by default, so a second scheduler (or signal service) started on a
-port that one already serves binds it too and the kernel splits new connections between the
-two, possibly on two different databases. Every lowtide gRPC server is built with
-`SERVER_OPTIONS` and binds through `add_listen_port`, which refuses a port in use with one line
-naming the setting, the address and what the system said.
+port that one already serves would bind it too and the kernel would split new connections
+between the two, possibly on two different databases. Every lowtide gRPC server is built with
+`lowtide.grpc_options.server_options` (SO_REUSEPORT off) and binds through `add_listen_port`,
+which refuses a port in use with one line naming the setting, the address and what the system
+said.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ import grpc
 from lowtide.config import TlsConfig
 from lowtide.errors import ConfigError
 from lowtide.tls import add_port
-
-# grpc.aio.server(options=[*SERVER_OPTIONS, ...]): a port in use is an error, not shared.
-SERVER_OPTIONS: tuple[tuple[str, int], ...] = (("grpc.so_reuseport", 0),)
 
 
 def bind_failure(listen: str) -> str:
@@ -48,7 +46,7 @@ def refused(key: str, listen: str, reason: str) -> ConfigError:
 
 
 def add_listen_port(server: grpc.aio.Server, listen: str, tls: TlsConfig, key: str) -> int:
-    """Binds `listen` on a server built with SERVER_OPTIONS; returns the bound port (the real
+    """Binds `listen` on a server built with lowtide.grpc_options (no SO_REUSEPORT); returns the bound port (the real
     one for port 0). Raises ConfigError naming `key` when the address cannot be bound."""
     port = add_port(server, listen, tls)
     if port == 0:

@@ -3,7 +3,6 @@ makes it demand a client certificate signed by that CA (mutual TLS)."""
 
 from __future__ import annotations
 
-import ssl
 from pathlib import Path
 
 import grpc
@@ -44,19 +43,3 @@ def add_port(server: grpc.aio.Server, listen: str, config: TlsConfig) -> int:
         return int(server.add_secure_port(listen, credentials))
     except RuntimeError:
         return 0
-
-
-def server_ssl_context(config: TlsConfig) -> ssl.SSLContext | None:
-    """The same settings as `server_credentials`, for a server on asyncio's TLS (lowtide.h2server)."""
-    if server_credentials(config) is None:  # validates the settings and reads the files
-        return None
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        context.load_cert_chain(Path(config.cert).expanduser(), Path(config.key).expanduser())
-        if config.client_ca:
-            context.load_verify_locations(Path(config.client_ca).expanduser())
-            context.verify_mode = ssl.CERT_REQUIRED
-    except ssl.SSLError as error:
-        raise ConfigError(f"[tls]: cannot use the certificate, key or client_ca: {error}") from None
-    return context

@@ -12,21 +12,21 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import random
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 import grpc
 
 from lowtide_client import SignalClient
-from lowtide_client._proto.lowtide.v1 import signal_pb2
+from lowtide_proto.backoff import Backoff
+from lowtide_proto.channel import Security, keepalive_options, open_channel
+from lowtide_proto.lowtide.v1 import signal_pb2
 from scheduler_service.domain.holds import (
-    NO_SIGNAL,
     HoldConfig,
     HoldPolicy,
-    HoldState,
     SignalView,
     held_types,
+    initial_hold,
     next_hold,
 )
 from scheduler_service.domain.planning import Forecast
@@ -47,6 +47,7 @@ class CostHolds:
         token: str | None = None,
         ca: str | None = None,
         stale_after: timedelta | None = None,
+        keepalive: tuple[int, int] | None = None,
     ) -> None:
         self.target = target
         # The token and CA to reach the signal service with ([auth] signal_token, [tls] signal_ca).
@@ -58,13 +59,18 @@ class CostHolds:
         self._on_release = on_release
         self._clock = clock
         self.signal: SignalView | None = None
-        self.state = HoldState(True, clock(), NO_SIGNAL)
+        self.state = initial_hold(policy, clock())
         self.connected = False
+        # The Subscribe channel's keepalive (time, timeout in ms); None: lowtide_client's.
+        self.keepalive = keepalive
         self._recheck: asyncio.TimerHandle | None = None
-        # While the signal service is unreachable nobody tells us the value has aged: after
-        # stale_after without a word from it, the scheduler marks the last value stale itself.
+        # The signal service sends every new version (a value, or its own stale mark after
+        # stale_after without one). When none comes for stale_after, whether the stream ended or
+        # stays open but silent (a half-open connection, a frozen service), nobody will tell us
+        # the value has aged: the scheduler marks the last value stale itself.
         self.stale_after = stale_after
         self._stale_timer: asyncio.TimerHandle | None = None
+        self._stale_version: int | None = None
         # The feed's forecast as of the latest state (None: the feed gives none), and where from.
         self.forecast: Forecast | None = None
         self.forecast_source = ""
@@ -112,18 +118,21 @@ class CostHolds:
 
     async def run(self) -> None:
         """Subscribes, and resubscribes with jittered backoff whenever the stream ends."""
-        delay = 0.1
+        backoff = Backoff(initial=0.1, maximum=5.0)
         warned = False
         while True:
+            options = () if self.keepalive is None else keepalive_options(*self.keepalive)
+            channel = open_channel(self.target, Security(token=self.token, ca=self.ca, options=options))
             try:
-                async with SignalClient(self.target, token=self.token, ca=self.ca) as client:
+                async with SignalClient(self.target, channel=channel) as client:
                     async for update in client.updates(self.signal_name):
                         state = update.state
                         if not self.connected:
                             log.info("signal.subscribed", extra={"target": self.target, "signal": self.signal_name})
                         self.connected = True
-                        self._cancel_stale_timer()
-                        delay, warned = 0.1, False
+                        self._restart_stale_timer(state.version)
+                        backoff.reset()
+                        warned = False
                         self.update(
                             SignalView(
                                 name=state.name,
@@ -143,13 +152,18 @@ class CostHolds:
                 if not warned:
                     log.warning(
                         "signal.unavailable",
-                        extra={"target": self.target, "code": error.code().name, "retrying": True},
+                        extra={
+                            "target": self.target,
+                            "code": error.code().name,
+                            "detail": error.details(),
+                            "retrying": True,
+                        },
                     )
                     warned = True
+            finally:
+                await channel.close()
             self.connected = False
-            self._start_stale_timer()
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 5.0)
+            await asyncio.sleep(backoff.next_delay())
 
     def _refresh_forecast(self, state: signal_pb2.SignalState) -> None:
         """The planner's forecast from the feed's latest (streamed beside the state, only when
@@ -178,9 +192,13 @@ class CostHolds:
         issued = f" issued {feed.issued_at.ToDatetime().strftime('%H:%M:%S')}Z" if feed.HasField("issued_at") else ""
         return f"{feed.source} #{feed.version}{issued}, {len(feed.points)} points{value}"
 
-    def _start_stale_timer(self) -> None:
-        if self.stale_after is None or self._stale_timer is not None:
+    def _restart_stale_timer(self, version: int) -> None:
+        """Counts stale_after from the arrival of a new version (a resubscription's first
+        message, of a version already seen, does not reset the count)."""
+        if self.stale_after is None or version == self._stale_version:
             return
+        self._stale_version = version
+        self._cancel_stale_timer()
         self._stale_timer = asyncio.get_running_loop().call_later(self.stale_after.total_seconds(), self._mark_stale)
 
     def _cancel_stale_timer(self) -> None:
@@ -190,12 +208,12 @@ class CostHolds:
 
     def _mark_stale(self) -> None:
         self._stale_timer = None
-        if self.connected or self.signal is None or self.signal.stale:
+        if self.signal is None or self.signal.stale:
             return
-        log.warning(
-            "signal.stale",
-            extra={"signal": self.signal_name, "detail": f"no word from the signal service for {self.stale_after}"},
-        )
+        detail = f"no new value from the signal service for {self.stale_after}"
+        if self.connected:
+            detail += " though the stream is open (a silent connection, or a stopped service)"
+        log.warning("signal.stale", extra={"signal": self.signal_name, "detail": detail})
         self.update(dataclasses.replace(self.signal, stale=True))
 
     def close(self) -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, TypeAlias
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from lowtide import errors
 from lowtide.grpc_status import abort, handles_errors
-from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
+from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.domain import Point, SignalForecast, SignalState
 from signal_service.fanout import Closed, Update
 from signal_service.signals import Signals
@@ -67,24 +67,16 @@ def _datetime(field: str, stamp: Timestamp) -> datetime:
         raise errors.InvalidArgument(field, str(error)) from None
 
 
-@runtime_checkable
-class Pushing(Protocol):
-    """A context that can send a message without awaiting (lowtide.h2server's)."""
-
-    def try_write_serialized(self, data: bytes) -> bool: ...
-
-
 class SignalApi(signal_pb2_grpc.SignalServiceServicer):
     def __init__(self, signals: Signals) -> None:
         self._signals = signals
-        # Per signal, the last message sent without a forecast and the last sent with one, and
-        # its bytes.
-        self._responses: dict[tuple[str, bool], tuple[tuple[int, int], signal_pb2.SubscribeResponse, bytes]] = {}
+        # Per signal, the last message sent without a forecast and the last sent with one.
+        self._responses: dict[tuple[str, bool], tuple[tuple[int, int], signal_pb2.SubscribeResponse]] = {}
 
-    def _cached(self, update: Update) -> tuple[tuple[int, int], signal_pb2.SubscribeResponse, bytes]:
-        """One message per state (and forecast), built and serialized once and shared by every
-        subscriber it goes to: with a thousand subscribers, building it once per subscriber
-        would cost more than sending it."""
+    def _response(self, update: Update) -> signal_pb2.SubscribeResponse:
+        """One message per state (and forecast), built once and shared by every subscriber it
+        goes to: with a thousand subscribers, building it once per subscriber would cost more
+        than sending it."""
         state, forecast = update
         key = (state.version, 0 if forecast is None else forecast.version)
         slot = (state.name, forecast is not None)
@@ -93,11 +85,8 @@ class SignalApi(signal_pb2_grpc.SignalServiceServicer):
             message = signal_pb2.SubscribeResponse(state=state_message(state))
             if forecast is not None:
                 message.forecast.CopyFrom(forecast_message(forecast))
-            cached = self._responses[slot] = (key, message, message.SerializeToString())
-        return cached
-
-    def _response(self, update: Update) -> signal_pb2.SubscribeResponse:
-        return self._cached(update)[1]
+            cached = self._responses[slot] = (key, message)
+        return cached[1]
 
     @handles_errors
     async def GetSignal(self, request: signal_pb2.GetSignalRequest, context: Context) -> signal_pb2.GetSignalResponse:
@@ -132,10 +121,6 @@ class SignalApi(signal_pb2_grpc.SignalServiceServicer):
         # The fan-out slot is removed when this generator closes: when the client cancels or
         # goes away, gRPC cancels the task blocked in yield or in next().
         with self._signals.fanout.subscribe(definition.name) as subscription:
-            if isinstance(context, Pushing):
-                # The fan-out sends each change to this stream itself while it can do so without
-                # waiting; this loop sends only when the client is slow (and the first state).
-                subscription.deliver_with(lambda update: context.try_write_serialized(self._cached(update)[2]))
             try:
                 while True:
                     yield self._response(await subscription.next())

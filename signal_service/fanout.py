@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from signal_service.domain import SignalForecast, SignalState
@@ -40,7 +40,7 @@ class Subscription:
     """One subscriber's slot: `next()` gives the newest state (and forecast) not taken yet, each
     at most once; a new forecast alone comes with the current state."""
 
-    __slots__ = ("_closed", "_current", "_deliver", "_pending", "_pending_forecast", "_waiter", "name")
+    __slots__ = ("_closed", "_current", "_pending", "_pending_forecast", "_waiter", "name")
 
     def __init__(self, name: str, current: SignalState | None, forecast: SignalForecast | None = None) -> None:
         self.name = name
@@ -49,26 +49,12 @@ class Subscription:
         self._pending_forecast = forecast
         self._closed = False
         self._waiter: asyncio.Future[None] | None = None
-        self._deliver: Callable[[Update], bool] | None = None
-
-    def deliver_with(self, deliver: Callable[[Update], bool]) -> None:
-        """Lets an offer be sent by the publisher itself, through `deliver`, while the subscriber
-        waits in `next()`: no task switch per subscriber. `deliver` returns False when it cannot
-        send without waiting (a slow client); the subscriber's task is then woken to send it."""
-        self._deliver = deliver
 
     def _wake(self) -> None:
         waiter = self._waiter
         # Done already when the subscriber was cancelled while waiting, or woken twice.
         if waiter is None or waiter.done():
             return
-        # Only while the subscriber's task waits: a message it is still sending goes out first.
-        if self._deliver is not None and not self._closed:
-            held = self._pending, self._pending_forecast
-            update = self._take()
-            if update is not None and self._deliver(update):
-                return
-            self._pending, self._pending_forecast = held
         waiter.set_result(None)
 
     def _take(self) -> Update | None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import signal
 import socket
@@ -12,21 +11,22 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import _async as reflection_aio
-from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from lowtide.auth import SIGNAL_METHODS, check_listen
 from lowtide.auth import interceptors as auth_interceptors
 from lowtide.config import Config
 from lowtide.db import Database, apply_migrations
 from lowtide.errors import ConfigError, DatabaseUnavailable, LowtideError
+from lowtide.grpc_options import signal_server_options
 from lowtide.grpc_status import RefuseUndecodable
-from lowtide.h2server import Server
+from lowtide.listen import add_listen_port
 from lowtide.metrics import Metrics, start_metrics
 from lowtide.tasks import cancel_all
-from lowtide.tls import server_ssl_context
-from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
+from lowtide_proto.backoff import Backoff
+from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.api import SignalApi
 from signal_service.fanout import Fanout
 from signal_service.feeds import Feed, feed_unit, make_feed
@@ -49,7 +49,7 @@ class SignalServer:
     config: Config
     db: Database
     signals: Signals
-    server: Server
+    server: grpc.aio.Server
     health: health.aio.HealthServicer
     port: int
     replica_id: str
@@ -82,11 +82,11 @@ class SignalServer:
 async def _listen(db: Database, signals: Signals) -> None:
     """Changes made by other replicas (and this one), through LISTEN/NOTIFY; the payload is the
     signal's name, and the state (or forecast) is read back so that no NOTIFY has to carry it."""
-    delay = 0.1
+    backoff = Backoff(initial=0.1, maximum=5.0)
     while True:
         try:
             async with db.listen(CHANNEL, FORECAST_CHANNEL) as notifications:
-                delay = 0.1
+                backoff.reset()
                 # Changes made while this connection was down were never notified here.
                 await signals.resync()
                 async for note in notifications:
@@ -102,8 +102,7 @@ async def _listen(db: Database, signals: Signals) -> None:
         except Exception:
             # Keep going: without this loop other replicas' changes arrive only by resync.
             log.exception("listen.failed")
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 5.0)
+        await asyncio.sleep(backoff.next_delay())
 
 
 def _tick(stale_after: timedelta, refresh: timedelta) -> float:
@@ -128,27 +127,20 @@ async def _maintain(signals: Signals, *, stale_after: timedelta, refresh: timede
         await asyncio.sleep(_tick(stale_after, refresh))
 
 
-async def _grpc_server(signals: Signals, config: Config) -> tuple[Server, health.aio.HealthServicer, int]:
-    """The signal service's gRPC server: lowtide.h2server rather than grpc.aio's, because a
-    change streamed to a thousand subscribers costs it a few socket writes instead of a
-    thousand (see lowtide/h2server)."""
+def _grpc_server(signals: Signals, config: Config) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     listen = config.signal.listen
     check_listen(config.auth, listen, "signal")
-    server = Server(interceptors=[*auth_interceptors(config, SIGNAL_METHODS), RefuseUndecodable()])
+    # The limits of lowtide/grpc_options.py; among them no SO_REUSEPORT: a second service on the
+    # same port is an error, not a silent split of the subscribers between two processes.
+    server = grpc.aio.server(
+        options=signal_server_options(),
+        interceptors=[*auth_interceptors(config, SIGNAL_METHODS), RefuseUndecodable()],
+    )
     signal_pb2_grpc.add_SignalServiceServicer_to_server(SignalApi(signals), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
-        reflection_aio.ReflectionServicer((SERVICE, reflection.SERVICE_NAME, health.SERVICE_NAME)), server
-    )
-    # No SO_REUSEPORT: a second service on the same port is an error, not a silent split of
-    # the subscribers between two processes.
-    try:
-        port = await server.bind(listen, server_ssl_context(config.tls))
-    except (OSError, ValueError) as error:
-        raise ConfigError(
-            f"[signal] listen: cannot listen on {listen} (in use, or not an address here): {error}"
-        ) from None
+    reflection.enable_server_reflection((SERVICE, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
+    port = add_listen_port(server, listen, config.tls, "[signal] listen")
     return server, health_servicer, port
 
 
@@ -164,16 +156,17 @@ async def start_signal_service(
     feed = feed or make_feed(cfg)
     db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
     try:
-        await apply_migrations(url)
-        await db.open()
         signals = Signals(
             SignalStore(db),
             Fanout(),
             definitions(config, feed_unit=feed.unit if feed else feed_unit(cfg)),
             default=config.cost.signal,
         )
+        # The port first: a database connection never holds it (50052 is in the ephemeral range).
+        server, health_servicer, port = _grpc_server(signals, config)
+        await apply_migrations(url)
+        await db.open()
         await signals.start()
-        server, health_servicer, port = await _grpc_server(signals, config)
         await server.start()
     except BaseException:
         await db.close()
@@ -210,26 +203,8 @@ async def start_signal_service(
     return running
 
 
-def _collect_less() -> None:
-    """Garbage collection tuned for a process that serves many Subscribe streams (the
-    standalone service only: it owns its process, unlike `lowtide up`).
-
-    Every change reaches every stream, and a stream whose client reads slowly is woken and
-    allocates a few tracked objects (futures, handles) to send it: with 1,000 subscribers the
-    default gen-0 threshold of 700 can run several collections per change, and the older
-    generations then traverse every stream's task and frame. At 20,000 (and 20 of each before
-    the next generation), the fan-out benchmark's service used 49 ms of CPU per change instead
-    of 60 when every stream was woken for every change (grpc.aio's server; medians of 7 and 8
-    runs on 2 cores). What is alive once the service has started (modules, configuration,
-    pools) is never garbage: frozen, full collections skip it. Cycles are still collected,
-    just in larger batches."""
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
-
-
 async def serve(config: Config, *, database_url: str | None = None) -> None:
     running = await start_signal_service(config, database_url=database_url)
-    _collect_less()
     print(f"lowtide signal service listening on {running.target}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

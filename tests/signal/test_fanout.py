@@ -129,37 +129,3 @@ async def test_older_or_repeated_forecasts_are_dropped_and_a_forecast_waits_for_
         assert not waiter.done()
         fanout.publish(state(1))
         assert await asyncio.wait_for(waiter, 1.0) == Update(state(1), forecast(2, 1.0))
-
-
-async def test_a_waiting_subscriber_is_delivered_to_by_the_publisher_and_a_refusal_wakes_it() -> None:
-    """deliver_with: while the subscriber waits in next(), the publisher sends each change
-    itself; when the delivery cannot go (a slow client), the change stays in the slot and the
-    subscriber's own next() returns it. Nothing is delivered twice or lost."""
-    fanout = Fanout()
-    fanout.publish(state(1))
-    delivered: list[Update] = []
-    accept = True
-
-    def deliver(update: Update) -> bool:
-        if accept:
-            delivered.append(update)
-        return accept
-
-    with fanout.subscribe("grid") as subscription:
-        subscription.deliver_with(deliver)
-        # Not waiting yet: the current state is for next(), not for the publisher.
-        assert await subscription.next() == Update(state(1), None)
-        reader = asyncio.create_task(subscription.next())
-        await asyncio.sleep(0)  # the reader now waits
-        fanout.publish(state(2))
-        fanout.publish(state(3))
-        assert [u.state.version for u in delivered] == [2, 3]
-        assert not reader.done() and subscription.pending is None
-        accept = False
-        fanout.publish(state(4))
-        assert await asyncio.wait_for(reader, 1) == Update(state(4), None)
-        assert [u.state.version for u in delivered] == [2, 3]
-        # While the subscriber is busy (not waiting), changes wait in the slot: the latest only.
-        fanout.publish(state(5))
-        fanout.publish(state(6))
-        assert await subscription.next() == Update(state(6), None)

@@ -24,6 +24,16 @@ function bearer(token) {
     });
 }
 
+// Keepalive, as lowtide_client's channels: a ping every 30 s while a call is open, and a
+// connection that does not answer within 10 s is given up (the stream fails UNAVAILABLE and the
+// worker reconnects) instead of hanging on a half-open connection. The services allow a ping
+// every 10 s on a silent connection.
+const KEEPALIVE = {
+  'grpc.keepalive_time_ms': 30000,
+  'grpc.keepalive_timeout_ms': 10000,
+  'grpc.keepalive_permit_without_calls': 0,
+};
+
 /** The channel credentials and client options for these settings. */
 function channelSettings({ token, ca, cert, key } = {}) {
   const caPem = pem(ca, 'ca');
@@ -32,7 +42,7 @@ function channelSettings({ token, ca, cert, key } = {}) {
   if ((certPem === null) !== (keyPem === null)) throw new Error('cert and key go together (mutual TLS)');
   if (certPem !== null && caPem === null) throw new Error('a client certificate needs ca (TLS) as well');
   const credentials = caPem ? grpc.credentials.createSsl(caPem, keyPem, certPem) : grpc.credentials.createInsecure();
-  return { credentials, options: token ? { interceptors: [bearer(token)] } : {} };
+  return { credentials, options: token ? { ...KEEPALIVE, interceptors: [bearer(token)] } : { ...KEEPALIVE } };
 }
 
 /** Token and TLS files from the environment, the names the lowtide CLI reads. */
