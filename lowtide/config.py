@@ -414,7 +414,7 @@ def _warn_unknown_variables(env: Mapping[str, str]) -> None:
             closest = difflib.get_close_matches(name, sorted(known), n=1)
             log.warning(
                 "config.unknown_variable",
-                extra={"variable": name, "did_you_mean": closest[0] if closest else "-", "ignored": True},
+                extra={"variable": name, "did_you_mean": closest[0] if closest else "-"},
             )
 
 
