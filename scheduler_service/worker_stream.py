@@ -149,6 +149,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._none_live.clear()
         reader = asyncio.create_task(self._read(session, request_iterator))
         feeder = asyncio.create_task(self._dispatcher.run(session))
+        write: asyncio.Future[Any] | None = None
         try:
             welcome = worker_pb2.Welcome(
                 worker_id=session.worker_id,
@@ -174,8 +175,8 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                 # A worker that does not read blocks this write (flow control); the overflow
                 # must still end the stream.
                 write = asyncio.ensure_future(context.write(get.result()))
-                done, _ = await asyncio.wait({write, overflowed}, return_when=asyncio.FIRST_COMPLETED)
-                if write not in done:
+                finished, _ = await asyncio.wait({write, overflowed}, return_when=asyncio.FIRST_COMPLETED)
+                if write not in finished:
                     write.cancel()
                     break
                 write.result()
@@ -205,6 +206,10 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         finally:
             reader.cancel()
             feeder.cancel()
+            if write is not None and not write.done():
+                # Cut short (the call is over): its failure is of no interest to anyone.
+                write.cancel()
+                write.add_done_callback(_quiet)
             self._live.discard(session)
             if not self._live:
                 self._none_live.set()
@@ -428,6 +433,11 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             if empty:
                 self.metrics.rejected.add(len(empty), {"reason": "no_outcome"})
         session.wake.set()
+
+
+def _quiet(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _holds(session: WorkerSession, ref: tuple[int, int]) -> bool:
