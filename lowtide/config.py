@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lowtide.errors import ConfigError
-from lowtide_client._durations import format_duration, parse_duration
+from lowtide_proto.durations import format_duration, parse_duration
 
 log = logging.getLogger("lowtide.config")
 
@@ -414,7 +414,7 @@ def _warn_unknown_variables(env: Mapping[str, str]) -> None:
             closest = difflib.get_close_matches(name, sorted(known), n=1)
             log.warning(
                 "config.unknown_variable",
-                extra={"variable": name, "did_you_mean": closest[0] if closest else "-", "ignored": True},
+                extra={"variable": name, "did_you_mean": closest[0] if closest else "-"},
             )
 
 

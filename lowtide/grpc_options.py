@@ -21,7 +21,8 @@ from typing import Final
 
 __all__ = [
     "SIGNAL_MAX_CONCURRENT_STREAMS",
-    "SIGNAL_MAX_MESSAGE_BYTES",
+    "SIGNAL_MAX_RECEIVE_BYTES",
+    "SIGNAL_MAX_SEND_BYTES",
     "server_options",
     "signal_server_options",
 ]
@@ -45,9 +46,13 @@ SIGNAL_MAX_CONNECTION_AGE_GRACE_MS: Final = 60_000
 # Request and response metadata (headers) together: a bearer token and a trace context fit many
 # times; larger headers are refused with RESOURCE_EXHAUSTED before a handler runs.
 MAX_METADATA_BYTES: Final = 16 * 1024
-# The signal service's messages are small (a state, a forecast of a few hundred points, at most
-# 10,000 history points in a GetHistory answer, about 200 KB).
-SIGNAL_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
+# What the signal service receives is small (a SetSignal, a Subscribe or GetHistory request, a
+# reflection query: well under a kilobyte), and grpc reads a request up to its announced size
+# before any handler runs: 64 KiB bounds what a client can make it hold per stream. What it sends
+# may be larger (a forecast of a few hundred points; up to 10,000 points in a GetHistory answer,
+# about 200 KB).
+SIGNAL_MAX_RECEIVE_BYTES: Final = 64 * 1024
+SIGNAL_MAX_SEND_BYTES: Final = 4 * 1024 * 1024
 # Streams one connection may have open at once; further calls of that client wait for its own.
 SIGNAL_MAX_CONCURRENT_STREAMS: Final = 1_000
 
@@ -56,17 +61,19 @@ def server_options(
     *,
     max_concurrent_streams: int,
     max_message_bytes: int,
+    max_send_bytes: int | None = None,
     max_connection_age_ms: int = UNLIMITED_MS,
     max_connection_age_grace_ms: int = UNLIMITED_MS,
 ) -> list[Option]:
-    """The options a lowtide grpc.aio server is built with."""
+    """The options a lowtide grpc.aio server is built with; `max_send_bytes` defaults to
+    `max_message_bytes`."""
     return [
         # No SO_REUSEPORT: a second service on the same port is an error, not a silent split of
         # the connections between two processes.
         ("grpc.so_reuseport", 0),
         ("grpc.max_concurrent_streams", max_concurrent_streams),
         ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes if max_send_bytes is None else max_send_bytes),
         ("grpc.max_metadata_size", MAX_METADATA_BYTES),
         ("grpc.keepalive_time_ms", SERVER_KEEPALIVE_TIME_MS),
         ("grpc.keepalive_timeout_ms", SERVER_KEEPALIVE_TIMEOUT_MS),
@@ -86,7 +93,8 @@ def server_options(
 def signal_server_options() -> list[Option]:
     return server_options(
         max_concurrent_streams=SIGNAL_MAX_CONCURRENT_STREAMS,
-        max_message_bytes=SIGNAL_MAX_MESSAGE_BYTES,
+        max_message_bytes=SIGNAL_MAX_RECEIVE_BYTES,
+        max_send_bytes=SIGNAL_MAX_SEND_BYTES,
         max_connection_age_ms=SIGNAL_MAX_CONNECTION_AGE_MS,
         max_connection_age_grace_ms=SIGNAL_MAX_CONNECTION_AGE_GRACE_MS,
     )

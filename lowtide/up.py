@@ -32,6 +32,7 @@ from lowtide.db import apply_migrations
 from lowtide.db.embedded import is_initialized, start_embedded
 from lowtide.demo import demo_env, demo_worker_args, generate, show
 from lowtide.errors import EXIT_CONFIG, ConfigError
+from lowtide_proto.backoff import Backoff
 
 log = logging.getLogger("lowtide.up")
 
@@ -125,7 +126,7 @@ class Failure(Exception):
 
 async def _supervise(service: Service, stopping: asyncio.Event, served: asyncio.Event) -> None:
     """Runs `service` until `stopping`; raises Failure for an exit that restarting cannot mend."""
-    delay = 0.5
+    backoff = Backoff(initial=0.5, maximum=30.0)
     failed_starts = 0
     while not stopping.is_set():
         started = time.monotonic()
@@ -139,14 +140,14 @@ async def _supervise(service: Service, stopping: asyncio.Event, served: asyncio.
         if failed_starts >= START_ATTEMPTS:
             raise Failure(service, code)
         if time.monotonic() - started > 30:
-            delay = 0.5
+            backoff.reset()
+        delay = backoff.next_delay()
         log.error(
             "up.service_exited",
             extra={"service": service.name, "code": code, "error": service.message(), "restart_in": delay},
         )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), delay)
-        delay = min(delay * 2, 30.0)
 
 
 async def _wait_serving(target: str) -> None:

@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from lowtide.config import RetryConfig, TypeConfig
 from lowtide.errors import InvalidArgument, TooLarge
-from lowtide_client._proto.lowtide.v1 import task_pb2
+from lowtide_proto.lowtide.v1 import task_pb2
 from scheduler_service.domain.fixed import FixedStart, MissPolicy
 from scheduler_service.domain.model import Kind, NewTask, RetryPolicy, State
 from scheduler_service.domain.resources import validate as validate_resources

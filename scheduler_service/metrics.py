@@ -26,7 +26,7 @@ from lowtide.config import Config
 from lowtide.db.connector import Row
 from lowtide.errors import DatabaseUnavailable
 from lowtide.metrics import Metrics
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2
+from lowtide_proto.lowtide.v1 import scheduler_pb2
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.capacity import desired_workers
 from scheduler_service.domain.fixed import reservation_capacity

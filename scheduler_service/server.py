@@ -27,7 +27,8 @@ from lowtide.grpc_status import RefuseUndecodable
 from lowtide.listen import add_listen_port
 from lowtide.metrics import start_metrics
 from lowtide.tasks import cancel_all
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
+from lowtide_proto.backoff import Backoff
+from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
 from scheduler_service.cost import CostHolds
 from scheduler_service.database_health import follow_database
@@ -132,11 +133,11 @@ async def _listen(
     db: Database, registry: Registry, dispatcher: Dispatcher, planned: Callable[[], Awaitable[None]]
 ) -> None:
     """Wake-ups, cancels and new plans from other replicas (and this one), through LISTEN/NOTIFY."""
-    delay = 0.1
+    backoff = Backoff(initial=0.1, maximum=5.0)
     while True:
         try:
             async with db.listen("lowtide_wake", "lowtide_cancel", "lowtide_plan") as notifications:
-                delay = 0.1
+                backoff.reset()
                 # Plans made before this replica listened were never announced here.
                 await planned()
                 async for note in notifications:
@@ -156,8 +157,7 @@ async def _listen(
                         await planned()
         except DatabaseUnavailable as error:
             log.warning("listen.reconnecting", extra={"error": str(error)})
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 5.0)
+        await asyncio.sleep(backoff.next_delay())
 
 
 async def start_scheduler(config: Config, *, database_url: str | None = None) -> Scheduler:

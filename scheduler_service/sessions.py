@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Iterator
 
 from lowtide.errors import LowtideError
-from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
+from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.domain.model import Attempt
 
 # Messages waiting for a worker that does not read its stream: assignments never exceed its

@@ -28,8 +28,8 @@ from lowtide.errors import (
     Unavailable,
 )
 from lowtide.grpc_status import abort
-from lowtide_client._durations import format_duration
-from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
+from lowtide_proto.durations import format_duration
+from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
 from scheduler_service.convert import name, stored_text
 from scheduler_service.dispatcher import Dispatcher

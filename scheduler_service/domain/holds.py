@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from lowtide_client import format_duration
+from lowtide_proto.durations import format_duration
 
 
 class OnStale(StrEnum):

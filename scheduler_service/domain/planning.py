@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from operator import itemgetter
 
-from lowtide_client import format_duration
+from lowtide_proto.durations import format_duration
 
 _US = timedelta(microseconds=1)
 # Means are compared after rounding to this many decimals (a millionth of a gCO2/kWh), so two

@@ -12,7 +12,7 @@ import pytest
 
 from lowtide.errors import ConfigError
 from lowtide_client import Client, CostHold, TaskKind, TaskState, Worker, task_spec
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
+from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 from scheduler_service.server import start_scheduler
 from signal_service.server import SignalServer
 from tests.cost.conftest import Pair, cost_config

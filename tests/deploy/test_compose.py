@@ -24,7 +24,7 @@ import yaml
 
 from lowtide.config import _SECTIONS, AuthConfig
 from lowtide_client import Client, TaskState
-from lowtide_client._proto.lowtide.v1 import task_pb2
+from lowtide_proto.lowtide.v1 import task_pb2
 from tests.deploy.compose import REPO, LocalService, PortMap, load_compose, local_service, published, start_order
 from tests.deploy.conftest import run_lowtide
 from tests.deploy.node import ensure_node_modules

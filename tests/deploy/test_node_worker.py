@@ -16,7 +16,7 @@ import pytest
 from google.protobuf import duration_pb2
 
 from lowtide.config import TlsConfig
-from lowtide_client._proto.lowtide.v1 import worker_pb2
+from lowtide_proto.lowtide.v1 import worker_pb2
 from scheduler_service.server import Scheduler, start_scheduler
 from tests.conftest import make_config
 from tests.deploy.node import NODE_DIR, ensure_node_modules, node_or_skip, run_bounded

@@ -8,7 +8,7 @@ from datetime import UTC, timedelta
 
 from lowtide.config import CostConfig
 from lowtide_client import Client, Task, TaskState, Worker, task_spec
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2
+from lowtide_proto.lowtide.v1 import scheduler_pb2
 from scheduler_service.server import Scheduler, start_scheduler
 from tests.fixed.conftest import fixed_config
 from tests.helpers import eventually

@@ -361,11 +361,11 @@ def _drain_count(sock: socket.socket, kind: int, wait: float = 0.0) -> int:
 
 
 def unfinished_large_streams(host: str, port: int, until: float) -> Report:
-    """40 Health/Check calls, each announcing a 4 MB message and sending it as fast as flow
-    control allows, never finishing it."""
+    """24 Health/Check calls on one connection, each announcing a 4 MB message and sending it as
+    fast as flow control allows, never finishing it."""
     client = Client(host, port)
     streams = []
-    for _ in range(40):
+    for _ in range(24):
         stream = client.request(HEALTH_CHECK)
         client.conn.send_data(stream, b"\x00" + struct.pack(">I", (4 << 20) - 64))
         streams.append(stream)
@@ -377,7 +377,7 @@ def unfinished_large_streams(host: str, port: int, until: float) -> Report:
         for stream in streams:
             try:
                 window = min(client.conn.local_flow_control_window(stream), len(chunk))
-                if window > 0 and sent < 40 * (4 << 20):
+                if window > 0 and sent < 24 * (4 << 20):
                     client.conn.send_data(stream, chunk[:window])
                     sent += window
                     progressed = True

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from lowtide_client import Client, TaskState, Worker
-from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
+from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.server import Scheduler
 from tests.faults.support import RawWorker
 from tests.helpers import eventually

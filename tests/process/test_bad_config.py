@@ -1,5 +1,6 @@
-"""A service started with a bad configuration value exits at once with one line that names the
-key and what it accepts, and no traceback; a misspelt LOWTIDE_ variable is warned about."""
+"""A service started with a bad configuration value exits at once (status 78, EX_CONFIG) with one
+line that names the key and what it accepts, and no traceback; a misspelt LOWTIDE_ variable is
+warned about."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from lowtide.errors import EXIT_CONFIG
 
 
 def _serve(kind: str, env: dict[str, str], config: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -48,7 +51,7 @@ def _serve(kind: str, env: dict[str, str], config: Path | None = None) -> subpro
 )
 def test_a_service_with_a_bad_value_exits_with_one_line(kind: str, env: dict[str, str], line: str) -> None:
     done = _serve(kind, env)
-    assert done.returncode == 2
+    assert done.returncode == EXIT_CONFIG
     assert done.stderr.strip() == line
     assert "Traceback" not in done.stderr + done.stdout
 
@@ -58,13 +61,13 @@ def test_a_file_that_is_not_utf8_or_not_toml_is_one_line(tmp_path: Path) -> None
     latin.write_bytes(b'[signal]\nunit = "\xb5g"\n')
     done = _serve("scheduler", {}, latin)
     assert (done.returncode, done.stderr.strip()) == (
-        2,
+        EXIT_CONFIG,
         f"lowtide: config file {latin}: not UTF-8 text (byte 0xb5 at offset 17)",
     )
     broken = tmp_path / "broken.toml"
     broken.write_text("[database]\npool_min = 8\npool_max = 4\n[scheduler\n")
     done = _serve("scheduler", {}, broken)
-    assert done.returncode == 2
+    assert done.returncode == EXIT_CONFIG
     assert done.stderr.startswith(f"lowtide: config file {broken}: not valid TOML: ")
     assert done.stderr.count("\n") == 1
     broken.write_text("[database]\npool_min = 8\npool_max = 4\n")

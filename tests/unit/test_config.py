@@ -233,7 +233,15 @@ _VARIABLE = re.compile(r"\bLOWTIDE_[A-Z][A-Z0-9_]*[A-Z0-9]\b")
 def test_every_lowtide_variable_the_code_reads_is_known() -> None:
     # A variable that lowtide itself (or its clients, tests and benchmarks) uses must never be
     # warned about as a typo: it is a configuration key or in OTHER_VARIABLES.
-    places = ["lowtide", "scheduler_service", "signal_service", "clients/python/lowtide_client", "tests", "bench"]
+    places = [
+        "lowtide",
+        "scheduler_service",
+        "signal_service",
+        "clients/python/lowtide_client",
+        "clients/python-proto/lowtide_proto",
+        "tests",
+        "bench",
+    ]
     files = [p for place in places for p in (_REPO / place).rglob("*.py")]
     files += [p for p in (_REPO / "clients" / "node").rglob("*.js") if "node_modules" not in p.parts]
     files += [_REPO / "docker-compose.yml", _REPO / "Dockerfile"]

@@ -31,11 +31,11 @@ import grpc
 
 from lowtide_client._activities import Activity
 from lowtide_client._attempts import Attempts
-from lowtide_client._backoff import Backoff
-from lowtide_client._durations import format_duration
 from lowtide_client._holds import CostHold, held_now
 from lowtide_client._log import log_event
-from lowtide_client._proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
+from lowtide_proto.backoff import Backoff
+from lowtide_proto.durations import format_duration
+from lowtide_proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
 
 __all__ = ["Runtime", "Settings"]
 

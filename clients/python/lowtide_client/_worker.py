@@ -22,10 +22,10 @@ from typing import Any, TypeVar
 import grpc
 
 from lowtide_client._activities import Activity, ActivityFunction, make_activity
-from lowtide_client._channel import Security, open_channel
 from lowtide_client._holds import CostHold, local_conflicts
 from lowtide_client._log import log_event
 from lowtide_client._runtime import Runtime, Settings
+from lowtide_proto.channel import Security, open_channel
 
 __all__ = ["Worker"]
 

@@ -5,8 +5,8 @@ isort:skip_file
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from lowtide_client._proto.lowtide.v1 import schedule_pb2 as _schedule_pb2
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2 as _scheduler_pb2
+from lowtide_proto.lowtide.v1 import schedule_pb2 as _schedule_pb2
+from lowtide_proto.lowtide.v1 import scheduler_pb2 as _scheduler_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

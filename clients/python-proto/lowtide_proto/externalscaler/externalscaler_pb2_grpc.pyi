@@ -9,7 +9,7 @@ back to GetMetricSpec when a scaler does not implement it.
 """
 
 from collections import abc as _abc
-from lowtide_client._proto.externalscaler import externalscaler_pb2 as _externalscaler_pb2
+from lowtide_proto.externalscaler import externalscaler_pb2 as _externalscaler_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc

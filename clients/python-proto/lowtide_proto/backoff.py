@@ -1,4 +1,5 @@
-"""Jittered exponential backoff shared by the client's retries and the worker's reconnects.
+"""Jittered exponential backoff shared by the client's retries, the worker's reconnects and every
+retry or reconnect loop of the services.
 
 Many workers and clients lose the same scheduler at the same moment (a deploy, a failover).
 Without jitter they would all come back in lockstep and hammer it; each delay is therefore

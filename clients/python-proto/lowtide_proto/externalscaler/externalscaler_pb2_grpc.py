@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from lowtide_client._proto.externalscaler import externalscaler_pb2 as externalscaler_dot_externalscaler__pb2
+from lowtide_proto.externalscaler import externalscaler_pb2 as externalscaler_dot_externalscaler__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

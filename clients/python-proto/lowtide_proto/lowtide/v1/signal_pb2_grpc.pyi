@@ -5,7 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from lowtide_client._proto.lowtide.v1 import signal_pb2 as _signal_pb2
+from lowtide_proto.lowtide.v1 import signal_pb2 as _signal_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

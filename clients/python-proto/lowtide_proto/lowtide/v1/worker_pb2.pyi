@@ -9,7 +9,7 @@ from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
-from lowtide_client._proto.lowtide.v1 import task_pb2 as _task_pb2
+from lowtide_proto.lowtide.v1 import task_pb2 as _task_pb2
 import builtins as _builtins
 import sys
 import typing as _typing

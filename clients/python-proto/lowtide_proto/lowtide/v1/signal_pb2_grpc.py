@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from lowtide_client._proto.lowtide.v1 import signal_pb2 as lowtide_dot_v1_dot_signal__pb2
+from lowtide_proto.lowtide.v1 import signal_pb2 as lowtide_dot_v1_dot_signal__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

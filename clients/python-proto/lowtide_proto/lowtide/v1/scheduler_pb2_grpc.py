@@ -3,8 +3,8 @@
 import grpc
 import warnings
 
-from lowtide_client._proto.lowtide.v1 import schedule_pb2 as lowtide_dot_v1_dot_schedule__pb2
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2 as lowtide_dot_v1_dot_scheduler__pb2
+from lowtide_proto.lowtide.v1 import schedule_pb2 as lowtide_dot_v1_dot_schedule__pb2
+from lowtide_proto.lowtide.v1 import scheduler_pb2 as lowtide_dot_v1_dot_scheduler__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
