@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from lowtide_client import Client, TaskState
-from lowtide_client._proto.lowtide.v1 import worker_pb2
+from lowtide_proto.lowtide.v1 import worker_pb2
 from scheduler_service.server import start_scheduler
 from tests.conftest import make_config
 from tests.faults.support import RawWorker, connected_workers, counting_worker, kill_all, logs_of, query
