@@ -380,7 +380,14 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             elif kind == "heartbeat":
                 refs = [(r.task_id, r.attempt) for r in message.heartbeat.running]
                 worker_id = session.worker_id
-                if not await self._store.renew_worker(worker_id, session.slots, self._lease, self._scheduler_id):
+                try:
+                    renewed = await self._store.renew_worker(worker_id, session.slots, self._lease, self._scheduler_id)
+                except DatabaseUnavailable as error:
+                    # A busy pool or a database restart is not the worker's fault: the stream
+                    # stays, and the next heartbeat renews the lease (or finds it gone).
+                    log.warning("worker.heartbeat_deferred", extra={"worker_id": worker_id, "error": str(error)})
+                    continue
+                if not renewed:
                     lease = format_duration(self._lease)
                     session.lost_reason = f"the worker's lease ran out (nothing heard from it for {lease})"
                     raise Unavailable(
@@ -389,7 +396,10 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                     )
                 held = [ref for ref in refs if _holds(session, ref)]
                 if held:
-                    await self._store.heartbeat(session.worker_id, held)
+                    try:
+                        await self._store.heartbeat(session.worker_id, held)
+                    except DatabaseUnavailable as error:
+                        log.warning("worker.heartbeat_deferred", extra={"worker_id": worker_id, "error": str(error)})
             elif kind == "slot_update":
                 if message.slot_update.slots > MAX_SLOTS:
                     raise InvalidArgument("slot_update.slots", f"must be at most {MAX_SLOTS}")
