@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from lowtide.config import Config
 from scheduler_service.cost import CostHolds
+from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.planning import Capacity, Commitment, Plan, PlanKind, PlanTask, plan, release_by
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
@@ -81,6 +82,36 @@ class ReleasePlanner:
         """Slots of the connected workers that run any of these types."""
         wanted = set(types)
         return sum(s.slots for s in self._registry if wanted & set(s.activity_types))
+
+    def plan_submitted(self, tasks: Sequence[NewTask]) -> list[NewTask]:
+        """Plans the release of each new task that may wait for a cheaper window, on its own
+        (the leader plans them all together, with the pool's capacity, on the next forecast)."""
+        holds = self._holds
+        out = []
+        for index, task in enumerate(tasks):
+            if task.latest_start is not None:
+                # A held task runs by its latest start: be awake then, not a poll later.
+                self.wake_at(release_by(task.latest_start))
+            if (
+                holds.forecast is None
+                or task.latest_start is None
+                or task.duration is None
+                or not deferrable(holds, task.queue, task.activity_type, task.kind.value)
+            ):
+                out.append(task)
+                continue
+            alone = PlanTask(index, datetime.now(UTC), release_by(task.latest_start), task.duration)
+            [release] = plan_tasks(holds, [alone], self.capacity([task.activity_type]))
+            self.wake_at(release.release_at)
+            out.append(
+                replace(
+                    task,
+                    planned_release_at=release_time(release),
+                    planned_intensity=release.expected_intensity,
+                    plan_reason=release.reason,
+                )
+            )
+        return out
 
     async def tick(self) -> None:
         """Plans again when the forecast changed (or a while has passed); leader only."""

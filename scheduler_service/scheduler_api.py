@@ -1,12 +1,15 @@
-"""SchedulerService: submit, get, cancel, list and wait. Thin: proto in, store call, proto out."""
+"""SchedulerService: submit, get, cancel, list and wait. Thin: proto in, a call, proto out.
+
+Submissions go through scheduler_service.submission (planning, admission, overload); the rest
+reads and writes through the store.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import re
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
@@ -21,16 +24,15 @@ from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
 from scheduler_service import convert
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
-from scheduler_service.domain.fixed import Refused, reservation_capacity
+from scheduler_service.domain.fixed import Refused
 from scheduler_service.domain.model import NewTask
-from scheduler_service.domain.planning import PlanTask, release_by
-from scheduler_service.release_planning import ReleasePlanner, deferrable, plan_tasks, release_time
+from scheduler_service.domain.submission import Submitted
 from scheduler_service.schedules_api import ScheduleApi
 from scheduler_service.sessions import Registry
-from scheduler_service.store import Overload, Store, Submitted
+from scheduler_service.store import Store
+from scheduler_service.submission import Submission
 
 if TYPE_CHECKING:
-    from scheduler_service.fixed_starts import FixedStarts
     from scheduler_service.metrics import SchedulerMetrics
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
@@ -43,15 +45,16 @@ FINISHED = {"completed", "failed", "cancelled", "timed_out", "skipped", "shed"}
 
 
 class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
-    def __init__(self, *, config: Config, store: Store, registry: Registry, dispatcher: Dispatcher) -> None:
+    def __init__(
+        self, *, config: Config, store: Store, registry: Registry, dispatcher: Dispatcher, submission: Submission
+    ) -> None:
         self._config = config
         self._store = store
         self._registry = registry
         self._dispatcher = dispatcher
+        self._submission = submission
         self._finished = asyncio.Condition()
-        self.fixed: FixedStarts | None = None
         self.metrics: SchedulerMetrics | None = None
-        self.planner: ReleasePlanner | None = None
 
     async def task_finished(self) -> None:
         """Called when attempts were applied, so waiters look again at once."""
@@ -67,70 +70,15 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             resources=self._config.resources,
         )
 
-    def _capacity(self, pool: str) -> int:
-        settings = self._config.pool(pool)
-        return reservation_capacity(settings.max_workers, settings.reservable_fraction)
-
-    def _overload(self, tasks: list[NewTask]) -> dict[str, Overload]:
-        limits = {}
-        for queue in {t.queue for t in tasks}:
-            settings = self._config.queues.get(queue)
-            if settings is not None and settings.max_depth is not None:
-                held = self._dispatcher.holds.held_for(queue)
-                limits[queue] = Overload(settings.max_depth, settings.overflow, held)
-        return limits
-
-    def _plan(self, tasks: list[NewTask]) -> list[NewTask]:
-        """Plans the release of each new task that may wait for a cheaper window, on its own
-        (the leader plans them all together, with the pool's capacity, on the next forecast)."""
-        holds = self._dispatcher.holds
-        if self.planner is None:
-            return tasks
-        out = []
-        for index, task in enumerate(tasks):
-            if task.latest_start is not None:
-                # A held task runs by its latest start: be awake then, not a poll later.
-                self.planner.wake_at(release_by(task.latest_start))
-            if (
-                holds.forecast is None
-                or task.latest_start is None
-                or task.duration is None
-                or not deferrable(holds, task.queue, task.activity_type, task.kind.value)
-            ):
-                out.append(task)
-                continue
-            alone = PlanTask(index, datetime.now(UTC), release_by(task.latest_start), task.duration)
-            [release] = plan_tasks(holds, [alone], self.planner.capacity([task.activity_type]))
-            self.planner.wake_at(release.release_at)
-            out.append(
-                replace(
-                    task,
-                    planned_release_at=release_time(release),
-                    planned_intensity=release.expected_intensity,
-                    plan_reason=release.reason,
-                )
-            )
-        return out
-
     def _who(self, context: Context) -> TokenEntry | None:
         return caller(self._config.auth, context.invocation_metadata() or ())
 
-    async def _insert(self, tasks: list[NewTask], who: TokenEntry | None = None) -> list[Submitted]:
-        tasks = self._plan(tasks)
+    async def _submit(self, tasks: list[NewTask], context: Context) -> list[Submitted]:
+        who = self._who(context)
         try:
-            submitted = await self._store.insert_tasks(
-                tasks,
-                signal=self._dispatcher.holds.value,
-                capacity=self._capacity,
-                overload=self._overload(tasks),
-                submitted_by=who.name if who else None,
-            )
+            return await self._submission.submit(tasks, who.name if who else None)
         except Refused as refused:
-            raise conflict_error(refused, tasks[refused.index], len(tasks) > 1) from None
-        self._dispatcher.wake_for({(t.queue, t.activity_type) for t in tasks if t.fixed is None})
-        if self.fixed is not None and any(t.fixed for t in tasks):
-            self.fixed.refresh_now.set()
-        return submitted
+            raise conflict_error(refused, len(tasks) > 1) from None
 
     @handles_errors
     async def SubmitTask(
@@ -139,7 +87,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         if not request.HasField("task"):
             raise InvalidArgument("task", "is required")
         task = self._validate(request.task)
-        [submitted] = await self._insert([task], self._who(context))
+        [submitted] = await self._submit([task], context)
         row = await self._store.get_task(submitted.id)
         assert row is not None
         return scheduler_pb2.SubmitTaskResponse(task=convert.task_message(row), created=submitted.created)
@@ -161,7 +109,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
                 raise TooLarge(f"tasks[{index}].{error}") from None
         if not tasks:
             return scheduler_pb2.SubmitTasksResponse()
-        submitted = await self._insert(tasks, self._who(context))
+        submitted = await self._submit(tasks, context)
         return scheduler_pb2.SubmitTasksResponse(
             tasks=[scheduler_pb2.SubmittedTask(id=s.id, created=s.created) for s in submitted]
         )
@@ -376,7 +324,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         return scheduler_pb2.GetStatusResponse(queues=queues, pools=pools, hold=hold, carbon=carbon)
 
 
-def conflict_error(refused: Refused, task: NewTask, batch: bool) -> errors.ReservationConflict:
+def conflict_error(refused: Refused, batch: bool) -> errors.ReservationConflict:
     """The gRPC error for a refused fixed start: FAILED_PRECONDITION, a message that names the
     pool, the capacity and the windows, and the same as a ReservationConflict in the trailers."""
     conflict = refused.conflict

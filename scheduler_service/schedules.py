@@ -1,6 +1,6 @@
 """Recurring schedules: their storage, and the materializer that turns fire times into tasks.
 
-Each fire time of a schedule becomes one fixed-start task, submitted through `Store.insert_tasks`
+Each fire time of a schedule becomes one fixed-start task, submitted through `submission.store_tasks`
 and so admitted against its pool's reservations like any other. A task is created ahead of its
 start, within the pool's max_hold plus a minute, so that slot holds (planned from start -
 max_hold) find it in time. The materializer runs on the maintenance leader; its task's
@@ -24,6 +24,7 @@ from scheduler_service import convert
 from scheduler_service.domain.cron import next_fire
 from scheduler_service.domain.fixed import MissPolicy, Refused, reservation_capacity
 from scheduler_service.store import Store
+from scheduler_service.submission import store_tasks
 
 log = logging.getLogger("lowtide.scheduler.schedules")
 
@@ -215,7 +216,7 @@ class ScheduleMaterializer:
                 type_defaults=self._config.types,
                 now=now,
             )
-            [submitted] = await self._store.insert_tasks([task], capacity=self._capacity)
+            [submitted] = await store_tasks(self._store, [task], capacity=self._capacity)
         except Refused as refused:
             message = conflict_message(refused, fire_at)
             log.info("schedule.conflict", extra={"schedule": row["name"], "detail": message})

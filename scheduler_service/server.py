@@ -44,6 +44,7 @@ from scheduler_service.scheduler_api import SchedulerApi
 from scheduler_service.schedules import ScheduleMaterializer
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
+from scheduler_service.submission import Submission
 from scheduler_service.worker_stream import WorkerStream
 
 log = logging.getLogger("lowtide.scheduler")
@@ -208,7 +209,6 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         holds=holds,
         hold_recheck=config.cost.hold_recheck,
     )
-    api = SchedulerApi(config=config, store=store, registry=registry, dispatcher=dispatcher)
     fixed = FixedStarts(store, registry, config)
     metrics = SchedulerMetrics(
         start_metrics("lowtide-scheduler", cfg.metrics_listen),
@@ -223,8 +223,6 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     dispatcher.fixed = fixed
     dispatcher.resources = dict(config.resources)
     completer.metrics = metrics
-    api.fixed = fixed
-    api.metrics = metrics
     stream = WorkerStream(
         store=store,
         registry=registry,
@@ -267,7 +265,10 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     )
     maintenance.schedules = ScheduleMaterializer(store, config)
     planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
-    maintenance.planner = api.planner = planner
+    maintenance.planner = planner
+    submission = Submission(config=config, store=store, dispatcher=dispatcher, fixed=fixed, planner=planner)
+    api = SchedulerApi(config=config, store=store, registry=registry, dispatcher=dispatcher, submission=submission)
+    api.metrics = metrics
     # The limits of lowtide/grpc_options.py; no connection age limit (a worker's stream holds its work).
     options = server_options(max_concurrent_streams=cfg.max_concurrent_streams, max_message_bytes=cfg.max_message_bytes)
     try:

@@ -1,0 +1,28 @@
+"""The scheduler's storage adapter: domain values in, rows out, every query from sql/queries.sql.
+
+Every hot-path call works on a batch: one statement stores many submits, claims up to a worker's
+free slots, or finishes many attempts. Each concern lives in its own module; Store joins them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from lowtide.db import Database
+from lowtide.db.connector import Row
+from scheduler_service.store.base import Q, attempt_of, retry_policy_of
+from scheduler_service.store.claims import ClaimStore
+from scheduler_service.store.fixed import FixedStore
+from scheduler_service.store.queues import QueueStore
+from scheduler_service.store.submissions import SubmissionStore, SubmissionWrites
+from scheduler_service.store.tasks import TaskStore
+from scheduler_service.store.workers import WorkerStore
+
+__all__ = ["Q", "Store", "SubmissionWrites", "attempt_of", "retry_policy_of"]
+
+
+class Store(TaskStore, ClaimStore, SubmissionStore, FixedStore, QueueStore, WorkerStore):
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.on_unblocked: Callable[[list[Row]], None] | None = None
+        self.registered_queues: set[str] = set()

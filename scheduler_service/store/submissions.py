@@ -1,0 +1,155 @@
+"""The writes of a submission, inside one transaction: what scheduler_service.submission decides, stored.
+
+Each method is one statement for the whole batch (or one per queue or pool it locks), never one per task.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from lowtide.db.connector import Transaction
+from scheduler_service.domain.fixed import Interval, Reservation
+from scheduler_service.domain.model import NewTask
+from scheduler_service.domain.planning import RELEASE_LEAD
+from scheduler_service.domain.submission import Overload
+from scheduler_service.store.base import SEPARATOR, Q, StoreBase, ms
+from scheduler_service.store.tasks import settle
+
+# A bound on the memory of registered queues; past it the next submit registers again.
+_MAX_REGISTERED = 10_000
+
+
+def _task_columns(tasks: Sequence[NewTask]) -> dict[str, list[Any]]:
+    """The batch as one array per column of the insert."""
+    return {
+        "queues": [t.queue for t in tasks],
+        "kinds": [t.kind.value for t in tasks],
+        "activity_types": [t.activity_type for t in tasks],
+        "payloads": [t.payload for t in tasks],
+        "priorities": [t.priority for t in tasks],
+        "idempotency_keys": [t.idempotency_key for t in tasks],
+        "max_attempts": [t.retry.max_attempts for t in tasks],
+        "initial_backoff_ms": [ms(t.retry.initial_backoff) for t in tasks],
+        "backoff_coefficients": [t.retry.backoff_coefficient for t in tasks],
+        "max_backoff_ms": [ms(t.retry.max_backoff) for t in tasks],
+        "non_retryable": [SEPARATOR.join(t.retry.non_retryable_error_types) for t in tasks],
+        "schedule_to_start_ms": [ms(t.schedule_to_start) for t in tasks],
+        "start_to_close_ms": [ms(t.start_to_close) for t in tasks],
+        "heartbeat_ms": [ms(t.heartbeat) for t in tasks],
+        "max_defer_ms": [ms(t.max_defer) for t in tasks],
+        # The duration of a task with a latest start (for planning), or a fixed start's estimate.
+        "estimated_duration_ms": [ms(t.fixed.estimated_duration) if t.fixed else ms(t.duration) for t in tasks],
+        "pools": [t.pool for t in tasks],
+        "start_ats": [t.fixed.start_at if t.fixed else None for t in tasks],
+        "start_tolerance_ms": [ms(t.fixed.tolerance) if t.fixed else None for t in tasks],
+        "on_miss": [t.fixed.on_miss.value if t.fixed else None for t in tasks],
+        "resources": [json.dumps(dict(t.resources)) if t.resources else None for t in tasks],
+        "latest_starts": [t.latest_start for t in tasks],
+        "planned_release_ats": [t.planned_release_at for t in tasks],
+        "planned_intensities": [t.planned_intensity for t in tasks],
+        "plan_reasons": [t.plan_reason for t in tasks],
+    }
+
+
+class SubmissionWrites:
+    """The reads and writes of one submission's transaction."""
+
+    def __init__(self, tx: Transaction, registered: set[str]) -> None:
+        self._tx = tx
+        self._registered = registered
+        self.registering: set[str] = set()
+
+    async def existing(self, keys: Sequence[str], submitted_by: str | None) -> dict[str, int]:
+        """The ids of the tasks this submitter stored before under these idempotency keys."""
+        rows = await self._tx.fetch(Q["tasks_by_idempotency_key"], {"keys": list(keys), "submitted_by": submitted_by})
+        return {r["idempotency_key"]: r["id"] for r in rows}
+
+    async def dependency_states(self, ids: Sequence[int]) -> dict[int, str]:
+        """The states of these tasks, locked until commit so none ends unseen meanwhile."""
+        rows = await self._tx.fetch(Q["lock_dependencies"], {"ids": list(ids)})
+        return {r["id"]: r["state"] for r in rows}
+
+    async def lock_pools(self, pools: Sequence[str]) -> None:
+        await self._tx.execute(Q["lock_pools"], {"pools": list(pools)})
+
+    async def booked(self, pool: str, span: Interval) -> list[Reservation]:
+        """The pool's reservations overlapping the span (its pool locked first)."""
+        params = {"pool": pool, "window_start": span.start, "window_end": span.end}
+        rows = await self._tx.fetch(Q["overlapping_reservations"], params)
+        return [Reservation(r["task_id"], Interval(r["window_start"], r["window_end"])) for r in rows]
+
+    async def queue_depths(self, limited: Mapping[str, Overload]) -> dict[str, int]:
+        """Claimable pending tasks of each limited queue (held types not counted), the queues locked."""
+        await self._tx.execute(Q["lock_queues"], {"queues": sorted(limited)})
+        depths = {}
+        for queue, limit in limited.items():
+            row = await self._tx.fetch_one(Q["claimable_depth"], {"queue": queue, "held": sorted(limit.held)})
+            depths[queue] = int(row["depth"]) if row else 0
+        return depths
+
+    async def register_queues(self, queues: Iterable[str]) -> None:
+        """Records the queues in lowtide.queues, once per replica."""
+        unregistered = set(queues) - self._registered
+        if unregistered:
+            await self._tx.execute(Q["register_queues"], {"queues": sorted(unregistered)})
+        self.registering |= unregistered
+
+    async def insert(
+        self,
+        tasks: Sequence[NewTask],
+        *,
+        deps_pending: Sequence[int],
+        signal: float | None,
+        submitted_by: str | None,
+    ) -> list[tuple[int, str | None]]:
+        """Stores the tasks whose key is new in one statement; returns (id, key) of each one stored."""
+        params = {
+            **_task_columns(tasks),
+            "deps_pending": list(deps_pending),
+            "submitted_by": submitted_by,
+            "signal": signal,
+            "release_lead": RELEASE_LEAD,
+        }
+        rows = await self._tx.fetch(Q["insert_tasks"], params)
+        return [(r["id"], r["idempotency_key"]) for r in rows]
+
+    async def reserve(self, fixed: Sequence[tuple[int, NewTask]]) -> None:
+        """Books the windows of the fixed starts just created."""
+        windows = [(task_id, t.pool, t.fixed.window) for task_id, t in fixed if t.fixed]
+        params = {
+            "task_ids": [w[0] for w in windows],
+            "pools": [w[1] for w in windows],
+            "starts": [w[2].start for w in windows],
+            "ends": [w[2].end for w in windows],
+        }
+        await self._tx.execute(Q["insert_reservations"], params)
+
+    async def shed(self, queue: str, limit: Overload, count: int) -> None:
+        """Ends `count` claimable tasks of the queue by its policy (and fails their dependents)."""
+        params = {"queue": queue, "held": sorted(limit.held), "count": count, "reason": limit.shed_reason(queue)}
+        shed = await self._tx.fetch(Q[limit.policy], params)
+        await settle(self._tx, shed)
+
+    async def link_dependencies(self, pairs: Sequence[tuple[int, int]]) -> None:
+        """Stores (task, the task it depends on) pairs."""
+        params = {"task_ids": [p[0] for p in pairs], "depends_on": [p[1] for p in pairs]}
+        await self._tx.execute(Q["insert_dependencies"], params)
+
+    async def notify_wake(self, payload: str) -> None:
+        """Wakes every replica's dispatch (at commit) for the named (queue, type) pairs."""
+        await self._tx.execute(Q["notify_wake"], {"payload": payload})
+
+
+class SubmissionStore(StoreBase):
+    @asynccontextmanager
+    async def submitting(self) -> AsyncIterator[SubmissionWrites]:
+        """One submission's transaction; the queues it registered are remembered once it commits."""
+        async with self.db.transaction() as tx:
+            writes = SubmissionWrites(tx, self.registered_queues)
+            yield writes
+        if len(self.registered_queues) > _MAX_REGISTERED:
+            self.registered_queues.clear()
+        self.registered_queues |= writes.registering

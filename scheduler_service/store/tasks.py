@@ -1,0 +1,131 @@
+"""Tasks through their lives: reads, attempts ending, cancellation, and the dependents that follow."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from lowtide.db.connector import Row, Transaction
+from scheduler_service.domain.model import Attempt, Outcome
+from scheduler_service.domain.submission import ENDED_UNCOMPLETED
+from scheduler_service.store.base import Q, StoreBase, attempt_of
+
+
+async def settle(tx: Transaction, ended: Sequence[Row]) -> list[Row]:
+    """Dependents of tasks that just ended: released when their last dependency completed,
+    failed (transitively) when one ended otherwise. Returns the released ones."""
+    completed = [r["id"] for r in ended if r.get("has_dependents") and r["state"] == "completed"]
+    failed = [r["id"] for r in ended if r.get("has_dependents") and r["state"] in ENDED_UNCOMPLETED]
+    released: list[Row] = []
+    if completed:
+        rows = await tx.fetch(Q["release_dependents"], {"ids": completed})
+        released = [r for r in rows if r["deps_pending"] <= 0]
+        if released:
+            await tx.execute(Q["notify_wake"], {"payload": "*"})
+    if failed:
+        await tx.execute(Q["fail_dependents"], {"ids": failed})
+    return released
+
+
+class TaskStore(StoreBase):
+    async def get_task(self, task_id: int) -> Row | None:
+        return await self.db.fetch_one(Q["get_task"], {"id": task_id})
+
+    async def get_tasks(self, task_ids: Sequence[int]) -> list[Row]:
+        return await self.db.fetch(Q["get_tasks"], {"ids": list(task_ids)})
+
+    async def list_tasks(
+        self,
+        *,
+        queue: str | None,
+        state: str | None,
+        activity_type: str | None,
+        before_id: int | None,
+        limit: int,
+    ) -> list[Row]:
+        params = {
+            "queue": queue,
+            "state": state,
+            "activity_type": activity_type,
+            "before_id": before_id,
+            "limit": limit,
+        }
+        return await self.db.fetch(Q["list_tasks"], params)
+
+    def _unblocked(self, rows: list[Row]) -> None:
+        if rows and self.on_unblocked is not None:
+            self.on_unblocked(rows)
+
+    async def unclaim(self, worker_id: str, attempts: Sequence[tuple[int, int]]) -> None:
+        await self.db.execute(
+            Q["unclaim_tasks"],
+            {"worker_id": worker_id, "ids": [a[0] for a in attempts], "attempts": [a[1] for a in attempts]},
+        )
+
+    async def finish(self, outcomes: Sequence[tuple[Outcome, str | None]]) -> set[tuple[int, int]]:
+        """Applies outcomes (each with the worker that reported it, or None for the scheduler's own
+        verdicts); returns the (id, attempt) pairs that were applied. The rest were stale."""
+        params: dict[str, list[Any]] = {
+            "ids": [],
+            "attempts": [],
+            "worker_ids": [],
+            "states": [],
+            "results": [],
+            "error_types": [],
+            "error_messages": [],
+            "non_retryable": [],
+            "run_ats": [],
+        }
+        for outcome, worker_id in outcomes:
+            failure = outcome.failure
+            params["ids"].append(outcome.task_id)
+            params["attempts"].append(outcome.attempt)
+            params["worker_ids"].append(worker_id)
+            params["states"].append(outcome.state.value)
+            params["results"].append(outcome.result)
+            params["error_types"].append(failure.error_type if failure else None)
+            params["error_messages"].append(failure.message if failure else None)
+            params["non_retryable"].append(failure.non_retryable if failure else None)
+            params["run_ats"].append(outcome.run_at)
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(Q["finish_attempts"], params)
+            released = await settle(tx, rows) if any(r["has_dependents"] for r in rows) else []
+        self._unblocked(released)
+        return {(r["id"], r["attempt"]) for r in rows}
+
+    async def running_attempts_of(self, worker_id: str, scheduler_id: str) -> list[Attempt]:
+        """The attempts the worker runs, unless it is connected to another replica than this one."""
+        params = {"worker_id": worker_id, "scheduler_id": scheduler_id}
+        rows = await self.db.fetch(Q["running_attempts_of_worker"], params)
+        return [attempt_of(r) for r in rows]
+
+    async def adopt(self, worker_id: str, refs: Sequence[tuple[int, int]]) -> list[Row]:
+        return await self.db.fetch(
+            Q["adopt_attempts"],
+            {"worker_id": worker_id, "ids": [r[0] for r in refs], "attempts": [r[1] for r in refs]},
+        )
+
+    async def expired_attempts(self, limit: int = 1000) -> list[Row]:
+        return await self.db.fetch(Q["expired_attempts"], {"limit": limit})
+
+    async def expire_schedule_to_start(self, limit: int = 1000) -> int:
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(Q["expire_schedule_to_start"], {"limit": limit})
+            await settle(tx, rows)
+        return len(rows)
+
+    async def heartbeat(self, worker_id: str, refs: Sequence[tuple[int, int]]) -> None:
+        await self.db.execute(
+            Q["heartbeat_attempts"],
+            {"worker_id": worker_id, "ids": [r[0] for r in refs], "attempts": [r[1] for r in refs]},
+        )
+
+    async def cancel(self, task_id: int) -> Row | None:
+        async with self.db.transaction() as tx:
+            row = await tx.fetch_one(Q["cancel_task"], {"id": task_id})
+            if row is not None and row["previous_state"] == "running" and row["worker_id"]:
+                payload = f"{row['id']}:{row['attempt']}:{row['worker_id']}"
+                await tx.execute(Q["notify_cancel"], {"payload": payload})
+            if row is not None and row["previous_state"] in ("pending", "running"):
+                await settle(tx, [row])
+            return row

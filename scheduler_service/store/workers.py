@@ -1,0 +1,67 @@
+"""Workers' leases, the leader's lease, the replicas seen, and the database's clock."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from scheduler_service.store.base import Q, StoreBase, ms
+
+
+class WorkerStore(StoreBase):
+    async def upsert_worker(
+        self,
+        *,
+        worker_id: str,
+        pool: str,
+        queues: Sequence[str],
+        activity_types: Sequence[str],
+        slots: int,
+        scheduler_id: str,
+        lease: timedelta,
+    ) -> None:
+        await self.db.execute(
+            Q["upsert_worker"],
+            {
+                "id": worker_id,
+                "pool": pool,
+                "queues": list(queues),
+                "activity_types": list(activity_types),
+                "slots": slots,
+                "scheduler_id": scheduler_id,
+                "lease_ms": ms(lease),
+            },
+        )
+
+    async def renew_worker(self, worker_id: str, slots: int, lease: timedelta, scheduler_id: str) -> bool:
+        """Extends the worker's lease; False when it had run out (or the worker is another replica's)."""
+        params = {"id": worker_id, "slots": slots, "lease_ms": ms(lease), "scheduler_id": scheduler_id}
+        return await self.db.execute(Q["renew_worker_lease"], params) > 0
+
+    async def delete_worker(self, worker_id: str, scheduler_id: str) -> None:
+        await self.db.execute(Q["delete_worker"], {"id": worker_id, "scheduler_id": scheduler_id})
+
+    async def delete_expired_workers(self) -> None:
+        await self.db.execute(Q["delete_expired_workers"])
+
+    async def try_lead(self, name: str, holder: str, ttl: timedelta) -> bool:
+        row = await self.db.fetch_one(Q["try_lead"], {"name": name, "holder": holder, "ttl_ms": ms(ttl)})
+        return row is not None
+
+    async def resign(self, name: str, holder: str) -> None:
+        await self.db.execute(Q["resign"], {"name": name, "holder": holder})
+
+    async def replica_seen(self, replica: str) -> None:
+        await self.db.execute(Q["replica_seen"], {"id": replica})
+
+    async def replica_stopped(self, replica: str) -> None:
+        await self.db.execute(Q["replica_stopped"], {"id": replica})
+
+    async def forget_replicas(self) -> None:
+        await self.db.execute(Q["forget_replicas"])
+
+    async def now(self) -> datetime:
+        row = await self.db.fetch_one(Q["now"])
+        assert row is not None
+        value: datetime = row["now"]
+        return value

@@ -1,0 +1,158 @@
+"""The submission use case: plan, admit, store, wake. Between the servicer (proto) and the store (SQL).
+
+`store_tasks` is the one transaction of a submission: idempotency, dependencies, admission of
+fixed starts, overload (reject or shed) and the writes, each decision a pure function of
+scheduler_service.domain. `Submission` adds what a client's submission gets on top: its release
+planned on the forecast, the queues' overload policy and the pools' capacity from the
+configuration, and the wake-ups of dispatch and fixed starts once it is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from lowtide.config import Config
+from lowtide.errors import FailedPrecondition, InvalidArgument, TooLarge
+from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.domain.fixed import Interval, Refused, admit_all, reservation_capacity
+from scheduler_service.domain.model import NewTask
+from scheduler_service.domain.submission import (
+    Overload,
+    Submitted,
+    counted,
+    ended_dependency,
+    first_new,
+    pending_dependencies,
+    submitted,
+    unknown_dependencies,
+    wake_payload,
+    wanted_dependencies,
+)
+from scheduler_service.fixed_starts import FixedStarts
+from scheduler_service.release_planning import ReleasePlanner
+from scheduler_service.store import Store, SubmissionWrites
+
+__all__ = ["Overload", "Submission", "Submitted", "store_tasks"]
+
+
+async def store_tasks(
+    store: Store,
+    tasks: Sequence[NewTask],
+    *,
+    signal: float | None = None,
+    submitted_by: str | None = None,
+    capacity: Callable[[str], int] = lambda pool: 1,
+    overload: Mapping[str, Overload] | None = None,
+) -> list[Submitted]:
+    """Stores the tasks in one transaction and returns their ids in order.
+
+    A task whose idempotency key this submitter used already (stored before, or earlier in
+    this batch) is not stored again: its entry carries the first task's id and created=False. Fixed
+    starts are admitted first, under a per-pool lock, against the pool's `capacity`; one
+    that does not fit raises Refused and nothing of the batch is stored. A queue over its
+    max_depth refuses the batch (reject) or sheds work once it is stored (shed_lowest, shed_oldest).
+    """
+    keys = [t.idempotency_key for t in tasks if t.idempotency_key]
+    async with store.submitting() as writes:
+        existing = await writes.existing(keys, submitted_by) if keys else {}
+        fresh = first_new(tasks, existing)
+        deps_pending = await _dependencies(writes, tasks) if any(t.depends_on for t in tasks) else [0] * len(tasks)
+        if any(tasks[i].fixed for i in fresh):
+            await _admit(writes, [(i, tasks[i]) for i in fresh if tasks[i].fixed], capacity)
+        limited = {t.queue: overload[t.queue] for t in tasks if overload and t.queue in overload}
+        depths = await writes.queue_depths(limited) if limited else {}
+        for queue, limit in limited.items():
+            refusal = limit.rejection(queue, depths[queue], counted(limit, queue, (tasks[i] for i in fresh)))
+            if refusal is not None:
+                raise TooLarge(refusal)
+        await writes.register_queues({t.queue for t in tasks})
+        inserted = await writes.insert(tasks, deps_pending=deps_pending, signal=signal, submitted_by=submitted_by)
+        if len(inserted) < len(fresh) and keys:
+            # Another submit with one of these keys committed meanwhile.
+            existing = await writes.existing(keys, submitted_by)
+        out = submitted(tasks, inserted, existing)
+        created = [(s.id, t) for s, t in zip(out, tasks, strict=True) if s.created]
+        if any(t.fixed for _, t in created):
+            await writes.reserve([(i, t) for i, t in created if t.fixed])
+        for queue, limit in limited.items():
+            excess = limit.excess(depths[queue], counted(limit, queue, (t for _, t in created)))
+            if excess > 0:
+                await writes.shed(queue, limit, excess)
+        dependent = [(i, d) for i, t in created for d in t.depends_on]
+        if dependent:
+            await writes.link_dependencies(dependent)
+        if inserted:
+            await writes.notify_wake(wake_payload(tasks))
+    return out
+
+
+async def _dependencies(writes: SubmissionWrites, tasks: Sequence[NewTask]) -> list[int]:
+    """How many unfinished dependencies each task waits for; refuses unknown ones and ones
+    that already ended without completing (the task could never run)."""
+    wanted = wanted_dependencies(tasks)
+    states = await writes.dependency_states(wanted)
+    missing = unknown_dependencies(wanted, states)
+    if missing:
+        raise InvalidArgument("depends_on", f"no task {', '.join(map(str, missing))}")
+    ended = ended_dependency(wanted, states)
+    if ended is not None:
+        raise FailedPrecondition(f"depends_on: task {ended[0]} already ended {ended[1]}, so this task could never run")
+    return pending_dependencies(tasks, states)
+
+
+async def _admit(
+    writes: SubmissionWrites, fixed: Sequence[tuple[int, NewTask]], capacity: Callable[[str], int]
+) -> None:
+    """Refuses (Refused, with the batch index) the first fixed start its pool has no room for."""
+    pools = sorted({t.pool for _, t in fixed})
+    await writes.lock_pools(pools)
+    for pool in pools:
+        mine = [(i, t.fixed.window) for i, t in fixed if t.pool == pool and t.fixed]
+        span = Interval(min(w.start for _, w in mine), max(w.end for _, w in mine))
+        refused = admit_all(mine, await writes.booked(pool, span), capacity(pool))
+        if refused is not None:
+            raise Refused(pool, *refused)
+
+
+class Submission:
+    """A client's submission: planned, admitted under the configured limits, stored, announced."""
+
+    def __init__(
+        self, *, config: Config, store: Store, dispatcher: Dispatcher, fixed: FixedStarts, planner: ReleasePlanner
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._dispatcher = dispatcher
+        self._fixed = fixed
+        self._planner = planner
+
+    def capacity(self, pool: str) -> int:
+        """How many fixed-start reservations may overlap in the pool."""
+        settings = self._config.pool(pool)
+        return reservation_capacity(settings.max_workers, settings.reservable_fraction)
+
+    def overload(self, tasks: Sequence[NewTask]) -> dict[str, Overload]:
+        """The max_depth and overflow policy of each queue of the tasks that has one."""
+        limits = {}
+        for queue in {t.queue for t in tasks}:
+            settings = self._config.queues.get(queue)
+            if settings is not None and settings.max_depth is not None:
+                held = self._dispatcher.holds.held_for(queue)
+                limits[queue] = Overload(settings.max_depth, settings.overflow, held)
+        return limits
+
+    async def submit(self, tasks: Sequence[NewTask], submitted_by: str | None = None) -> list[Submitted]:
+        """Stores the tasks (see store_tasks) and wakes what should look at them now."""
+        planned = self._planner.plan_submitted(tasks)
+        out = await store_tasks(
+            self._store,
+            planned,
+            signal=self._dispatcher.holds.value,
+            capacity=self.capacity,
+            overload=self.overload(planned),
+            submitted_by=submitted_by,
+        )
+        self._dispatcher.wake_for({(t.queue, t.activity_type) for t in planned if t.fixed is None})
+        if any(t.fixed for t in planned):
+            self._fixed.refresh_now.set()
+        return out
