@@ -1,4 +1,4 @@
-# Multi-stage: build a wheel of lowtide (with lowtide_client inside), install it on a slim base.
+# Multi-stage: build a wheel of lowtide (with lowtide_client and lowtide_proto inside), install it on a slim base.
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -6,6 +6,7 @@ COPY lowtide ./lowtide
 COPY scheduler_service ./scheduler_service
 COPY signal_service ./signal_service
 COPY clients/python ./clients/python
+COPY clients/python-proto ./clients/python-proto
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

@@ -8,7 +8,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: up test lint typecheck proto proto-check pytest bench clean
 
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml clients/python-proto/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'

@@ -11,7 +11,7 @@ import time
 
 import grpc
 
-from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
+from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 
 
 async def main(target: str, count: int) -> None:

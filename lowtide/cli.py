@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Coroutine
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
 
 from lowtide import output
 from lowtide.config import Config, load_config
-from lowtide.errors import LowtideError
+from lowtide.demo_worker import ACTIVITIES as DEMO_ACTIVITIES
+from lowtide.errors import EXIT_CONFIG, ConfigError, InvalidArgument, LowtideError
 from lowtide.logs import configure_logging
 from lowtide_client import Client, SignalClient, TaskKind, TaskState, parse_duration, reservation_conflict, task_spec
 
@@ -34,7 +37,85 @@ def _timestamp(text: str) -> datetime:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r} (e.g. 2026-06-01T12:00:00Z)") from None
-    return moment if moment.tzinfo else moment.astimezone()
+    try:
+        # A time without an offset is local time; the scheduler gets UTC.
+        return (moment if moment.tzinfo else moment.astimezone()).astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range: in UTC it is not within years 1 to 9999") from None
+
+
+# The ranges of the proto fields the numbers go into (int32, a positive int64 id).
+_INT32 = (-(2**31), 2**31 - 1)
+_ID = (1, 2**63 - 1)
+
+
+def _whole(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from low to high, refused by argparse otherwise."""
+
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, not {value}")
+        return value
+
+    return whole
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = _finite(text)
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 3600 seconds, not {text}")
+    return value
+
+
+def _not_empty(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _payload(args: argparse.Namespace, config: Config) -> bytes | str:
+    """--payload TEXT, or --payload-file PATH (- for stdin), read no further than the payload
+    limit of the configuration ([scheduler] max_payload_bytes) so that a wrong file cannot fill
+    memory before the scheduler refuses it."""
+    source = args.payload_file
+    if source is None:
+        return str(args.payload)
+    limit = config.scheduler.max_payload_bytes
+    try:
+        if source == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(source, "rb") as file:
+                data = file.read(limit + 1)
+    except OSError as error:
+        raise InvalidArgument("--payload-file", f"cannot read {source}: {error.strerror or error}") from None
+    if len(data) > limit:
+        where = "stdin" if source == "-" else source
+        raise InvalidArgument(
+            "--payload-file", f"{where} is over the payload limit of {limit} bytes ([scheduler] max_payload_bytes)"
+        )
+    return data
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("lowtide")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
+        return "unknown"
 
 
 def _target(args: argparse.Namespace, config: Config) -> str:
@@ -89,12 +170,13 @@ async def _task_submit(args: argparse.Namespace, config: Config) -> int:
         "deadline": args.deadline,
         "latest_start": args.latest_start,
     }
+    payload = _payload(args, config)
     async with Client(_target(args, config), **_security()) as client:
         if args.count > 1:
             specs = [
                 task_spec(
                     args.type,
-                    args.payload,
+                    payload,
                     idempotency_key=f"{args.idempotency_key}-{i}" if args.idempotency_key else None,
                     **options,
                 )
@@ -104,7 +186,7 @@ async def _task_submit(args: argparse.Namespace, config: Config) -> int:
             for item in submitted:
                 _print(args, item, f"task {item.id} {'submitted' if item.created else 'exists already'}")
             return 0
-        task = await client.submit(args.type, args.payload, idempotency_key=args.idempotency_key, **options)
+        task = await client.submit(args.type, payload, idempotency_key=args.idempotency_key, **options)
         if args.wait and not task.HasField("start_at"):
             task = await client.wait(task.id, timeout=args.wait_timeout)
         _print(args, task, output.task_line(task))
@@ -138,7 +220,7 @@ async def _task_list(args: argparse.Namespace, config: Config) -> int:
                 page_token=token,
             )
             for task in page.tasks:
-                _print(args, task, output.task_line(task))
+                print(output.listed_json(task) if args.json else output.task_line(task, listed=True), flush=True)
             shown += len(page.tasks)
             token = page.next_page_token
             if not token:
@@ -329,26 +411,22 @@ def _show_forecast(args: argparse.Namespace, name: str, forecast: Any) -> None:
 
 async def _signal_watch(args: argparse.Namespace, config: Config) -> int:
     async with _signal_client(args, config) as client:
-        try:
-            # A restart of the signal service (UNAVAILABLE) is waited out, not the end of the
-            # watch; a state (or forecast) seen before the restart is not printed again.
-            last_version = 0
-            async for update in client.updates(args.signal, reconnect=True):
-                if update.state.version > last_version:
-                    last_version = update.state.version
-                    _show_signal(args, update.state)
-                if args.forecast and update.HasField("forecast"):
-                    _show_forecast(args, update.state.name, update.forecast)
-        except BrokenPipeError:
-            # The reader went away (`watch | head`): a normal end. Python would otherwise
-            # complain again when it flushes stdout at exit.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # A restart of the signal service (UNAVAILABLE) is waited out, not the end of the
+        # watch; a state (or forecast) seen before the restart is not printed again. A reader
+        # that goes away (`watch | head`) ends it (main).
+        last_version = 0
+        async for update in client.updates(args.signal, reconnect=True):
+            if update.state.version > last_version:
+                last_version = update.state.version
+                _show_signal(args, update.state)
+            if args.forecast and update.HasField("forecast"):
+                _show_forecast(args, update.state.name, update.forecast)
     return 0
 
 
 async def _health(args: argparse.Namespace, config: Config) -> int:
     from lowtide.health import check_health
-    from lowtide_client._channel import Security
+    from lowtide_proto.channel import Security
 
     target = str(args.target or config.scheduler.listen)
     answer = await check_health(target, args.service, within=args.timeout, security=Security(**_security()))
@@ -376,6 +454,7 @@ def _parser() -> argparse.ArgumentParser:
     client.add_argument("--target", help="scheduler address (default: [scheduler] listen, 127.0.0.1:50051)")
 
     parser = argparse.ArgumentParser(prog="lowtide", description="A cost-aware task scheduler.")
+    parser.add_argument("--version", action="version", version=f"lowtide {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", parents=[common], help="run lowtide (embedded PostgreSQL unless configured)")
@@ -397,7 +476,7 @@ def _parser() -> argparse.ArgumentParser:
     signal_serve = signal_commands.add_parser("serve", parents=[common], help="serve the signal (needs a database)")
     signal_serve.set_defaults(handler=_signal_serve)
     signal_set = signal_commands.add_parser("set", parents=[common, signal_target], help="set the signal's value")
-    signal_set.add_argument("value", type=float)
+    signal_set.add_argument("value", type=_finite)
     signal_set.add_argument("--unit", default="", help="refused unless it is the signal's unit")
     signal_set.set_defaults(handler=_signal_set)
     signal_get = signal_commands.add_parser("get", parents=[common, signal_target], help="show the signal")
@@ -409,15 +488,21 @@ def _parser() -> argparse.ArgumentParser:
     task = commands.add_parser("task", help="submit and inspect tasks")
     task_commands = task.add_subparsers(dest="task_command", required=True)
     submit = task_commands.add_parser("submit", parents=[common, client], help="submit a task")
-    submit.add_argument("type", help="activity type")
-    submit.add_argument("--payload", default="", help="payload (text)")
+    submit.add_argument("type", type=_not_empty, help="activity type")
+    payload = submit.add_mutually_exclusive_group()
+    payload.add_argument("--payload", default="", help="payload (text)")
+    payload.add_argument(
+        "--payload-file",
+        metavar="PATH",
+        help="payload (bytes) read from a file, or - for stdin; at most [scheduler] max_payload_bytes",
+    )
     submit.add_argument("--queue", default="default")
-    submit.add_argument("--priority", type=int, default=0, help="higher runs first (default 0)")
+    submit.add_argument("--priority", type=_whole(*_INT32), default=0, help="higher runs first (default 0)")
     submit.add_argument("--workflow", action="store_true", help="submit a workflow task (never held)")
     submit.add_argument("--idempotency-key")
-    submit.add_argument("--max-attempts", type=int)
+    submit.add_argument("--max-attempts", type=_whole(1, _INT32[1]), help="1 means never retry")
     submit.add_argument("--initial-backoff", type=_duration)
-    submit.add_argument("--backoff-coefficient", type=float)
+    submit.add_argument("--backoff-coefficient", type=_finite)
     submit.add_argument("--max-backoff", type=_duration)
     submit.add_argument("--non-retryable", action="append", metavar="ERROR_TYPE")
     submit.add_argument("--schedule-to-start", type=_duration, metavar="DURATION")
@@ -436,7 +521,7 @@ def _parser() -> argparse.ArgumentParser:
         "--deadline", type=_timestamp, metavar="TIME", help="latest finish of a deferrable task (planned release)"
     )
     submit.add_argument("--latest-start", type=_timestamp, metavar="TIME", help="latest start of a deferrable task")
-    submit.add_argument("--count", type=int, default=1, help="submit N copies in batches")
+    submit.add_argument("--count", type=_whole(1, 1_000_000), default=1, help="submit N copies in batches")
     submit.add_argument(
         "--wait",
         action=argparse.BooleanOptionalAction,
@@ -446,19 +531,21 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--wait-timeout", type=_duration, default=timedelta(seconds=10))
     submit.set_defaults(handler=_task_submit)
     get = task_commands.add_parser("get", parents=[common, client], help="show a task")
-    get.add_argument("id", type=int)
+    get.add_argument("id", type=_whole(*_ID))
     get.set_defaults(handler=_task_get)
     cancel = task_commands.add_parser("cancel", parents=[common, client], help="cancel a task")
-    cancel.add_argument("id", type=int)
+    cancel.add_argument("id", type=_whole(*_ID))
     cancel.set_defaults(handler=_task_cancel)
-    listing = task_commands.add_parser("list", parents=[common, client], help="list tasks, newest first")
+    listing = task_commands.add_parser(
+        "list", parents=[common, client], help="list tasks, newest first (without payloads and results: see task get)"
+    )
     listing.add_argument("--queue")
     listing.add_argument("--state", choices=sorted(_STATES))
     listing.add_argument("--type")
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--limit", type=_whole(1, _ID[1]), default=50)
     listing.set_defaults(handler=_task_list)
     explain = task_commands.add_parser("explain", parents=[common, client], help="why is it pending?")
-    explain.add_argument("id", type=int)
+    explain.add_argument("id", type=_whole(*_ID))
     explain.set_defaults(handler=_task_explain)
 
     queue = commands.add_parser("queue", help="pause and resume queues")
@@ -476,11 +563,11 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     create.add_argument("--cron", required=True, help="five fields: minute hour day-of-month month day-of-week")
     create.add_argument("--tz", default="UTC", help="IANA time zone the cron expression is read in (UTC)")
-    create.add_argument("--type", required=True, help="activity type of the tasks")
+    create.add_argument("--type", type=_not_empty, required=True, help="activity type of the tasks")
     create.add_argument("--queue", default="default")
     create.add_argument("--pool", default="", help="the pool whose capacity each occurrence reserves")
     create.add_argument("--payload", default="", help="payload (text)")
-    create.add_argument("--priority", type=int, default=0)
+    create.add_argument("--priority", type=_whole(*_INT32), default=0)
     create.add_argument("--tolerance", type=_duration, metavar="DURATION", help="start tolerance (1s)")
     create.add_argument("--on-miss", choices=("run-late", "skip"), help="miss policy (run-late)")
     create.add_argument("--estimated-duration", type=_duration, metavar="DURATION")
@@ -506,7 +593,9 @@ def _parser() -> argparse.ArgumentParser:
     health.add_argument(
         "--service", default="", help="a service name, e.g. lowtide.v1.SignalService (default: the whole server)"
     )
-    health.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer (default 3)")
+    health.add_argument(
+        "--timeout", type=_seconds, default=3.0, help="seconds to wait for the answer, at most 3600 (default 3)"
+    )
     health.set_defaults(handler=_health)
 
     token = commands.add_parser("token", help="tokens for [auth] tokens")
@@ -517,12 +606,12 @@ def _parser() -> argparse.ArgumentParser:
     token_hash.set_defaults(handler=_token_hash)
 
     demo = commands.add_parser(
-        "demo-worker", parents=[common, client], help="run a built-in worker (echo, sleep, fail)"
+        "demo-worker", parents=[common, client], help=f"run a built-in worker ({', '.join(DEMO_ACTIVITIES)})"
     )
-    demo.add_argument("--slots", type=int, default=10)
+    demo.add_argument("--slots", type=_whole(1, _INT32[1]), default=10)
     demo.add_argument("--pool", default="default")
     demo.add_argument("--queues", default="default", help="comma-separated")
-    demo.add_argument("--types", default="echo,sleep,fail", help="comma-separated")
+    demo.add_argument("--types", default=",".join(DEMO_ACTIVITIES), help="comma-separated (default: all of them)")
     demo.add_argument("--worker-id")
     demo.set_defaults(handler=_demo_worker)
     return parser
@@ -537,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(handler(args, config))
     except LowtideError as error:
         print(f"lowtide: {error}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG if isinstance(error, ConfigError) else 2
     except grpc.aio.AioRpcError as error:
         conflict = reservation_conflict(error)
         if getattr(args, "json", False):
@@ -550,6 +639,11 @@ def main(argv: list[str] | None = None) -> int:
             if conflict is not None:
                 print(output.conflict_text(conflict), file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader went away (`task list | head`): a normal end, said nothing about. Python
+        # would otherwise complain again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         return 130
 

@@ -60,9 +60,22 @@ class PermissionDenied(LowtideError):
     """The caller's token may not do this."""
 
 
+class Aborted(LowtideError):
+    """The call was ended because something newer took its place."""
+
+
+class Unavailable(LowtideError):
+    """The service cannot carry the call on now; the caller should connect again (with backoff)."""
+
+
 class DatabaseUnavailable(LowtideError):
     """The database cannot be reached; nothing was stored. Retry later."""
 
 
 class ConfigError(LowtideError):
     """The configuration is not valid."""
+
+
+# The exit status of a command stopped by a ConfigError (sysexits' EX_CONFIG), a listen address
+# that cannot be bound included: `lowtide up` tells it from a crash, which it restarts.
+EXIT_CONFIG = 78

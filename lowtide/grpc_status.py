@@ -17,6 +17,8 @@ _CODES: dict[type[errors.LowtideError], grpc.StatusCode] = {
     errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     errors.DatabaseUnavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.Aborted: grpc.StatusCode.ABORTED,
     errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
 }
 
@@ -77,8 +79,9 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
 
 class RefuseUndecodable(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """grpc.aio answers a request its deserializer cannot parse with UNKNOWN; this interceptor
-    answers INVALID_ARGUMENT instead, which a caller can act on. Unary requests only: a stream
-    of requests (WorkerService.Connect) validates its messages itself."""
+    answers INVALID_ARGUMENT instead, which a caller can act on. On a stream of requests
+    (WorkerService.Connect, written with context.write) the undecodable message raises
+    InvalidArgument where the handler reads it, and the handler turns that into its status."""
 
     async def intercept_service(
         self,
@@ -86,9 +89,11 @@ class RefuseUndecodable(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
-        if handler is None or handler.request_streaming:
+        if handler is None:
             return handler
         method = details.method
+        if handler.request_streaming:
+            return _checked_stream(handler, method)
         inner = handler.unary_stream if handler.response_streaming else handler.unary_unary
 
         async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
@@ -122,3 +127,23 @@ class RefuseUndecodable(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return grpc.unary_unary_rpc_method_handler(
             awaited, _tolerant(handler.request_deserializer), handler.response_serializer
         )
+
+
+def _checked_stream(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    """A bidirectional handler awaited as a coroutine, with its requests checked as they are read."""
+    inner = handler.stream_stream
+    if not handler.response_streaming or inner is None or inspect.isasyncgenfunction(inner):
+        return handler
+
+    async def checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for request in requests:
+            if isinstance(request, _Undecodable):
+                raise errors.InvalidArgument("request", f"not a valid {method} message ({request.error})")
+            yield request
+
+    async def streamed(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        return await inner(checked(requests), context)
+
+    return grpc.stream_stream_rpc_method_handler(
+        streamed, _tolerant(handler.request_deserializer), handler.response_serializer
+    )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from lowtide_client._channel import Security, open_channel
+from lowtide_proto.channel import Security, open_channel
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
-from lowtide.errors import ConfigError
+from lowtide.listen import refused
 
 
 @dataclass
@@ -54,6 +54,7 @@ def start_metrics(service: str, listen: str) -> Metrics:
             server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
         except (OSError, ValueError) as error:
             provider.shutdown()
-            raise ConfigError(f"metrics: cannot listen on {listen}: {error}") from None
+            reason = str(error.strerror or error).lower() if isinstance(error, OSError) else "not a host:port"
+            raise refused(f"[{service.removeprefix('lowtide-')}] metrics_listen", listen, reason) from None
         metrics.server = server
     return metrics

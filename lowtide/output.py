@@ -49,16 +49,26 @@ def dumps(message: Message) -> str:
     return json.dumps(to_dict(message), sort_keys=False)
 
 
-def task_line(task: Any) -> str:
-    """One human line for a task."""
+def task_line(task: Any, *, listed: bool = False) -> str:
+    """One human line for a task; a listed task carries no result (lists leave results out)."""
     state = to_dict(task)["state"]
     parts = [f"task {task.id}", state, f"type={task.activity_type}", f"queue={task.queue}"]
     parts.append(f"attempt={task.attempt}")
     if state == "completed":
-        parts.append(f"result={_show(task.result)}")
+        parts.append(f"result=(not in lists: lowtide task get {task.id})" if listed else f"result={_show(task.result)}")
     if task.HasField("last_failure") and state != "completed":
         parts.append(f"error={task.last_failure.error_type}: {task.last_failure.message}")
     return " ".join(parts)
+
+
+def listed_json(task: Any) -> str:
+    """A listed task in JSON: lists carry no payload or result, so those fields are left out
+    rather than shown empty."""
+    data = to_dict(task)
+    for key in _BYTES_FIELDS:
+        data.pop(key, None)
+        data.pop(f"{key}_encoding", None)
+    return json.dumps(data)
 
 
 def _show(raw: bytes) -> str:

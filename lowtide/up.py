@@ -1,6 +1,14 @@
 """`lowtide up`: the database (embedded unless LOWTIDE_DATABASE_URL is set) and the services, in
-one supervised process tree. A service that dies is restarted with backoff; Ctrl-C or SIGTERM
-stops the services first, then the embedded database.
+one supervised process tree, with one line per step on the way up.
+
+- A service that exits with EXIT_CONFIG (a configuration error, a listen port that is taken)
+  stops `up` with that service's own one-line message and a non-zero exit: restarting it would
+  only fail again. A service that exits otherwise is restarted with backoff, and `up` gives up
+  on one that never served after START_ATTEMPTS starts.
+- "lowtide is up" is printed once every service answers SERVING to gRPC health checking.
+- Ctrl-C or SIGTERM, at any moment: the services get SIGTERM (workers first, the signal service
+  last) and whatever still runs GRACE seconds later gets SIGKILL; then the embedded database
+  stops. A second Ctrl-C kills at once.
 """
 
 from __future__ import annotations
@@ -12,6 +20,8 @@ import os
 import signal
 import sys
 import time
+from collections import deque
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -19,66 +29,147 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from lowtide.auth import check_listen, is_loopback
 from lowtide.config import Config
 from lowtide.db import apply_migrations
-from lowtide.db.embedded import start_embedded
+from lowtide.db.embedded import is_initialized, start_embedded
 from lowtide.demo import demo_env, demo_worker_args, generate, show
-from lowtide.errors import ConfigError
+from lowtide.errors import EXIT_CONFIG, ConfigError
+from lowtide_proto.backoff import Backoff
 
 log = logging.getLogger("lowtide.up")
 
+# Seconds from Ctrl-C (or SIGTERM) until every service still running is killed.
+GRACE = 10.0
+# Starts of a service that exits before it ever served, after which `up` gives up on it.
+START_ATTEMPTS = 5
+
 
 class Service:
+    """One child process (`python -m lowtide ARGS`). Its stderr is passed through to ours, and its
+    last lines kept, so that a failure can be told in the service's own words."""
+
     def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
         self.name = name
         self.args = args
         self.env = env
         self.process: asyncio.subprocess.Process | None = None
+        self.tail: deque[str] = deque(maxlen=20)
+        self._relay: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.process = await asyncio.create_subprocess_exec(sys.executable, "-m", "lowtide", *self.args, env=self.env)
+        self.tail.clear()
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "lowtide", *self.args, env=self.env, stderr=asyncio.subprocess.PIPE
+        )
+        self._relay = asyncio.create_task(self._pass_stderr(self.process))
 
-    async def stop(self, grace: float = 10.0) -> None:
+    async def _pass_stderr(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stderr is not None
+        async for line in process.stderr:
+            sys.stderr.buffer.write(line)
+            sys.stderr.flush()
+            self.tail.append(line.decode(errors="replace").rstrip())
+
+    async def wait(self) -> int:
+        assert self.process is not None
+        code = await self.process.wait()
+        if self._relay is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._relay, 5)
+        return code
+
+    def message(self) -> str:
+        """The service's own account of why it stopped: its `lowtide: ...` error line, else its
+        last line on stderr."""
+        for line in reversed(self.tail):
+            if line.startswith("lowtide: "):
+                return line.removeprefix("lowtide: ")
+        return self.tail[-1] if self.tail else "(nothing on stderr)"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    def terminate(self) -> None:
+        if self.process is not None and self.running:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+
+    async def stop(self, deadline: float, hurry: asyncio.Event) -> None:
+        """SIGTERM, then SIGKILL at `deadline` (loop time; at least a second from now) or as soon
+        as `hurry` is set."""
         process = self.process
         if process is None or process.returncode is not None:
             return
-        process.send_signal(signal.SIGTERM)
+        self.terminate()
+        loop = asyncio.get_running_loop()
+        hurried = asyncio.ensure_future(hurry.wait())
         try:
-            await asyncio.wait_for(process.wait(), grace)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+            exited = asyncio.ensure_future(process.wait())
+            timeout = max(deadline - loop.time(), 1.0)
+            await asyncio.wait([exited, hurried], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hurried.cancel()
+        if process.returncode is None:
+            log.warning("up.killed", extra={"service": self.name, "pid": process.pid})
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+        await self.wait()
 
 
-async def _supervise(service: Service, stopping: asyncio.Event) -> None:
-    delay = 0.5
+class Failure(Exception):
+    """A service that cannot run: `up` stops and reports it."""
+
+    def __init__(self, service: Service, code: int) -> None:
+        self.service = service
+        self.code = code
+        super().__init__(f"the {service.name} service exited ({code}): {service.message()}")
+
+
+async def _supervise(service: Service, stopping: asyncio.Event, served: asyncio.Event) -> None:
+    """Runs `service` until `stopping`; raises Failure for an exit that restarting cannot mend."""
+    backoff = Backoff(initial=0.5, maximum=30.0)
+    failed_starts = 0
     while not stopping.is_set():
         started = time.monotonic()
         await service.start()
-        assert service.process is not None
-        code = await service.process.wait()
+        code = await service.wait()
         if stopping.is_set():
             return
+        if code == EXIT_CONFIG:
+            raise Failure(service, code)
+        failed_starts = 0 if served.is_set() else failed_starts + 1
+        if failed_starts >= START_ATTEMPTS:
+            raise Failure(service, code)
         if time.monotonic() - started > 30:
-            delay = 0.5
-        log.error("up.service_exited", extra={"service": service.name, "code": code, "restart_in": delay})
+            backoff.reset()
+        delay = backoff.next_delay()
+        log.error(
+            "up.service_exited",
+            extra={"service": service.name, "code": code, "error": service.message(), "restart_in": delay},
+        )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), delay)
-        delay = min(delay * 2, 30.0)
 
 
-async def _wait_serving(target: str, within: float = 60.0) -> bool:
-    """Waits until the service at `target` reports SERVING through gRPC health checking."""
-    deadline = asyncio.get_running_loop().time() + within
+async def _wait_serving(target: str) -> None:
+    """Returns once the service at `target` reports SERVING through gRPC health checking."""
     async with grpc.aio.insecure_channel(target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        while asyncio.get_running_loop().time() < deadline:
+        while True:
             try:
                 reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return True
+                    return
             except grpc.aio.AioRpcError:
                 pass
             await asyncio.sleep(0.1)
-    return False
+
+
+async def _first(*aws: asyncio.Future[Any]) -> None:
+    """Waits for the first of `aws` to finish; raises its exception if it failed."""
+    done, _ = await asyncio.wait(aws, return_when=asyncio.FIRST_COMPLETED)
+    for finished in done:
+        if not finished.cancelled() and finished.exception() is not None:
+            raise finished.exception()  # type: ignore[misc]
 
 
 def dev_auth(config: Config, env: dict[str, str]) -> str:
@@ -107,37 +198,109 @@ def dev_auth(config: Config, env: dict[str, str]) -> str:
 async def run_up(config: Config, *, demo: bool = False) -> int:
     env = dict(os.environ)
     auth_line = dev_auth(config, env)
+    loop = asyncio.get_running_loop()
+    stopping, hurry = asyncio.Event(), asyncio.Event()
+
+    def stop() -> None:
+        if stopping.is_set():
+            hurry.set()
+        stopping.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
     url = config.database.url
     if url:
         where = "the database at LOWTIDE_DATABASE_URL"
     else:
-        print(f"starting embedded PostgreSQL (data in {config.database.data_dir}) ...", flush=True)
-        url = await asyncio.to_thread(start_embedded, config.database.data_dir)
-        where = f"embedded PostgreSQL, data in {config.database.data_dir}"
-    await apply_migrations(url)
+        data_dir = config.database.data_dir
+        if is_initialized(data_dir):
+            print(f"starting embedded PostgreSQL (data in {data_dir}) ...", flush=True)
+        else:
+            print(f"embedded PostgreSQL: first start, creating its database in {data_dir} ...", flush=True)
+        url = await asyncio.to_thread(start_embedded, data_dir)
+        where = f"embedded PostgreSQL, data in {data_dir}"
+    if stopping.is_set():
+        return 0
+    applied = await apply_migrations(url)
+    schema = f"database schema: {len(applied)} migration(s) applied" if applied else "database schema: up to date"
+    print(schema, flush=True)
     env["LOWTIDE_DATABASE_URL"] = url
     # The scheduler subscribes to the signal service this process starts, wherever it listens.
     env.setdefault("LOWTIDE_SCHEDULER_SIGNAL_TARGET", config.signal.listen)
     if demo:
         for key, value in demo_env().items():
             env.setdefault(key, value)
-    services = [Service("signal", ["signal", "serve"], env), Service("scheduler", ["scheduler", "serve"], env)]
     scheduler_target = config.scheduler.listen
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
-    supervisors = [asyncio.create_task(_supervise(s, stopping)) for s in services]
-    ready = await asyncio.gather(_wait_serving(scheduler_target), _wait_serving(config.signal.listen))
-    if not all(ready):
-        log.error("up.not_serving", extra={"scheduler": ready[0], "signal": ready[1]})
+    services = [Service("signal", ["signal", "serve"], env), Service("scheduler", ["scheduler", "serve"], env)]
+    targets = {"signal": config.signal.listen, "scheduler": scheduler_target}
     workers = [Service(f"demo-worker-{i}", demo_worker_args(scheduler_target, i), env) for i in (1, 2)] if demo else []
-    supervisors += [asyncio.create_task(_supervise(s, stopping)) for s in workers]
+    served = {s.name: asyncio.Event() for s in (*services, *workers)}
+    supervisors: list[asyncio.Task[None]] = []
+    extras: list[asyncio.Task[None]] = []
+
+    async def ready(service: Service) -> None:
+        await _wait_serving(targets[service.name])
+        served[service.name].set()
+
+    stopped = asyncio.create_task(stopping.wait())
+    failure: Failure | None = None
+    try:
+        for service in services:
+            if stopping.is_set():
+                break
+            print(f"starting the {service.name} service on {targets[service.name]} ...", flush=True)
+            supervisors.append(asyncio.create_task(_supervise(service, stopping, served[service.name])))
+        serving = asyncio.gather(*(ready(s) for s in services))
+        try:
+            await _first(serving, stopped, *supervisors)
+        finally:
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+        if not stopping.is_set():
+            for worker in workers:
+                served[worker.name].set()  # a worker has no health check: restarted whenever it exits
+                supervisors.append(asyncio.create_task(_supervise(worker, stopping, served[worker.name])))
+            _banner(config, env, where, auth_line, demo)
+            if demo:
+                extras += [
+                    asyncio.create_task(generate(scheduler_target, stopping)),
+                    asyncio.create_task(show(scheduler_target, stopping)),
+                ]
+            await _first(stopped, *supervisors)
+    except Failure as error:
+        failure = error
+        print(f"lowtide up: {error}", file=sys.stderr, flush=True)
+    finally:
+        stopping.set()
+        print("stopping ...", flush=True)
+        stopped.cancel()
+        for task in extras:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        # Workers first, so they hand their work back to a scheduler that is still there; the
+        # signal service last, so the scheduler never sees it go. Whatever still runs GRACE
+        # seconds from now is killed.
+        deadline = loop.time() + GRACE
+        await asyncio.gather(*(w.stop(deadline, hurry) for w in workers))
+        for service in reversed(services):
+            await service.stop(deadline, hurry)
+        for task in supervisors:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Failure):
+                await task
+    if failure is not None:
+        return EXIT_CONFIG if failure.code == EXIT_CONFIG else 1
+    return 0
+
+
+def _banner(config: Config, env: dict[str, str], where: str, auth_line: str, demo: bool) -> None:
     feed = env.get("LOWTIDE_SIGNAL_FEED", config.signal.feed)
     print(
         "lowtide is up\n"
         f"  database:  {where}\n"
-        f"  scheduler: {scheduler_target} (gRPC: SchedulerService, WorkerService)\n"
+        f"  scheduler: {config.scheduler.listen} (gRPC: SchedulerService, WorkerService)\n"
         f"  signal:    {config.signal.listen} (gRPC: SignalService; feed: {feed})\n"
         f"  metrics:   {config.scheduler.metrics_listen or 'off'} (scheduler), "
         f"{config.signal.metrics_listen or 'off'} (signal)\n"
@@ -154,27 +317,3 @@ async def run_up(config: Config, *, demo: bool = False) -> int:
         + "Ctrl-C stops everything.",
         flush=True,
     )
-    extras = (
-        [
-            asyncio.create_task(generate(scheduler_target, stopping)),
-            asyncio.create_task(show(scheduler_target, stopping)),
-        ]
-        if demo
-        else []
-    )
-    await stopping.wait()
-    print("stopping ...", flush=True)
-    for task in extras:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-    # Workers first, so they hand their work back to a scheduler that is still there; the
-    # signal service last, so the scheduler never sees it go.
-    await asyncio.gather(*(s.stop() for s in workers))
-    for service in reversed(services):
-        await service.stop()
-    for task in supervisors:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    return 0

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from lowtide.errors import DatabaseUnavailable
+from lowtide_proto.backoff import Backoff
 from scheduler_service.domain.model import Outcome
 from scheduler_service.sessions import WorkerSession
 from scheduler_service.store import Store
@@ -45,7 +46,7 @@ class Completer:
         await self._idle.wait()
 
     async def run(self) -> None:
-        delay = 0.05
+        backoff = Backoff(initial=0.05, maximum=2.0)
         while True:
             await self._ready.wait()
             self._ready.clear()
@@ -55,10 +56,9 @@ class Completer:
                     applied = await self._write(batch)
                 except DatabaseUnavailable as error:
                     log.warning("completer.retrying", extra={"error": str(error), "batch": len(batch)})
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 2.0)
+                    await asyncio.sleep(backoff.next_delay())
                     continue
-                delay = 0.05
+                backoff.reset()
                 del self._pending[: len(batch)]
                 stale: dict[int, tuple[WorkerSession, list[tuple[int, int]]]] = {}
                 for outcome, session in batch:
@@ -104,4 +104,4 @@ class Completer:
         for state, count in by_state.items():
             self.metrics.finished.add(count, {"state": state})
         if rejected:
-            self.metrics.rejected.add(rejected)
+            self.metrics.rejected.add(rejected, {"reason": "no_longer_held"})

@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from lowtide.config import RetryConfig, TypeConfig
 from lowtide.errors import InvalidArgument, TooLarge
-from lowtide_client._proto.lowtide.v1 import task_pb2
+from lowtide_proto.lowtide.v1 import task_pb2
 from scheduler_service.domain.fixed import FixedStart, MissPolicy
 from scheduler_service.domain.model import Kind, NewTask, RetryPolicy, State
 from scheduler_service.domain.resources import validate as validate_resources
@@ -163,10 +163,12 @@ def fixed_start(spec: task_pb2.TaskSpec, type_config: TypeConfig | None, now: da
     tolerance = DEFAULT_TOLERANCE
     if spec.HasField("start_tolerance"):
         tolerance = duration("start_tolerance", spec.start_tolerance)
-    if start + tolerance < now:
-        raise InvalidArgument("start_at", f"{start.isoformat()} is in the past")
+    # The bound ahead comes first: a start near the end of year 9999 plus anything at all is past
+    # the last datetime Python can hold (OverflowError); everything below adds to a start within it.
     if start - now > MAX_DURATION:
         raise InvalidArgument("start_at", f"must be at most {MAX_DURATION.days} days ahead")
+    if start < now - tolerance:
+        raise InvalidArgument("start_at", f"{start.isoformat()} is in the past")
     if spec.on_miss not in MISS_POLICIES:
         raise InvalidArgument("on_miss", f"unknown miss policy {spec.on_miss}")
     estimate = optional_duration("", spec, "estimated_duration")

@@ -12,22 +12,21 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import random
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 import grpc
 
 from lowtide_client import SignalClient
-from lowtide_client._channel import Security, keepalive_options, open_channel
-from lowtide_client._proto.lowtide.v1 import signal_pb2
+from lowtide_proto.backoff import Backoff
+from lowtide_proto.channel import Security, keepalive_options, open_channel
+from lowtide_proto.lowtide.v1 import signal_pb2
 from scheduler_service.domain.holds import (
-    NO_SIGNAL,
     HoldConfig,
     HoldPolicy,
-    HoldState,
     SignalView,
     held_types,
+    initial_hold,
     next_hold,
 )
 from scheduler_service.domain.planning import Forecast
@@ -60,7 +59,7 @@ class CostHolds:
         self._on_release = on_release
         self._clock = clock
         self.signal: SignalView | None = None
-        self.state = HoldState(True, clock(), NO_SIGNAL)
+        self.state = initial_hold(policy, clock())
         self.connected = False
         # The Subscribe channel's keepalive (time, timeout in ms); None: lowtide_client's.
         self.keepalive = keepalive
@@ -119,7 +118,7 @@ class CostHolds:
 
     async def run(self) -> None:
         """Subscribes, and resubscribes with jittered backoff whenever the stream ends."""
-        delay = 0.1
+        backoff = Backoff(initial=0.1, maximum=5.0)
         warned = False
         while True:
             options = () if self.keepalive is None else keepalive_options(*self.keepalive)
@@ -132,7 +131,8 @@ class CostHolds:
                             log.info("signal.subscribed", extra={"target": self.target, "signal": self.signal_name})
                         self.connected = True
                         self._restart_stale_timer(state.version)
-                        delay, warned = 0.1, False
+                        backoff.reset()
+                        warned = False
                         self.update(
                             SignalView(
                                 name=state.name,
@@ -163,8 +163,7 @@ class CostHolds:
             finally:
                 await channel.close()
             self.connected = False
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 5.0)
+            await asyncio.sleep(backoff.next_delay())
 
     def _refresh_forecast(self, state: signal_pb2.SignalState) -> None:
         """The planner's forecast from the feed's latest (streamed beside the state, only when

@@ -17,13 +17,14 @@ from google.protobuf import duration_pb2
 
 from lowtide.db.connector import Row
 from lowtide.errors import DatabaseUnavailable
-from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
+from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.convert import KIND_TO_PROTO
 from scheduler_service.cost import CostHolds
 
 if TYPE_CHECKING:
     from scheduler_service.fixed_starts import FixedStarts
     from scheduler_service.metrics import SchedulerMetrics
+from lowtide_proto.backoff import Backoff
 from scheduler_service.domain.model import Kind
 from scheduler_service.sessions import Registry, WorkerSession
 from scheduler_service.store import Store, attempt_of
@@ -127,7 +128,7 @@ class Dispatcher:
     async def run(self, session: WorkerSession) -> None:
         """Feeds one worker until its session closes: due fixed starts first (on held slots or
         any free one), then regular work into the slots that are neither busy nor held."""
-        delay = 0.05
+        backoff = Backoff(initial=0.05, maximum=2.0)
         while not session.closed:
             polled = False
             try:
@@ -154,10 +155,9 @@ class Dispatcher:
                     )
             except DatabaseUnavailable as error:
                 log.warning("dispatch.claim_failed", extra={"error": str(error)})
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                await asyncio.sleep(backoff.next_delay())
                 continue
-            delay = 0.05
+            backoff.reset()
             sent_full = bool(rows) and await self._send(session, rows) and len(rows) == free
             if sent_full or fixed_full or resources_full:
                 # A full batch: more may be waiting, so claim again without sleeping.
@@ -218,8 +218,9 @@ class Dispatcher:
         return len(rows) == room
 
     async def _send(self, session: WorkerSession, rows: list[Row]) -> bool:
-        if session.closed:
-            # The worker left while the claim ran: hand the attempts back untouched.
+        if session.closed or session.draining:
+            # The worker left (or was told to drain) while the claim ran: hand the attempts back
+            # untouched. Nothing is assigned after a Drain.
             await self._store.unclaim(session.worker_id, [(r["id"], r["attempt"]) for r in rows])
             return False
         now = asyncio.get_running_loop().time()

@@ -76,6 +76,11 @@ class FixedStarts:
     def held_slots(self, pool: str | None = None) -> int:
         return sum(1 for u in self.upcoming.values() if u.holder is not None and (pool is None or u.pool == pool))
 
+    def held_slots_for(self, task_id: int) -> int:
+        """1 when a slot is held for this task, else 0."""
+        upcoming = self.upcoming.get(task_id)
+        return 1 if upcoming is not None and upcoming.holder is not None else 0
+
     def mark_due(self, pool: str, at: datetime | None = None) -> None:
         """Something fixed may be due in the pool now, or at `at` (a retry's backoff)."""
         if at is None or at <= self._clock():

@@ -21,7 +21,7 @@ import grpc
 
 from lowtide.errors import InvalidArgument
 from lowtide.grpc_status import abort, handles_errors
-from lowtide_client._proto.externalscaler import externalscaler_pb2, externalscaler_pb2_grpc
+from lowtide_proto.externalscaler import externalscaler_pb2, externalscaler_pb2_grpc
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.capacity import desired_workers
 from scheduler_service.sessions import Registry

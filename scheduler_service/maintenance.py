@@ -12,8 +12,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from lowtide.db.connector import Row
 from lowtide.errors import DatabaseUnavailable
-from scheduler_service.domain.fixed import miss_reason
+from scheduler_service.domain.fixed import Miss, MissFacts, miss_reason
 from scheduler_service.domain.model import Failure, Outcome
 from scheduler_service.domain.retry import after_failure
 from scheduler_service.fixed_starts import FixedStarts
@@ -67,6 +68,8 @@ class Maintenance:
         try:
             while True:
                 try:
+                    # A sign of life every interval: a miss while no replica ran says so.
+                    await self._store.replica_seen(self._holder)
                     self.leading = await self._store.try_lead(LEADER, self._holder, self._lease)
                     if self.leading:
                         await self.tick()
@@ -75,9 +78,13 @@ class Maintenance:
                     log.warning("maintenance.database_unavailable", extra={"error": str(error)})
                 await asyncio.sleep(self._interval)
         finally:
-            if self.leading:
-                with contextlib.suppress(DatabaseUnavailable, asyncio.CancelledError):
-                    await asyncio.shield(self._store.resign(LEADER, self._holder))
+            with contextlib.suppress(DatabaseUnavailable, asyncio.CancelledError):
+                await asyncio.shield(self._stopped())
+
+    async def _stopped(self) -> None:
+        await self._store.replica_stopped(self._holder)
+        if self.leading:
+            await self._store.resign(LEADER, self._holder)
 
     async def tick(self, now: datetime | None = None) -> None:
         if self.schedules is not None:
@@ -103,18 +110,39 @@ class Maintenance:
             log.info("maintenance.attempts_ended", extra={"count": len(applied)})
             self._on_requeued()
         await self._store.delete_expired_workers()
+        await self._store.forget_replicas()
 
     async def _apply_misses(self) -> None:
         """Fixed starts not started by start + tolerance: skip, or run late (due at once)."""
-        applied = await self._store.apply_misses(
-            lambda row: miss_reason(
-                workers_in_pool=row["workers_in_pool"], dependencies_pending=row["dependencies_pending"]
+        fixed = self._fixed
+
+        def reason(row: Row) -> Miss:
+            held = 0 if fixed is None else fixed.held_slots(row["pool"]) - fixed.held_slots_for(row["id"])
+            facts = MissFacts(
+                pool=row["pool"],
+                queue=row["queue"],
+                activity_type=row["activity_type"],
+                start_at=row["start_at"],
+                scheduler_ran=row["scheduler_ran"],
+                down_from=row["down_from"],
+                down_to=row["down_to"],
+                dependencies_pending=row["dependencies_pending"],
+                queue_paused=row["queue_paused"],
+                needs_resources=row["needs_resources"],
+                workers_in_pool=row["workers_in_pool"],
+                workers_for_type=row["workers_for_type"],
+                slots=row["slots"],
+                busy=row["busy"],
+                busy_fixed=row["busy_fixed"],
+                held_for_others=max(0, held),
             )
-        )
+            return miss_reason(facts)
+
+        applied = await self._store.apply_misses(reason, lease=self._lease)
         for row in applied:
             log.info("fixed.missed", extra={"task_id": row["id"], "pool": row["pool"], "reason": row["reason"]})
             if self._metrics is not None:
-                self._metrics.misses.add(1, {"pool": row["pool"], "reason": row["reason"]})
+                self._metrics.misses.add(1, {"pool": row["pool"], "reason": row["kind"]})
             if self._fixed is not None:
                 if row["state"] == "pending":
                     self._fixed.mark_due(row["pool"])

@@ -4,6 +4,11 @@ Queue figures come from one grouped query every `metrics_interval` (never per cl
 split here into claimable and held work, so a long wait for a cheap window shows as held depth,
 not as a backlog: a dashboard or alert on `lowtide_queue_depth` / `lowtide_queue_oldest_pending_age`
 never mistakes deferred work for a capacity incident.
+
+Idle is a value, not an absence: every known queue (the default queue, configured queues, queues
+the database knows and queues connected workers serve) reports its figures and its cost hold with
+0 when empty, and every known pool its workers, so a dashboard shows "0" and "hold active" rather
+than "No data" while nothing is pending.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from lowtide.config import Config
 from lowtide.db.connector import Row
 from lowtide.errors import DatabaseUnavailable
 from lowtide.metrics import Metrics
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2
+from lowtide_proto.lowtide.v1 import scheduler_pb2
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.capacity import desired_workers
 from scheduler_service.domain.fixed import reservation_capacity
@@ -47,6 +52,9 @@ class PoolFigures:
     desired_workers: int = 0
     held_slots: int = 0
     reservations_ahead: int = 0
+
+
+DEFAULT = "default"
 
 
 @dataclass
@@ -91,7 +99,10 @@ class SchedulerMetrics:
             "lowtide.fixed_start.misses", unit="{task}", description="Fixed starts missed, by reason"
         )
         self.rejected = meter.create_counter(
-            "lowtide.reports.rejected", unit="{report}", description="Worker reports refused as stale"
+            "lowtide.reports.rejected",
+            unit="{report}",
+            description="Worker reports refused, by reason: not_held (not this stream's attempt), no_outcome "
+            "(a result with neither success nor failure), no_longer_held (the attempt ended meanwhile)",
         )
         gauges = [
             ("lowtide.queue.depth", "{task}", "Pending tasks a worker could claim now (held ones apart)", "depth"),
@@ -148,26 +159,37 @@ class SchedulerMetrics:
             if row["attempt"] == 1:
                 self.fixed_starts.add(1, {"pool": row["pool"], "hit": str(bool(row["start_hit"])).lower()})
 
-    def _queues_with_holds(self) -> Iterable[str]:
-        return set(self.snapshot.queues) | set(self._holds.config.per_queue or {})
+    def _known_queues(self) -> set[str]:
+        served = {queue for session in self._registry for queue in session.queues}
+        return {DEFAULT, *self._config.queues, *(self._holds.config.per_queue or {}), *self.snapshot.queues, *served}
 
     def _cost_hold(self, options: CallbackOptions) -> Iterable[Observation]:
-        for queue in sorted(self._queues_with_holds()):
-            held = bool(self._holds.config.for_queue(queue)) and self._holds.state.active
-            yield Observation(1 if held else 0, {"queue": queue, "signal": self._holds.signal_name})
+        """Per known queue: 1 while the hold is active and holds some type there (configured, or
+        declared cost-deferrable by a worker serving the queue), else 0."""
+        active = self._holds.state.active
+        deferrable_by_workers: dict[str, bool] = {}
+        for session in self._registry:
+            if session.cost_deferrable:
+                for queue in session.queues:
+                    deferrable_by_workers[queue] = True
+        for queue in sorted(self._known_queues()):
+            holds_some = bool(self._holds.config.for_queue(queue)) or deferrable_by_workers.get(queue, False)
+            yield Observation(1 if active and holds_some else 0, {"queue": queue, "signal": self._holds.signal_name})
 
     def _workers(self, options: CallbackOptions) -> Iterable[Observation]:
-        pools: dict[str, int] = {}
+        pools: dict[str, int] = dict.fromkeys([DEFAULT, *self._config.pools, *self.snapshot.pools], 0)
         for session in self._registry:
             pools[session.pool] = pools.get(session.pool, 0) + 1
-        for pool, count in pools.items():
+        for pool, count in sorted(pools.items()):
             yield Observation(count, {"pool": pool})
 
     def _parked(self, options: CallbackOptions) -> Iterable[Observation]:
         yield Observation(self._parked_count())
 
     async def refresh(self) -> None:
-        queues: dict[str, QueueFigures] = {}
+        # Every known queue, empty ones too: an idle queue reports zeros, not nothing.
+        known = await self._store.known_queues()
+        queues = {name: QueueFigures() for name in sorted({DEFAULT, *self._config.queues, *known})}
         # One read of the backlog serves the queue figures and the pools' desired workers.
         running = await self._store.running_by_queue()
         pending = await self._store.pending_by_queue_and_type()
@@ -182,8 +204,9 @@ class SchedulerMetrics:
                 figures.oldest_pending_age = max(figures.oldest_pending_age, row["oldest_age"])
         for queue, count in running.items():
             queues.setdefault(queue, QueueFigures()).running = count
-        pools = await self.pool_status(pending, running)
-        self.snapshot = Snapshot(queues, {p.name: _figures(p) for p in pools})
+        pools = {p.name: _figures(p) for p in await self.pool_status(pending, running)}
+        pools.setdefault(DEFAULT, PoolFigures())
+        self.snapshot = Snapshot(queues, pools)
 
     async def pool_status(
         self, pending: list[Row] | None = None, running: dict[str, int] | None = None

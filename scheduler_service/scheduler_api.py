@@ -17,7 +17,7 @@ from lowtide.config import Config, TokenEntry
 from lowtide.db.connector import Row
 from lowtide.errors import InvalidArgument, NotFound, TooLarge
 from lowtide.grpc_status import handles_errors
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
+from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
 from scheduler_service import convert
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.explain import Surroundings, TaskFacts, explain

@@ -19,7 +19,7 @@ from lowtide.config import Config
 from lowtide.db import load_queries
 from lowtide.db.connector import Row
 from lowtide.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, TooLarge
-from lowtide_client._proto.lowtide.v1 import task_pb2
+from lowtide_proto.lowtide.v1 import task_pb2
 from scheduler_service import convert
 from scheduler_service.domain.cron import next_fire
 from scheduler_service.domain.fixed import MissPolicy, Refused, reservation_capacity

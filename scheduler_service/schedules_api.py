@@ -13,7 +13,7 @@ import grpc
 from lowtide.config import Config
 from lowtide.errors import InvalidArgument, TooLarge
 from lowtide.grpc_status import handles_errors
-from lowtide_client._proto.lowtide.v1 import schedule_pb2
+from lowtide_proto.lowtide.v1 import schedule_pb2
 from scheduler_service import convert
 from scheduler_service.domain import cron
 from scheduler_service.domain.fixed import MissPolicy

@@ -24,12 +24,14 @@ from lowtide.db.connector import Row
 from lowtide.errors import ConfigError, DatabaseUnavailable
 from lowtide.grpc_options import server_options
 from lowtide.grpc_status import RefuseUndecodable
+from lowtide.listen import add_listen_port
 from lowtide.metrics import start_metrics
 from lowtide.tasks import cancel_all
-from lowtide.tls import add_port
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
+from lowtide_proto.backoff import Backoff
+from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
 from scheduler_service.cost import CostHolds
+from scheduler_service.database_health import follow_database
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale, local_conflicts
 from scheduler_service.fixed_starts import FixedStarts
@@ -75,12 +77,17 @@ class Scheduler:
         return f"{host}:{self.port}"
 
     async def stop(self, grace: float = 5.0) -> None:
-        """Graceful: health goes NOT_SERVING, workers are told to drain, streams end, then exit."""
+        """Graceful: health goes NOT_SERVING, every worker stream gets a Drain and up to `grace`
+        to finish, report and close; streams still open then are ended (their attempts keep
+        their lease, for the scheduler the worker reconnects to); the reports taken are written."""
         await self.health.enter_graceful_shutdown()
-        self.stream.stopping = True
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await self.stream.drain(grace)
         for session in self.registry:
             session.detached.set()
-        await self.server.stop(grace)
+        await self.server.stop(max(0.5, grace - (loop.time() - began)))
+        await self.stream.settle(within=5.0)
         self.dispatcher.holds.close()
         await cancel_all(self.background)
         await self.db.close()
@@ -126,11 +133,11 @@ async def _listen(
     db: Database, registry: Registry, dispatcher: Dispatcher, planned: Callable[[], Awaitable[None]]
 ) -> None:
     """Wake-ups, cancels and new plans from other replicas (and this one), through LISTEN/NOTIFY."""
-    delay = 0.1
+    backoff = Backoff(initial=0.1, maximum=5.0)
     while True:
         try:
             async with db.listen("lowtide_wake", "lowtide_cancel", "lowtide_plan") as notifications:
-                delay = 0.1
+                backoff.reset()
                 # Plans made before this replica listened were never announced here.
                 await planned()
                 async for note in notifications:
@@ -150,17 +157,15 @@ async def _listen(
                         await planned()
         except DatabaseUnavailable as error:
             log.warning("listen.reconnecting", extra={"error": str(error)})
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 5.0)
+        await asyncio.sleep(backoff.next_delay())
 
 
 async def start_scheduler(config: Config, *, database_url: str | None = None) -> Scheduler:
     url = database_url or config.database.url
     if not url:
         raise ConfigError("no database URL: set LOWTIDE_DATABASE_URL or [database] url")
-    await apply_migrations(url)
+    # Opened once the ports are bound (below): a database connection never holds a listen port.
     db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
-    await db.open()
     store = Store(db)
     registry = Registry()
     scheduler_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
@@ -232,6 +237,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         limits=limits,
     )
     stream.fixed = fixed
+    stream.metrics = metrics
 
     def unblocked(rows: list[Row]) -> None:
         registry.wake_all()
@@ -278,13 +284,13 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICES, KEDA_SERVICE, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
     try:
-        port = add_port(server, cfg.listen, config.tls)
-    except ConfigError:
+        port = add_listen_port(server, cfg.listen, config.tls, "[scheduler] listen")
+        await apply_migrations(url)
+        await db.open()
+    except BaseException:
         await db.close()
+        metrics.metrics.shutdown()
         raise
-    if port == 0:
-        await db.close()
-        raise ConfigError(f"[scheduler] listen: cannot listen on {cfg.listen}")
     await server.start()
     for service in ("", *SERVICES):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -295,6 +301,9 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         asyncio.create_task(holds.run(), name="signal"),
         asyncio.create_task(metrics.run(cfg.metrics_interval), name="metrics"),
         asyncio.create_task(fixed.run(), name="fixed-starts"),
+        asyncio.create_task(
+            follow_database(db, health_servicer, ("", *SERVICES), interval=cfg.heartbeat_interval), name="db-health"
+        ),
     ]
     log.info("scheduler.started", extra={"listen": cfg.listen, "port": port, "scheduler_id": scheduler_id})
     return Scheduler(

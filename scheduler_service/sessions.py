@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
+from lowtide.errors import LowtideError
+from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.domain.model import Attempt
 
 # Messages waiting for a worker that does not read its stream: assignments never exceed its
@@ -56,6 +57,19 @@ class WorkerSession:
         self.detached = asyncio.Event()
         # Set when the outbox is full (see MAX_OUTBOX): the stream ends with RESOURCE_EXHAUSTED.
         self.overflowed = asyncio.Event()
+        # Set by end(): the stream ends with `end_error`'s status (a newer stream took over the
+        # worker id, or its lease ran out).
+        self.ended = asyncio.Event()
+        self.end_error: LowtideError | None = None
+        # Why its unreported attempts are lost when the stream ends (the WorkerLost message).
+        self.lost_reason = "the worker's stream closed while the attempt ran"
+
+    def end(self, error: LowtideError) -> None:
+        """Ends the stream with the error's status; takes no more work meanwhile."""
+        if self.end_error is None:
+            self.end_error = error
+        self.draining = True
+        self.ended.set()
 
     @property
     def free(self) -> int:

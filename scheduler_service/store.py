@@ -15,7 +15,7 @@ from typing import Any
 from lowtide.db import Database, load_queries
 from lowtide.db.connector import Row, Transaction
 from lowtide.errors import FailedPrecondition, InvalidArgument, TooLarge
-from scheduler_service.domain.fixed import Interval, Refused, Reservation, admit_all
+from scheduler_service.domain.fixed import Interval, Miss, Refused, Reservation, admit_all
 from scheduler_service.domain.model import Attempt, Kind, NewTask, Outcome, RetryPolicy
 from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.domain.resources import free, pick
@@ -116,6 +116,8 @@ class Store:
         self.db = db
         # Told (after commit) about tasks whose last dependency completed, so dispatch wakes.
         self.on_unblocked: Callable[[list[Row]], None] | None = None
+        # Queues this replica has recorded in lowtide.queues (see register_queues).
+        self._registered_queues: set[str] = set()
 
     async def insert_tasks(
         self,
@@ -128,8 +130,8 @@ class Store:
     ) -> list[Submitted]:
         """Stores the tasks in one statement and returns their ids in order.
 
-        A task whose idempotency key exists already (stored before, or earlier in this batch)
-        is not stored again: its entry carries the first task's id and created=False. Fixed
+        A task whose idempotency key this submitter used already (stored before, or earlier in
+        this batch) is not stored again: its entry carries the first task's id and created=False. Fixed
         starts are admitted first, under a per-pool lock, against the pool's `capacity`; one
         that does not fit raises Refused and nothing of the batch is stored.
         """
@@ -169,7 +171,7 @@ class Store:
         async with self.db.transaction() as tx:
             existing: dict[str, int] = {}
             if keys:
-                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys})
+                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys, "submitted_by": submitted_by})
                 existing = {r["idempotency_key"]: r["id"] for r in rows}
             fresh = _first_new(tasks, existing)
             if any(t.depends_on for t in tasks):
@@ -185,10 +187,13 @@ class Store:
                         f"queue {queue} is full: {depths[queue]} claimable tasks pending, max_depth "
                         f"{limit.max_depth} (overflow = reject); retry later"
                     )
+            unregistered = {t.queue for t in tasks} - self._registered_queues
+            if unregistered:
+                await tx.execute(Q["register_queues"], {"queues": sorted(unregistered)})
             inserted = await tx.fetch(Q["insert_tasks"], params)
             if len(inserted) < len(fresh) and keys:
                 # Another submit with one of these keys committed meanwhile.
-                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys})
+                rows = await tx.fetch(Q["tasks_by_idempotency_key"], {"keys": keys, "submitted_by": submitted_by})
                 existing = {r["idempotency_key"]: r["id"] for r in rows}
             out = _submitted(tasks, inserted, existing)
             created_fixed = [(s.id, t) for s, t in zip(out, tasks, strict=True) if s.created and t.fixed]
@@ -219,6 +224,9 @@ class Store:
                 )
             if inserted:
                 await tx.execute(Q["notify_wake"], {"payload": wake_payload(tasks)})
+        if len(self._registered_queues) > 10_000:
+            self._registered_queues.clear()  # a bound on memory; the next submit re-registers
+        self._registered_queues |= unregistered
         return out
 
     async def _depths(self, tx: Transaction, limited: Mapping[str, Overload]) -> dict[str, int]:
@@ -382,8 +390,10 @@ class Store:
         self._unblocked(released)
         return {(r["id"], r["attempt"]) for r in rows}
 
-    async def running_attempts_of(self, worker_id: str) -> list[Attempt]:
-        rows = await self.db.fetch(Q["running_attempts_of_worker"], {"worker_id": worker_id})
+    async def running_attempts_of(self, worker_id: str, scheduler_id: str) -> list[Attempt]:
+        """The attempts the worker runs, unless it is connected to another replica than this one."""
+        params = {"worker_id": worker_id, "scheduler_id": scheduler_id}
+        rows = await self.db.fetch(Q["running_attempts_of_worker"], params)
         return [attempt_of(r) for r in rows]
 
     async def adopt(self, worker_id: str, refs: Sequence[tuple[int, int]]) -> list[Row]:
@@ -441,11 +451,13 @@ class Store:
             },
         )
 
-    async def renew_worker(self, worker_id: str, slots: int, lease: timedelta) -> None:
-        await self.db.execute(Q["renew_worker_lease"], {"id": worker_id, "slots": slots, "lease_ms": _ms(lease)})
+    async def renew_worker(self, worker_id: str, slots: int, lease: timedelta, scheduler_id: str) -> bool:
+        """Extends the worker's lease; False when it had run out (or the worker is another replica's)."""
+        params = {"id": worker_id, "slots": slots, "lease_ms": _ms(lease), "scheduler_id": scheduler_id}
+        return await self.db.execute(Q["renew_worker_lease"], params) > 0
 
-    async def delete_worker(self, worker_id: str) -> None:
-        await self.db.execute(Q["delete_worker"], {"id": worker_id})
+    async def delete_worker(self, worker_id: str, scheduler_id: str) -> None:
+        await self.db.execute(Q["delete_worker"], {"id": worker_id, "scheduler_id": scheduler_id})
 
     async def delete_expired_workers(self) -> None:
         await self.db.execute(Q["delete_expired_workers"])
@@ -456,6 +468,15 @@ class Store:
 
     async def resign(self, name: str, holder: str) -> None:
         await self.db.execute(Q["resign"], {"name": name, "holder": holder})
+
+    async def replica_seen(self, replica: str) -> None:
+        await self.db.execute(Q["replica_seen"], {"id": replica})
+
+    async def replica_stopped(self, replica: str) -> None:
+        await self.db.execute(Q["replica_stopped"], {"id": replica})
+
+    async def forget_replicas(self) -> None:
+        await self.db.execute(Q["forget_replicas"])
 
     async def now(self) -> datetime:
         row = await self.db.fetch_one(Q["now"])
@@ -482,6 +503,9 @@ class Store:
 
     async def pending_by_queue_and_type(self) -> list[Row]:
         return await self.db.fetch(Q["pending_by_queue_and_type"])
+
+    async def known_queues(self) -> set[str]:
+        return {r["name"] for r in await self.db.fetch(Q["known_queues"])}
 
     async def running_by_queue(self) -> dict[str, int]:
         return {r["queue"]: r["running"] for r in await self.db.fetch(Q["running_by_queue"])}
@@ -523,13 +547,19 @@ class Store:
     async def upcoming_fixed(self, pools: Sequence[str], horizon: datetime) -> list[Row]:
         return await self.db.fetch(Q["upcoming_fixed"], {"pools": list(pools), "horizon": horizon})
 
-    async def apply_misses(self, reason_of: Callable[[Row], str]) -> list[Row]:
-        """Marks first attempts not started by start + tolerance; returns what was applied."""
+    async def apply_misses(self, reason_of: Callable[[Row], Miss], *, lease: timedelta) -> list[Row]:
+        """Marks first attempts not started by start + tolerance; returns what was applied. A
+        replica not seen for `lease` (and not stopped cleanly) counts as gone."""
         async with self.db.transaction() as tx:
-            rows = await tx.fetch(Q["missed_fixed"])
+            rows = await tx.fetch(Q["missed_fixed"], {"lease_ms": _ms(lease)})
             if not rows:
                 return []
-            params = {"ids": [r["id"] for r in rows], "reasons": [reason_of(r) for r in rows]}
+            misses = [reason_of(r) for r in rows]
+            params = {
+                "ids": [r["id"] for r in rows],
+                "reasons": [m.message for m in misses],
+                "kinds": [m.kind for m in misses],
+            }
             marked = await tx.fetch(Q["mark_missed"], params)
             await self.settle(tx, marked)
             return marked

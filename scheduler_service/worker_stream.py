@@ -13,14 +13,23 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import duration_pb2
 
-from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument, LowtideError, TooLarge
+from lowtide.errors import (
+    Aborted,
+    DatabaseUnavailable,
+    FailedPrecondition,
+    InvalidArgument,
+    LowtideError,
+    TooLarge,
+    Unavailable,
+)
 from lowtide.grpc_status import abort
-from lowtide_client._proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
+from lowtide_proto.durations import format_duration
+from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
 from scheduler_service.convert import name, stored_text
 from scheduler_service.dispatcher import Dispatcher
@@ -30,6 +39,9 @@ from scheduler_service.domain.retry import after_failure, after_success
 from scheduler_service.fixed_starts import FixedStarts
 from scheduler_service.sessions import MAX_OUTBOX, Registry, WorkerSession
 from scheduler_service.store import Store, attempt_of
+
+if TYPE_CHECKING:
+    from scheduler_service.metrics import SchedulerMetrics
 
 log = logging.getLogger("lowtide.scheduler.workers")
 
@@ -97,6 +109,16 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self.stopping = False
         self._warned_unregistered: set[str] = set()
         self.fixed: FixedStarts | None = None
+        self.metrics: SchedulerMetrics | None = None
+        # The releases of ended streams, each its own task so that nothing cancelling a
+        # handler (grpc.aio does, once the call is over) can interrupt one half way.
+        self._releases: dict[str, asyncio.Task[None]] = {}
+        # Sessions whose Connect handler still runs (a drain waits for them to end).
+        self._live: set[WorkerSession] = set()
+        self._none_live = asyncio.Event()
+        self._none_live.set()
+        # The Drain sent to every stream once the scheduler stops.
+        self._drain: worker_pb2.Drain | None = None
 
     # Written with context.write() rather than as a generator, so the stub's signature differs.
     async def Connect(  # type: ignore[override]
@@ -105,19 +127,26 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> None:
         try:
-            first = await anext(request_iterator)
-        except StopAsyncIteration:
-            return
-        try:
+            if self.stopping:
+                raise Unavailable(
+                    "the scheduler is shutting down: connect again with backoff (to another replica, or to this "
+                    "one once it is back), listing running attempts in Hello.running"
+                )
+            try:
+                first = await anext(request_iterator)
+            except StopAsyncIteration:
+                return
             if first.WhichOneof("message") != "hello":
                 raise FailedPrecondition("the first message on a worker stream must be a hello")
             holds = self._dispatcher.holds.config
             config_held = holds.deferrable.union(*(holds.per_queue or {}).values())
             session = session_from_hello(first.hello, config_held=config_held)
-            await self._register(session, first.hello)
+            stale = await self._register(session, first.hello)
         except LowtideError as error:
             await abort(context, error)
         log.info("worker.connected", extra={"worker_id": session.worker_id, "slots": session.slots})
+        self._live.add(session)
+        self._none_live.clear()
         reader = asyncio.create_task(self._read(session, request_iterator))
         feeder = asyncio.create_task(self._dispatcher.run(session))
         try:
@@ -127,11 +156,18 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                 lease_timeout=_duration(self._lease),
             )
             await context.write(worker_pb2.SchedulerMessage(welcome=welcome))
+            if stale:
+                # Listed in the hello but no longer this worker's: stop them, drop their results.
+                refs = [task_pb2.TaskRef(task_id=t, attempt=a) for t, a in stale]
+                await context.write(worker_pb2.SchedulerMessage(cancel=worker_pb2.CancelTasks(tasks=refs)))
             detached = asyncio.ensure_future(session.detached.wait())
             overflowed = asyncio.ensure_future(session.overflowed.wait())
+            ended = asyncio.ensure_future(session.ended.wait())
             while True:
                 get = asyncio.ensure_future(session.outbox.get())
-                done, _ = await asyncio.wait({get, reader, detached, overflowed}, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {get, reader, detached, overflowed, ended}, return_when=asyncio.FIRST_COMPLETED
+                )
                 if get not in done:
                     get.cancel()
                     break
@@ -143,38 +179,99 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                     write.cancel()
                     break
                 write.result()
-            detached.cancel()
-            overflowed.cancel()
+            for waiter in (detached, overflowed, ended):
+                waiter.cancel()
             if session.overflowed.is_set():
                 log.warning("worker.not_reading", extra={"worker_id": session.worker_id})
                 # Released first: the status itself waits behind the unread messages, so the
                 # abort may not return until the worker reads or its connection goes.
-                await self._unregister(session)
+                await self._end(session)
                 await abort(
                     context,
                     TooLarge(f"the worker does not read its stream: over {MAX_OUTBOX} messages are waiting for it"),
                 )
-            # Send what is still queued (rejections of the worker's last reports).
-            while not session.outbox.empty() and not context.done():
-                await context.write(session.outbox.get_nowait())
             if reader.done() and not reader.cancelled():
                 failure = reader.exception()
                 if isinstance(failure, LowtideError):
-                    await abort(context, failure)
-                if failure is not None:
+                    session.end(failure)
+                elif failure is not None:
                     raise failure
+            # Send what is still queued (rejections of the worker's last reports).
+            while not session.outbox.empty() and not context.done():
+                await context.write(session.outbox.get_nowait())
+            if session.end_error is not None:
+                await self._end(session)
+                await abort(context, session.end_error)
         finally:
             reader.cancel()
             feeder.cancel()
-            await self._unregister(session)
+            self._live.discard(session)
+            if not self._live:
+                self._none_live.set()
+            await self._end(session)
 
-    async def _register(self, session: WorkerSession, hello: worker_pb2.Hello) -> None:
+    async def _end(self, session: WorkerSession) -> None:
+        """The stream is over: the session takes nothing more, and its unreported attempts are
+        released (in a task of their own, awaited here but never interrupted by a cancel)."""
+        session.closed = True
+        self._registry.remove(session)
+        if session.released:
+            release = self._releases.get(session.worker_id)
+        elif self.stopping and session.end_error is None:
+            # The scheduler is shutting down, not the worker: its lease carries its attempts over
+            # to the next scheduler it connects to.
+            session.released = True
+            log.info("worker.detached", extra={"worker_id": session.worker_id})
+            return
+        else:
+            session.released = True
+            release = asyncio.get_running_loop().create_task(self._release(session), name="worker-release")
+            self._releases[session.worker_id] = release
+            release.add_done_callback(lambda done: self._release_done(session.worker_id, done))
+        if release is not None:
+            await asyncio.shield(release)
+
+    def _release_done(self, worker_id: str, release: asyncio.Task[None]) -> None:
+        if self._releases.get(worker_id) is release:
+            del self._releases[worker_id]
+
+    async def settle(self, within: float) -> None:
+        """Waits (up to `within` seconds) for every report taken and every release started."""
+        pending = [asyncio.ensure_future(self._completer.flushed()), *self._releases.values()]
+        await asyncio.wait(pending, timeout=within)
+
+    async def drain(self, grace: float, reason: str = "the scheduler is shutting down") -> None:
+        """Sends every stream a Drain, then waits up to `grace` seconds for the workers to finish
+        what they run, report it and close their streams. New streams are refused meanwhile."""
+        self.stopping = True
+        deadline = datetime.now(UTC) + timedelta(seconds=grace)
+        message = worker_pb2.Drain(reason=reason, grace=_duration(timedelta(seconds=grace)))
+        message.deadline.FromDatetime(deadline)
+        self._drain = message
+        for session in self._registry:
+            session.draining = True
+            session.send(worker_pb2.SchedulerMessage(drain=message))
+            log.info("worker.draining", extra={"worker_id": session.worker_id, "running": len(session.in_flight)})
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._none_live.wait(), grace)
+
+    async def _register(self, session: WorkerSession, hello: worker_pb2.Hello) -> list[tuple[int, int]]:
+        """Records the worker and hands it the attempts its hello lists that are still its own;
+        returns the listed ones that are not (the worker is to stop them)."""
         old = self._registry.get(session.worker_id)
         if old is not None:
-            # The same worker reconnected before we saw its old stream end: end that one first.
+            # A newer stream for the same worker id wins. The older one ends with ABORTED, and
+            # its attempts are not released: the newer stream takes those its hello lists.
+            old.released = True
             old.closed = True
-            await self._release(old)
+            old.end(Aborted(f"replaced by a newer stream for worker id {session.worker_id}"))
             self._registry.remove(old)
+            log.warning("worker.replaced", extra={"worker_id": session.worker_id})
+        release = self._releases.get(session.worker_id)
+        if release is not None:
+            # The previous stream's release runs still: let it finish, or it would end the
+            # attempts (and forget the worker) this stream is about to take on.
+            await asyncio.shield(release)
         await self._store.upsert_worker(
             worker_id=session.worker_id,
             pool=session.pool,
@@ -184,9 +281,9 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             scheduler_id=self._scheduler_id,
             lease=self._lease,
         )
-        if hello.running:
-            refs = [(r.task_id, r.attempt) for r in hello.running]
-            for row in await self._store.adopt(session.worker_id, refs):
+        listed = [(r.task_id, r.attempt) for r in hello.running]
+        if listed:
+            for row in await self._store.adopt(session.worker_id, listed):
                 session.in_flight[row["id"]] = attempt_of(row)
         # Attempts recorded as this worker's that its hello does not name never reached it (still
         # in a killed scheduler's outbox) or were reported to a scheduler that died before writing
@@ -196,16 +293,27 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._completer.flushed(), 5.0)
         orphans = [
-            a for a in await self._store.running_attempts_of(session.worker_id) if a.task_id not in session.in_flight
+            a
+            for a in await self._store.running_attempts_of(session.worker_id, self._scheduler_id)
+            if a.task_id not in session.in_flight
         ]
         if orphans:
             now = datetime.now(UTC)
-            lost = Failure("WorkerLost", "the worker reconnected without the attempt")
+            if old is not None:
+                reason = f"replaced by a newer stream for worker id {session.worker_id}, whose hello does not list it"
+            else:
+                reason = "the worker reconnected without the attempt"
+            lost = Failure("WorkerLost", reason)
             await self._store.finish([(after_failure(a, lost, now), session.worker_id) for a in orphans])
             self._registry.wake_all()
         self._registry.add(session)
+        if self._drain is not None:
+            # Connected just as the drain began: it drains too.
+            session.draining = True
+            session.send(worker_pb2.SchedulerMessage(drain=self._drain))
         session.wake.set()
         self._warn_unregistered_holds()
+        return [ref for ref in listed if not _holds(session, ref)]
 
     def _warn_unregistered_holds(self) -> None:
         """A held name that no connected worker registers does nothing; say so once."""
@@ -219,46 +327,47 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                     extra={"activity_type": held, "detail": "no connected worker registers it; the hold has no effect"},
                 )
 
-    async def _unregister(self, session: WorkerSession) -> None:
-        session.closed = True
-        self._registry.remove(session)
-        if self.stopping:
-            # The scheduler is shutting down, not the worker: its lease carries its attempts over
-            # to the next scheduler it connects to.
-            log.info("worker.detached", extra={"worker_id": session.worker_id})
-            return
-        await self._release(session)
-        log.info("worker.disconnected", extra={"worker_id": session.worker_id})
-
     async def _release(self, session: WorkerSession) -> None:
         """The worker is gone: its unreported attempts fail as WorkerLost (retried per policy)."""
-        if session.released:
-            return
-        session.released = True
         try:
             await self._completer.flushed()
-            attempts = await self._store.running_attempts_of(session.worker_id)
+            attempts = await self._store.running_attempts_of(session.worker_id, self._scheduler_id)
             now = datetime.now(UTC)
-            lost = Failure("WorkerLost", "the worker's stream closed while the attempt ran")
+            lost = Failure("WorkerLost", session.lost_reason)
             outcomes: list[tuple[Outcome, str | None]] = [
                 (after_failure(a, lost, now), session.worker_id) for a in attempts
             ]
             if outcomes:
                 await self._store.finish(outcomes)
                 self._registry.wake_all()
-            await self._store.delete_worker(session.worker_id)
+            await self._store.delete_worker(session.worker_id, self._scheduler_id)
         except DatabaseUnavailable as error:
             # The worker's lease will run out and the leader will end its attempts then.
             log.warning("worker.release_deferred", extra={"worker_id": session.worker_id, "error": str(error)})
+            return
+        except Exception:
+            log.exception("worker.release_failed", extra={"worker_id": session.worker_id})
+            return
+        log.info("worker.disconnected", extra={"worker_id": session.worker_id, "lost": len(outcomes)})
 
     async def _read(self, session: WorkerSession, messages: AsyncIterator[worker_pb2.WorkerMessage]) -> None:
         async for message in messages:
+            if session.closed:
+                # Replaced by a newer stream: nothing more from this one is applied.
+                return
             kind = message.WhichOneof("message")
             if kind == "results":
                 self._on_results(session, message.results)
             elif kind == "heartbeat":
                 refs = [(r.task_id, r.attempt) for r in message.heartbeat.running]
-                await self._store.renew_worker(session.worker_id, session.slots, self._lease)
+                worker_id = session.worker_id
+                if not await self._store.renew_worker(worker_id, session.slots, self._lease, self._scheduler_id):
+                    lease = format_duration(self._lease)
+                    session.lost_reason = f"the worker's lease ran out (nothing heard from it for {lease})"
+                    raise Unavailable(
+                        f"worker {session.worker_id}: its lease ran out before this heartbeat (nothing heard from it "
+                        f"for {lease}), so its attempts were given up; connect again with a new Hello"
+                    )
                 held = [ref for ref in refs if _holds(session, ref)]
                 if held:
                     await self._store.heartbeat(session.worker_id, held)
@@ -282,6 +391,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         now = datetime.now(UTC)
         clock = asyncio.get_running_loop().time()
         stale: list[tuple[int, int]] = []
+        empty: list[tuple[int, int]] = []
         for result in results.results:
             ref = (result.task.task_id, result.task.attempt)
             attempt = session.in_flight.get(ref[0])
@@ -299,7 +409,8 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                 )
                 outcome = after_failure(attempt, failure, now)
             else:
-                stale.append(ref)
+                # Refused, and the attempt stays this worker's, to be reported properly.
+                empty.append(ref)
                 continue
             del session.in_flight[ref[0]]
             sent_at = session.sent_at.pop(ref[0], None)
@@ -310,6 +421,12 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                     self.fixed.mark_due(session.pool, outcome.run_at)
             self._completer.add(outcome, session)
         session.reject(stale, "the attempt is not held by this worker")
+        session.reject(empty, "the result has no outcome: set success or failure")
+        if self.metrics is not None:
+            if stale:
+                self.metrics.rejected.add(len(stale), {"reason": "not_held"})
+            if empty:
+                self.metrics.rejected.add(len(empty), {"reason": "no_outcome"})
         session.wake.set()
 
 

@@ -12,7 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from lowtide import errors
 from lowtide.grpc_status import abort, handles_errors
-from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
+from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.domain import Point, SignalForecast, SignalState
 from signal_service.fanout import Closed, Update
 from signal_service.signals import Signals

@@ -25,7 +25,8 @@ from lowtide.grpc_status import RefuseUndecodable
 from lowtide.metrics import Metrics, start_metrics
 from lowtide.tasks import cancel_all
 from lowtide.tls import add_port
-from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
+from lowtide_proto.backoff import Backoff
+from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.api import SignalApi
 from signal_service.fanout import Fanout
 from signal_service.feeds import Feed, feed_unit, make_feed
@@ -81,11 +82,11 @@ class SignalServer:
 async def _listen(db: Database, signals: Signals) -> None:
     """Changes made by other replicas (and this one), through LISTEN/NOTIFY; the payload is the
     signal's name, and the state (or forecast) is read back so that no NOTIFY has to carry it."""
-    delay = 0.1
+    backoff = Backoff(initial=0.1, maximum=5.0)
     while True:
         try:
             async with db.listen(CHANNEL, FORECAST_CHANNEL) as notifications:
-                delay = 0.1
+                backoff.reset()
                 # Changes made while this connection was down were never notified here.
                 await signals.resync()
                 async for note in notifications:
@@ -101,8 +102,7 @@ async def _listen(db: Database, signals: Signals) -> None:
         except Exception:
             # Keep going: without this loop other replicas' changes arrive only by resync.
             log.exception("listen.failed")
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 5.0)
+        await asyncio.sleep(backoff.next_delay())
 
 
 def _tick(stale_after: timedelta, refresh: timedelta) -> float:

@@ -7,12 +7,15 @@ success).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import psycopg
 import psycopg_pool
+from psycopg import conninfo
 from psycopg.rows import dict_row
 
 from lowtide.errors import DatabaseUnavailable
@@ -27,6 +30,22 @@ def wrap_exceptions() -> Iterator[None]:
         yield
     except (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg.errors.AdminShutdown) as error:
         raise DatabaseUnavailable(f"database unavailable: {str(error).strip() or type(error).__name__}") from error
+
+
+def conninfo_problem(url: str) -> str | None:
+    """What is wrong with a connection string (a postgresql:// URL or key=value pairs), in
+    libpq's words; None when it parses. A string that may hold a password is not quoted back."""
+    try:
+        params = conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as error:
+        message = " ".join(str(error).split())
+        if "@" in url or "password" in url.lower():
+            message = re.sub(r'"[^"]*"', '"..."', message)
+        return f"not a PostgreSQL URL (postgresql://user@host:5432/dbname) or key=value string: {message}"
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            return f"the port must be a number from 1 to 65535, not {port!r}"
+    return None
 
 
 class Transaction:
@@ -64,13 +83,38 @@ class Database:
             timeout=5.0,
             reconnect_timeout=0,
         )
+        # The connection `ping` keeps for itself (None until the first ping, or after a failure).
+        self._ping_conn: psycopg.AsyncConnection[Row] | None = None
 
     async def open(self, *, wait: bool = True) -> None:
         with wrap_exceptions():
             await self._pool.open(wait=wait, timeout=10.0)
 
     async def close(self) -> None:
+        await self._drop_ping_connection()
         await self._pool.close()
+
+    async def ping(self, sql: str, *, within: float) -> str | None:
+        """Whether the server answers `sql` within `within` seconds: None when it does, else what went
+        wrong. It runs on a connection of its own, so a busy pool does not read as a database
+        that is away, and a connection that failed is replaced on the next ping."""
+        try:
+            async with asyncio.timeout(within):
+                if self._ping_conn is None or self._ping_conn.closed:
+                    self._ping_conn = await psycopg.AsyncConnection.connect(
+                        self.url, autocommit=True, row_factory=dict_row, connect_timeout=max(1, round(within))
+                    )
+                await self._ping_conn.execute(sql)
+            return None
+        except (psycopg.Error, OSError, TimeoutError) as error:
+            await self._drop_ping_connection()
+            return str(error).strip() or type(error).__name__
+
+    async def _drop_ping_connection(self) -> None:
+        conn, self._ping_conn = self._ping_conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 1.0)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Transaction]:

@@ -49,11 +49,11 @@ def explain(task: TaskFacts, env: Surroundings) -> tuple[str, list[str]]:
         return f"running: attempt {task.attempt} on worker {task.worker_id}{since}", ["running"]
     if task.state != "pending":
         note = " (released by max_defer while held)" if task.released_by == "max_defer" else ""
-        return f"{task.state}: the task is finished{note}", [task.state]
+        return f"{task.state}: the task has ended{note}", [task.state]
     parts: list[str] = []
     codes: list[str] = []
     if env.queue_paused_since is not None:
-        parts.append(f"queue {task.queue} is paused since {_at(env.queue_paused_since)}")
+        parts.append(f"queue {task.queue} has been paused since {_at(env.queue_paused_since)}")
         codes.append("queue_paused")
     if task.dependencies_pending > 0:
         count = task.dependencies_pending
@@ -65,10 +65,10 @@ def explain(task: TaskFacts, env: Surroundings) -> tuple[str, list[str]]:
         codes.append("planned_release")
     elif task.run_at > env.now:
         wait = (task.run_at - env.now) / timedelta(seconds=1)
-        parts.append(f"waiting for retry backoff until {_at(task.run_at)} ({wait:.1f}s)")
+        parts.append(f"waiting out its retry backoff until {_at(task.run_at)} ({wait:.1f}s left)")
         codes.append("backoff")
     if env.held and task.kind == "activity" and env.hold is not None:
-        since = f" since {_at(env.hold.since)}" if env.hold.since else ""
+        since = f" (the hold has been active since {_at(env.hold.since)})" if env.hold.since else ""
         text = f"held: activity type {task.activity_type} is cost-deferrable and {env.hold.reason}{since}"
         if task.hold_deadline is not None:
             text += f"; it runs anyway at {_at(task.hold_deadline)} (max_defer)"

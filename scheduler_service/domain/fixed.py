@@ -11,7 +11,7 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 
@@ -135,14 +135,89 @@ def missed(fixed: FixedStart, now: datetime) -> bool:
     return now > fixed.start_at + max(fixed.tolerance, SCHEDULING_STEP)
 
 
-NO_WORKERS = "no workers in the pool"
-DEPENDENCY_LATE = "a dependency finished late"
-CAPACITY_IN_USE = "held capacity in use by other fixed tasks"
+@dataclass(frozen=True, slots=True)
+class MissFacts:
+    """What the scheduler knows when it finds a fixed start missed (at start + tolerance)."""
+
+    pool: str
+    queue: str
+    activity_type: str
+    start_at: datetime
+    # Whether any scheduler replica ran at the start time; if not, from when to when none did
+    # (None: not known, e.g. no replica was recorded before it).
+    scheduler_ran: bool = True
+    down_from: datetime | None = None
+    down_to: datetime | None = None
+    dependencies_pending: bool = False
+    queue_paused: bool = False
+    needs_resources: bool = False
+    # Connected workers of the pool; those that run the task's queue and type, their slots, how
+    # many of those run an attempt and how many of these are other fixed starts, and how many
+    # free ones are held idle for other fixed starts.
+    workers_in_pool: int = 0
+    workers_for_type: int = 0
+    slots: int = 0
+    busy: int = 0
+    busy_fixed: int = 0
+    held_for_others: int = 0
 
 
-def miss_reason(*, workers_in_pool: int, dependencies_pending: bool) -> str:
-    if workers_in_pool == 0:
-        return NO_WORKERS
-    if dependencies_pending:
-        return DEPENDENCY_LATE
-    return CAPACITY_IN_USE
+@dataclass(frozen=True, slots=True)
+class Miss:
+    # A short code (the metrics' reason label) and the sentence stored as the task's miss_reason.
+    kind: str
+    message: str
+
+
+def _t(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def _slots(n: int) -> str:
+    return f"{n} slot{'' if n == 1 else 's'}"
+
+
+def _every_slot(n: int) -> str:
+    return "the one slot" if n == 1 else f"all {n} slots"
+
+
+def miss_reason(facts: MissFacts) -> Miss:
+    """Why a fixed start was missed, most decisive first."""
+    if not facts.scheduler_ran:
+        since = f" from {_t(facts.down_from)}" if facts.down_from else ""
+        until = f" to {_t(facts.down_to)}" if facts.down_to else ""
+        return Miss("scheduler_down", f"the scheduler was not running at the start time (down{since}{until})")
+    if facts.queue_paused:
+        return Miss("queue_paused", f"queue {facts.queue} was paused")
+    if facts.dependencies_pending:
+        return Miss("dependencies", "its dependencies had not completed by the start + tolerance")
+    if facts.workers_in_pool == 0:
+        return Miss("no_worker", f"no worker of pool {facts.pool} connected")
+    if facts.workers_for_type == 0:
+        return Miss(
+            "no_worker_for_type",
+            f"no worker of pool {facts.pool} runs activity type {facts.activity_type} on queue {facts.queue}",
+        )
+    free = facts.slots - facts.busy - facts.held_for_others
+    where = f"of the workers of pool {facts.pool} that run it"
+    if free <= 0:
+        if facts.busy_fixed + facts.held_for_others >= facts.slots:
+            verb = "ran or was" if facts.slots == 1 else "ran or were"
+            return Miss(
+                "capacity_fixed",
+                f"held capacity in use by other fixed tasks: {_every_slot(facts.slots)} {where} {verb} held "
+                "for other fixed starts",
+            )
+        verb = "was" if facts.slots == 1 else "were"
+        return Miss(
+            "no_free_slot",
+            f"no free slot: {_every_slot(facts.slots)} {where} {verb} busy "
+            f"({facts.busy - facts.busy_fixed} with regular work)",
+        )
+    if facts.needs_resources:
+        return Miss("resources", "the resources it needs were not free")
+    verb = "was" if free == 1 else "were"
+    return Miss(
+        "not_dispatched",
+        f"not dispatched by the start + tolerance although {_slots(free)} {where} {verb} free",
+    )

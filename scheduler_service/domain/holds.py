@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from lowtide_proto.durations import format_duration
+
 
 class OnStale(StrEnum):
     HOLD = "hold"
@@ -48,6 +50,17 @@ class HoldState:
 
 
 NO_SIGNAL = "no signal value has arrived yet"
+# on_stale = release releases a value that went stale; a scheduler that started during a signal
+# outage has no value at all, which holds like any start (high until the first value arrives).
+NO_SIGNAL_RELEASE = (
+    f"{NO_SIGNAL} (on_stale = release does not apply: it releases a value that went stale, and this "
+    "scheduler has had no value since it started)"
+)
+
+
+def initial_hold(policy: HoldPolicy, now: datetime) -> HoldState:
+    """The hold of a scheduler that has not heard the signal yet: active, until the first value."""
+    return HoldState(True, now, _wanted(None, policy)[1])
 
 
 def next_hold(previous: HoldState, signal: SignalView | None, policy: HoldPolicy, now: datetime) -> HoldState:
@@ -55,9 +68,9 @@ def next_hold(previous: HoldState, signal: SignalView | None, policy: HoldPolicy
     want, reason = _wanted(signal, policy)
     if previous.active and not want and signal is not None and signal.value is not None:
         if policy.release_below is not None and signal.value >= policy.release_below:
-            want, reason = True, f"{_show(signal)} is not yet below release_below {policy.release_below:g}"
+            want, reason = True, f"{_show(signal)}, not yet below release_below {policy.release_below:g}"
         elif previous.since is not None and now - previous.since < policy.min_hold:
-            want, reason = True, f"held for less than min_hold ({policy.min_hold})"
+            want, reason = True, f"the hold has lasted less than min_hold ({format_duration(policy.min_hold)})"
     if want == previous.active:
         return HoldState(want, previous.since, reason)
     return HoldState(want, now, reason)
@@ -65,19 +78,21 @@ def next_hold(previous: HoldState, signal: SignalView | None, policy: HoldPolicy
 
 def _wanted(signal: SignalView | None, policy: HoldPolicy) -> tuple[bool, str]:
     if signal is None or signal.value is None:
-        return True, NO_SIGNAL
+        return True, NO_SIGNAL_RELEASE if policy.on_stale is OnStale.RELEASE else NO_SIGNAL
     if signal.stale:
-        if policy.on_stale is OnStale.HOLD:
-            return True, f"{_show(signal)} is stale (on_stale = hold)"
-        return False, f"{_show(signal)} is stale (on_stale = release)"
+        last = f"the last value of signal {signal.name}, {signal.value:g}{_unit(signal)}, is stale"
+        return policy.on_stale is OnStale.HOLD, f"{last} (on_stale = {policy.on_stale.value})"
     if signal.high:
-        return True, f"{_show(signal)} > {signal.threshold:g}"
-    return False, f"{_show(signal)} <= {signal.threshold:g}"
+        return True, f"{_show(signal)}, above its threshold of {signal.threshold:g}"
+    return False, f"{_show(signal)}, not above its threshold of {signal.threshold:g}"
+
+
+def _unit(signal: SignalView) -> str:
+    return f" {signal.unit}" if signal.unit else ""
 
 
 def _show(signal: SignalView) -> str:
-    unit = f" {signal.unit}" if signal.unit else ""
-    return f"signal {signal.name} is {signal.value:g}{unit}"
+    return f"signal {signal.name} is {signal.value:g}{_unit(signal)}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from operator import itemgetter
 
+from lowtide_proto.durations import format_duration
+
 _US = timedelta(microseconds=1)
 # Means are compared after rounding to this many decimals (a millionth of a gCO2/kWh), so two
 # windows of equal forecast value tie, and resolve to the earlier one, even when their sums
@@ -265,7 +267,7 @@ def _plan_one(task: PlanTask, forecast: Forecast | None, load: _Load | None, now
 
 def _forecast_plan(task: PlanTask, at: datetime, value: float, earliest: datetime, *, note: str = "") -> Plan:
     window = f"[{_t(earliest)}, {_t(task.latest_start)}]"
-    reason = f"lowest forecast mean {value:g} over {task.duration} for a start in {window}"
+    reason = f"lowest forecast mean {value:g} over {format_duration(task.duration)} for a start in {window}"
     return Plan(task.task_id, at, value, PlanKind.FORECAST, reason + note)
 
 

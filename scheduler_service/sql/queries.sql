@@ -1,5 +1,5 @@
 -- insert_tasks --
--- Stores a batch of tasks; a row whose idempotency key exists already is not inserted.
+-- Stores a batch of tasks; a row whose idempotency key the same submitter used already is not inserted.
 INSERT INTO lowtide.tasks (
     queue, kind, activity_type, payload, priority, idempotency_key,
     max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable_error_types,
@@ -42,12 +42,13 @@ FROM unnest(
                       start_at, start_tolerance_ms, on_miss, estimated_duration_ms, deps_pending, resources,
                       latest_start, planned_release_at, planned_intensity, plan_reason, ord)
 ORDER BY n.ord
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+ON CONFLICT (idempotency_key, submitted_by) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key
 
 -- tasks_by_idempotency_key --
--- The ids of existing tasks with these idempotency keys.
-SELECT id, idempotency_key FROM lowtide.tasks WHERE idempotency_key = ANY(%(keys)s::text[])
+-- The ids of this submitter's existing tasks with these idempotency keys (NULL: auth off).
+SELECT id, idempotency_key FROM lowtide.tasks
+WHERE idempotency_key = ANY(%(keys)s::text[]) AND submitted_by IS NOT DISTINCT FROM %(submitted_by)s::text
 
 -- notify_wake --
 -- Wakes the dispatchers of every replica (at commit); the payload names the new (queue, type)
@@ -120,20 +121,24 @@ t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
 -- priority, each type capped at its room, paused queues left alone. Open (queue, type) pairs
 -- are walked on the pending index; held pairs only for workflow tasks (never held) and for
 -- tasks past their max_defer, each on its own small index. So held rows are never read, and a
--- claim costs the same with a million of them waiting.
+-- claim costs the same with a million of them waiting. A worker whose lease has run out gets
+-- nothing (and no row is read) until it is heard from again.
 WITH paused AS (
     SELECT name FROM lowtide.queues WHERE paused
+),
+leased AS (
+    SELECT 1 FROM lowtide.workers WHERE id = %(worker_id)s AND lease_expires_at > now()
 ),
 open_pairs AS (
     SELECT p.queue, p.activity_type, p.cap
     FROM unnest(%(queues)s::text[], %(types)s::text[], %(caps)s::int[]) AS p(queue, activity_type, cap)
-    WHERE p.queue NOT IN (SELECT name FROM paused)
+    WHERE p.queue NOT IN (SELECT name FROM paused) AND EXISTS (SELECT 1 FROM leased)
 ),
 held_pairs AS (
     SELECT p.queue, p.activity_type, p.cap
     FROM unnest(%(held_queues)s::text[], %(held_types)s::text[], %(held_caps)s::int[])
          AS p(queue, activity_type, cap)
-    WHERE p.queue NOT IN (SELECT name FROM paused)
+    WHERE p.queue NOT IN (SELECT name FROM paused) AND EXISTS (SELECT 1 FROM leased)
 ),
 candidates AS (
     SELECT c.id, c.priority, c.run_at, p.activity_type, p.cap, NULL::text AS released_by
@@ -225,11 +230,15 @@ WHERE t.id = o.id AND t.attempt = o.attempt AND t.state = 'running'
 RETURNING t.id, t.attempt, t.state, t.has_dependents
 
 -- running_attempts_of_worker --
--- The attempts a worker runs, locked, to end them when the worker is gone.
+-- The attempts a worker runs, locked, to end them when the worker is gone; none when the worker
+-- has connected to another replica meanwhile (that replica's stream holds them now).
 SELECT id, attempt, max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms,
        non_retryable_error_types
 FROM lowtide.tasks
 WHERE state = 'running' AND worker_id = %(worker_id)s
+  AND NOT EXISTS (
+      SELECT 1 FROM lowtide.workers w WHERE w.id = %(worker_id)s AND w.scheduler_id <> %(scheduler_id)s
+  )
 FOR UPDATE SKIP LOCKED
 
 -- adopt_attempts --
@@ -309,14 +318,15 @@ SET pool = EXCLUDED.pool, queues = EXCLUDED.queues, activity_types = EXCLUDED.ac
     lease_expires_at = EXCLUDED.lease_expires_at
 
 -- renew_worker_lease --
--- Extends a worker's lease (on each heartbeat).
+-- Extends a worker's lease (on each heartbeat), only while it still runs and the worker is this
+-- replica's: no row means the lease ran out (or the worker went elsewhere) and is not renewed.
 UPDATE lowtide.workers SET lease_expires_at = now() + %(lease_ms)s * interval '1 millisecond',
     slots = %(slots)s
-WHERE id = %(id)s
+WHERE id = %(id)s AND scheduler_id = %(scheduler_id)s AND lease_expires_at > now()
 
 -- delete_worker --
--- Forgets a worker whose stream has closed.
-DELETE FROM lowtide.workers WHERE id = %(id)s
+-- Forgets a worker whose stream has closed, unless it has connected to another replica meanwhile.
+DELETE FROM lowtide.workers WHERE id = %(id)s AND scheduler_id = %(scheduler_id)s
 
 -- delete_expired_workers --
 -- Forgets workers whose lease ran out and who run nothing any more.
@@ -336,6 +346,19 @@ RETURNING holder
 -- resign --
 -- Gives up the named leader lease.
 DELETE FROM lowtide.leader WHERE name = %(name)s AND holder = %(holder)s
+
+-- replica_seen --
+-- Records that this scheduler replica runs: its start, then a sign of life every maintenance interval.
+INSERT INTO lowtide.scheduler_replicas (id) VALUES (%(id)s)
+ON CONFLICT (id) DO UPDATE SET seen_at = now(), stopped = false
+
+-- replica_stopped --
+-- Records that this scheduler replica stopped (cleanly) now.
+UPDATE lowtide.scheduler_replicas SET seen_at = now(), stopped = true WHERE id = %(id)s
+
+-- forget_replicas --
+-- Forgets replicas not seen for a week (they explain no miss detected now).
+DELETE FROM lowtide.scheduler_replicas WHERE seen_at < now() - interval '7 days'
 
 -- now --
 -- The database's clock, which every deadline is measured against.
@@ -362,6 +385,18 @@ RETURNING q.name, now() - old.paused_at AS paused_for
 UPDATE lowtide.tasks
 SET schedule_to_start_deadline = schedule_to_start_deadline + %(paused_for)s::interval
 WHERE queue = %(name)s AND state = 'pending' AND schedule_to_start_deadline IS NOT NULL
+
+-- register_queues --
+-- Records the queues new tasks go to (once per queue), so an idle queue keeps its metrics.
+INSERT INTO lowtide.queues (name)
+SELECT DISTINCT q FROM unnest(%(queues)s::text[]) AS q
+ON CONFLICT (name) DO NOTHING
+
+-- known_queues --
+-- Every queue the database knows: submitted to or paused once, or served by a connected worker.
+SELECT name FROM lowtide.queues
+UNION
+SELECT unnest(queues) FROM lowtide.workers WHERE lease_expires_at > now()
 
 -- paused_queues --
 -- The queues paused now.
@@ -424,11 +459,13 @@ SELECT * FROM unnest(%(task_ids)s::bigint[], %(pools)s::text[], %(starts)s::time
 -- claim_fixed_due --
 -- Takes due fixed-start tasks of a pool (at their start, retries, late runs) for one worker,
 -- earliest first, ahead of regular work. Cost holds never apply: the start was promised.
+-- Nothing for a worker whose lease has run out.
 WITH chosen AS (
     SELECT t.id
     FROM lowtide.tasks t
     WHERE t.state = 'pending' AND t.start_at IS NOT NULL AND t.pool = %(pool)s AND t.run_at <= now()
       AND t.resources IS NULL
+      AND EXISTS (SELECT 1 FROM lowtide.workers w WHERE w.id = %(worker_id)s AND w.lease_expires_at > now())
       AND t.queue = ANY(%(queues)s::text[]) AND t.activity_type = ANY(%(types)s::text[])
       AND t.queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
     ORDER BY t.run_at, t.id
@@ -452,16 +489,43 @@ ORDER BY start_at
 LIMIT 1000
 
 -- missed_fixed --
--- First attempts not started by start + tolerance (not yet marked), locked, with what explains it.
-SELECT t.id, t.pool, t.on_miss, t.deps_pending > 0 AS dependencies_pending,
-       (SELECT count(*) FROM lowtide.workers w
-        WHERE w.pool = t.pool AND w.lease_expires_at > now())::int AS workers_in_pool
+-- First attempts not started by start + tolerance (not yet marked), locked, with what explains
+-- it: the queue's pause, the pool's workers (all, and those that run the task's queue and type),
+-- their slots and what runs on them, and whether any scheduler replica ran at the start time
+-- (a replica counts as running until it stopped, or until its last sign of life + %(lease_ms)s).
+SELECT t.id, t.pool, t.queue, t.activity_type, t.on_miss, t.start_at, t.deps_pending > 0 AS dependencies_pending,
+       t.resources IS NOT NULL AS needs_resources,
+       EXISTS (SELECT 1 FROM lowtide.queues q WHERE q.name = t.queue AND q.paused) AS queue_paused,
+       pw.workers_in_pool, pw.workers_for_type, pw.slots, pb.busy, pb.busy_fixed,
+       EXISTS (SELECT 1 FROM lowtide.scheduler_replicas s
+               WHERE s.started_at <= t.start_at
+                 AND t.start_at <= CASE WHEN s.stopped THEN s.seen_at
+                                        ELSE s.seen_at + %(lease_ms)s * interval '1 millisecond' END)
+           AS scheduler_ran,
+       (SELECT max(s.seen_at) FROM lowtide.scheduler_replicas s WHERE s.seen_at < t.start_at) AS down_from,
+       (SELECT min(s.started_at) FROM lowtide.scheduler_replicas s WHERE s.started_at > t.start_at) AS down_to
 FROM lowtide.tasks t
+CROSS JOIN LATERAL (
+    SELECT count(*)::int AS workers_in_pool,
+           count(*) FILTER (WHERE t.queue = ANY(w.queues) AND t.activity_type = ANY(w.activity_types))::int
+               AS workers_for_type,
+           COALESCE(sum(w.slots) FILTER (WHERE t.queue = ANY(w.queues) AND t.activity_type = ANY(w.activity_types)),
+                    0)::int AS slots
+    FROM lowtide.workers w
+    WHERE w.pool = t.pool AND w.lease_expires_at > now()
+) pw
+CROSS JOIN LATERAL (
+    SELECT count(*)::int AS busy, count(*) FILTER (WHERE r.start_at IS NOT NULL)::int AS busy_fixed
+    FROM lowtide.tasks r
+    JOIN lowtide.workers w ON w.id = r.worker_id
+    WHERE r.state = 'running' AND w.pool = t.pool AND w.lease_expires_at > now()
+      AND t.queue = ANY(w.queues) AND t.activity_type = ANY(w.activity_types)
+) pb
 WHERE t.state = 'pending' AND t.start_at IS NOT NULL AND t.attempt = 0 AND NOT t.missed
   AND t.start_at + GREATEST(t.start_tolerance_ms, 50) * interval '1 millisecond' < now()
 ORDER BY t.start_at
 LIMIT 1000
-FOR UPDATE SKIP LOCKED
+FOR UPDATE OF t SKIP LOCKED
 
 -- mark_missed --
 -- Applies miss policies: skip ends the task; run_late marks it missed and leaves it due.
@@ -471,9 +535,9 @@ SET missed = true,
     state = CASE WHEN t.on_miss = 'skip' THEN 'skipped' ELSE t.state END,
     finished_at = CASE WHEN t.on_miss = 'skip' THEN now() ELSE t.finished_at END,
     start_hit = false
-FROM unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS m(id, reason)
+FROM unnest(%(ids)s::bigint[], %(reasons)s::text[], %(kinds)s::text[]) AS m(id, reason, kind)
 WHERE t.id = m.id AND t.state = 'pending'
-RETURNING t.id, t.pool, t.state, m.reason, t.has_dependents
+RETURNING t.id, t.pool, t.state, m.reason, m.kind, t.has_dependents
 
 -- pool_fixed_stats --
 -- Per pool: the start times of admitted fixed starts not started yet, and the hit rate of first
@@ -601,10 +665,12 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- claim_by_ids --
--- Marks chosen tasks running for one worker (the resource path picks them in Python).
+-- Marks chosen tasks running for one worker (the resource path picks them in Python); nothing
+-- for a worker whose lease has run out.
 UPDATE lowtide.tasks t
 SET {{_start_attempt}}
 WHERE t.id = ANY(%(ids)s::bigint[]) AND t.state = 'pending'
+  AND EXISTS (SELECT 1 FROM lowtide.workers w WHERE w.id = %(worker_id)s AND w.lease_expires_at > now())
 RETURNING {{_started_attempt}}
 
 -- plannable_tasks --

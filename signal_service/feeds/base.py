@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import httpx
 
 from lowtide.errors import LowtideError
-from lowtide_client._backoff import Backoff
+from lowtide_proto.backoff import Backoff
 from signal_service.domain import Point, Reading
 
 log = logging.getLogger("lowtide.signal.feed")

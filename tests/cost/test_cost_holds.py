@@ -12,7 +12,7 @@ import pytest
 
 from lowtide.errors import ConfigError
 from lowtide_client import Client, CostHold, TaskKind, TaskState, Worker, task_spec
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
+from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 from scheduler_service.server import start_scheduler
 from signal_service.server import SignalServer
 from tests.cost.conftest import Pair, cost_config
@@ -168,7 +168,7 @@ async def test_explain_status_and_carbon_accounting(pair: Pair) -> None:
         status = await stub.GetStatus(scheduler_pb2.GetStatusRequest())
         assert explained.reasons[0] == "cost_hold"
         assert "activity type train is cost-deferrable and signal grid is 520" in explained.explanation
-        assert "> 400" in explained.explanation
+        assert "above its threshold of 400" in explained.explanation
         [default] = [q for q in status.queues if q.name == "default"]
         # Held work is counted apart from the claimable backlog.
         assert (default.held_depth, default.depth, default.cost_hold) == (1, 1, True)

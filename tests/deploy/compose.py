@@ -23,6 +23,22 @@ _DEFAULTED = re.compile(r"\$\{(\w+):?-([^}]*)\}")
 _ADDRESS = re.compile(r"\b(0\.0\.0\.0|127\.0\.0\.1|signal|scheduler):(\d+)\b")
 
 
+def interpolate(value: str) -> str:
+    """`${NAME:-default}` as `docker compose` reads it in the current environment."""
+    return _DEFAULTED.sub(lambda m: os.environ.get(m.group(1)) or m.group(2), value)
+
+
+def published(service: Mapping[str, Any]) -> list[tuple[str, int, int]]:
+    """(host address, host port, container port) for each of a service's `ports` entries, in
+    compose's short syntax; an entry without an address is published on every interface."""
+    entries = []
+    for entry in service.get("ports") or []:
+        parts = interpolate(str(entry)).split(":")
+        address = parts[0] if len(parts) == 3 else "0.0.0.0"
+        entries.append((address, int(parts[-2]), int(parts[-1])))
+    return entries
+
+
 def load_compose() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text())
     return data
@@ -47,7 +63,7 @@ class PortMap:
         return self.ports[port]
 
     def rewrite(self, value: str) -> str:
-        value = _DEFAULTED.sub(lambda m: os.environ.get(m.group(1)) or m.group(2), value)
+        value = interpolate(value)
         if "@postgres:5432/" in value:
             return self.database_url
         return _ADDRESS.sub(lambda m: f"127.0.0.1:{self.local(int(m.group(2)))}", value)

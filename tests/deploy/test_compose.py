@@ -24,8 +24,8 @@ import yaml
 
 from lowtide.config import _SECTIONS, AuthConfig
 from lowtide_client import Client, TaskState
-from lowtide_client._proto.lowtide.v1 import task_pb2
-from tests.deploy.compose import REPO, LocalService, PortMap, load_compose, local_service, start_order
+from lowtide_proto.lowtide.v1 import task_pb2
+from tests.deploy.compose import REPO, LocalService, PortMap, load_compose, local_service, published, start_order
 from tests.deploy.conftest import run_lowtide
 from tests.deploy.node import ensure_node_modules
 from tests.helpers import eventually
@@ -151,6 +151,19 @@ def test_compose_environment_names_only_real_settings() -> None:
         for variable in service.get("environment") or {}:
             if variable.startswith("LOWTIDE_") and service.get("build") == ".":
                 assert variable in known, f"{name}: {variable} is not a lowtide setting"
+
+
+def test_compose_publishes_every_port_on_loopback_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Auth is off in the compose stack: a port published on every interface would let anyone
+    # on the network set the signal or submit work.
+    services = load_compose()["services"]
+    monkeypatch.delenv("LOWTIDE_PUBLISH_ADDR", raising=False)
+    ports = {name: published(service) for name, service in services.items()}
+    assert {port for _, _, port in ports["scheduler"] + ports["signal"]} == {50051, 50052, 9464, 9465}
+    assert {address for entries in ports.values() for address, _, _ in entries} == {"127.0.0.1"}, ports
+    # LOWTIDE_PUBLISH_ADDR (documented in the README, with auth on) publishes elsewhere.
+    monkeypatch.setenv("LOWTIDE_PUBLISH_ADDR", "0.0.0.0")
+    assert {address for service in services.values() for address, _, _ in published(service)} == {"0.0.0.0"}
 
 
 def test_prometheus_scrapes_the_metrics_ports_the_services_listen_on() -> None:

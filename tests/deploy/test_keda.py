@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from lowtide_client import Client, SignalClient, Worker
-from lowtide_client._proto.externalscaler import externalscaler_pb2, externalscaler_pb2_grpc
+from lowtide_proto.externalscaler import externalscaler_pb2, externalscaler_pb2_grpc
 from scheduler_service.keda import SERVICE_NAME, add_keda_scaler
 from scheduler_service.server import Scheduler, start_scheduler
 from signal_service.server import SignalServer

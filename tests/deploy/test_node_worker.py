@@ -13,9 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from google.protobuf import duration_pb2
 
 from lowtide.config import TlsConfig
-from lowtide_client._proto.lowtide.v1 import worker_pb2
+from lowtide_proto.lowtide.v1 import worker_pb2
 from scheduler_service.server import Scheduler, start_scheduler
 from tests.conftest import make_config
 from tests.deploy.node import NODE_DIR, ensure_node_modules, node_or_skip, run_bounded
@@ -25,14 +26,16 @@ from tests.security.conftest import TOKENS, secured
 
 async def _drain_when_busy(scheduler: Scheduler) -> None:
     """The scheduler side of a drain for the Node drain test: once a worker whose id starts with
-    "drain-" runs an attempt, it gets no more work and is sent a Drain on its stream."""
+    "drain-" runs an attempt, it gets no more work and is sent a Drain on its stream (once per id:
+    the worker then closes that stream and connects again)."""
     drained: set[str] = set()
     while True:
         for session in list(scheduler.registry):
             if session.worker_id.startswith("drain-") and session.in_flight and session.worker_id not in drained:
                 drained.add(session.worker_id)
                 session.draining = True
-                session.send(worker_pb2.SchedulerMessage(drain=worker_pb2.Drain(reason="scheduler maintenance")))
+                drain = worker_pb2.Drain(reason="scheduler maintenance", grace=duration_pb2.Duration(seconds=10))
+                session.send(worker_pb2.SchedulerMessage(drain=drain))
         await asyncio.sleep(0.02)
 
 

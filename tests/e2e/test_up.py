@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import eventually
+
 PIPE = asyncio.subprocess.PIPE
 
 
@@ -264,3 +266,132 @@ def scrape(port: int) -> str:
     """The /metrics page, waiting up to a few seconds for a refresh with live figures."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         return str(response.read().decode())
+
+
+# What the embedded server's initdb and pg_ctl print, which `up` keeps back unless it fails.
+INITDB_OUTPUT = (
+    "The files belonging to this database system",
+    "Success. You can now start the database server",
+    "Running commandline",
+    "Successful postgres command",
+    "initdb",
+)
+
+
+async def read_all(process: asyncio.subprocess.Process, within: float) -> list[str]:
+    """Everything the process prints on stdout until it exits (or fails the test after `within`)."""
+    assert process.stdout is not None
+    try:
+        out = await asyncio.wait_for(process.stdout.read(), within)
+    except TimeoutError:
+        raise AssertionError(f"process {process.pid} still running after {within}s") from None
+    await exited(process, within=10)
+    return out.decode().splitlines()
+
+
+def children(pid: int) -> dict[int, str]:
+    """The processes whose parent is `pid`, with their command lines."""
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            # The parent pid is the 2nd field after the command name, which is in parentheses.
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return found
+
+
+@pytest.mark.slow
+async def test_first_start_shows_one_line_per_step_and_not_the_initdb_log(session: Session) -> None:
+    up, printed = await session.up()
+    await ctrl_c(session, up)
+    # Up to the banner: its own steps, one line each, and the services' "listening on" lines.
+    before = printed[: next(i for i, line in enumerate(printed) if "lowtide is up" in line)]
+    steps = [line for line in before if not line.startswith("lowtide ")]
+    expected = [
+        f"embedded PostgreSQL: first start, creating its database in {session.data_dir} ...",
+        "database schema: ",
+        "starting the signal service on ",
+        "starting the scheduler service on ",
+    ]
+    assert len(steps) == len(expected), printed
+    assert all(line.startswith(prefix) for line, prefix in zip(steps, expected, strict=True)), printed
+    everything = printed + session.log("up.log").splitlines()
+    noise = [line for line in everything if any(text in line for text in INITDB_OUTPUT)]
+    assert noise == [], "\n".join(everything)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("breakage", "message"),
+    [
+        (
+            "port",
+            "lowtide up: the scheduler service exited (78): [scheduler] listen: cannot listen on {target}: "
+            "address already in use",
+        ),
+        ("feed", "lowtide up: the signal service exited (78): [signal] region: the electricitymaps feed needs a zone"),
+    ],
+)
+async def test_up_stops_with_the_service_s_own_error_when_a_service_cannot_start(
+    session: Session, breakage: str, message: str
+) -> None:
+    with socket.socket() as taken:
+        if breakage == "port":
+            host, port = session.target.rsplit(":", 1)
+            taken.bind((host, int(port)))
+            taken.listen()
+        else:
+            session.env["LOWTIDE_SIGNAL_FEED"] = "electricitymaps"  # and no LOWTIDE_SIGNAL_REGION
+        up = await session.spawn("up", log="up.log", group=True)
+        printed = await read_all(up, within=120)
+    assert up.returncode == 78, session.log("up.log")
+    assert not any("lowtide is up" in line for line in printed), printed
+    assert message.format(target=session.target) in session.log("up.log"), session.log("up.log")
+    # One failure, told once: the service was not restarted over and over.
+    assert session.log("up.log").count("lowtide up: ") == 1, session.log("up.log")
+    assert postmaster_pid(session.data_dir) is None, "the embedded PostgreSQL outlived `lowtide up`"
+
+
+def scheduler_child(up: asyncio.subprocess.Process) -> int | None:
+    return next((pid for pid, command in children(up.pid).items() if "scheduler serve" in command), None)
+
+
+@pytest.mark.slow
+async def test_sigterm_while_a_service_is_not_ready_yet_stops_at_once_without_the_banner(session: Session) -> None:
+    up = await session.spawn("up", log="up.log", group=True)
+    printed = await read_until(up, "starting the scheduler service", within=120)
+
+    # A scheduler frozen before it serves never becomes ready: `up` waits for it...
+    async def started() -> int | None:
+        return scheduler_child(up)
+
+    frozen = await eventually(started, within=30, interval=0.01)
+    assert frozen is not None
+    os.kill(frozen, signal.SIGSTOP)
+    # ... until it is told to stop, which it does at once rather than once the wait times out.
+    up.send_signal(signal.SIGTERM)
+    printed += await read_all(up, within=30)
+    assert up.returncode == 0, session.log("up.log")
+    assert not any("lowtide is up" in line for line in printed), printed
+    assert "stopping ..." in printed
+    assert scheduler_child(up) is None
+    assert postmaster_pid(session.data_dir) is None, "the embedded PostgreSQL outlived `lowtide up`"
+
+
+@pytest.mark.slow
+async def test_sigterm_kills_a_service_that_does_not_stop_within_the_grace(session: Session) -> None:
+    up, _ = await session.up()
+    frozen = scheduler_child(up)
+    assert frozen is not None
+    # Serving, so SIGTERM is handled by the scheduler: stopped, it cannot handle it.
+    os.kill(frozen, signal.SIGSTOP)
+    up.send_signal(signal.SIGTERM)
+    # The grace is 10 s; the bound leaves room for a loaded machine.
+    await read_all(up, within=60)
+    assert up.returncode == 0, session.log("up.log")
+    log = session.log("up.log")
+    assert re.search(r"up\.killed service=scheduler pid=" + str(frozen), log), log
+    assert scheduler_child(up) is None
+    assert postmaster_pid(session.data_dir) is None, "the embedded PostgreSQL outlived `lowtide up`"

@@ -17,7 +17,7 @@ import grpc
 import psycopg
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
+from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
 from tests.process.test_many_workers import counting_worker, kill_all, logs_of
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from lowtide_client import Client, TaskState, task_spec
-from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
+from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
 from scheduler_service.server import Scheduler, start_scheduler
 from scheduler_service.sessions import MAX_OUTBOX
 from tests.conftest import make_config

@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from lowtide_client import Client, SignalClient, task_spec
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc
+from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc
 from tests.faults.support import (
     connected_workers,
     counting_worker,

@@ -105,6 +105,9 @@ async def test_a_scheduler_killed_mid_run_loses_nothing_and_records_every_rerun(
         raw = RawWorker(target, "late-reporter")
         try:
             await raw.connect(running=[stale])
+            # Listed in the hello but no longer this worker's: it is told to stop it at once.
+            cancel = await raw.read()
+            assert [(r.task_id, r.attempt) for r in cancel.cancel.tasks] == [stale], cancel
             await raw.report([stale], result=b"forged")
             answer = await raw.read()
             assert answer.WhichOneof("message") == "rejected", answer

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lowtide_client import Client, SignalClient, TaskState
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2
+from lowtide_proto.lowtide.v1 import scheduler_pb2
 from tests.faults.support import (
     connected_workers,
     counting_worker,

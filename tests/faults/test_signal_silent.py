@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lowtide_client import Client, SignalClient
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2
+from lowtide_proto.lowtide.v1 import scheduler_pb2
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy
 from tests.faults.support import free_port, kill_all, logs_of, service_process, serving

@@ -8,7 +8,7 @@ from datetime import UTC, timedelta
 
 from lowtide.config import CostConfig
 from lowtide_client import Client, Task, TaskState, Worker, task_spec
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2
+from lowtide_proto.lowtide.v1 import scheduler_pb2
 from scheduler_service.server import Scheduler, start_scheduler
 from tests.fixed.conftest import fixed_config
 from tests.helpers import eventually
@@ -126,7 +126,12 @@ async def test_skip_ends_a_missed_start_and_says_why(fixed_scheduler: Scheduler)
             estimated_duration=timedelta(seconds=1),
         )
         done = await client.wait(task.id, timeout=timedelta(seconds=10))
-    assert (done.state, done.missed, done.miss_reason, done.attempt) == (SKIPPED, True, "no workers in the pool", 0)
+    assert (done.state, done.missed, done.miss_reason, done.attempt) == (
+        SKIPPED,
+        True,
+        "no worker of pool two connected",
+        0,
+    )
 
 
 async def test_run_late_runs_a_missed_start_as_soon_as_it_can(fixed_scheduler: Scheduler) -> None:
@@ -145,7 +150,7 @@ async def test_run_late_runs_a_missed_start_as_soon_as_it_can(fixed_scheduler: S
         COMPLETED,
         True,
         False,
-        "no workers in the pool",
+        "no worker of pool two connected",
     )
 
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from lowtide_client import Client, TaskState, Worker
-from lowtide_client._proto.lowtide.v1 import (
+from lowtide_proto.lowtide.v1 import (
     scheduler_pb2,
     scheduler_pb2_grpc,
     task_pb2,

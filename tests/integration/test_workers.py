@@ -14,7 +14,7 @@ import pytest
 
 from lowtide.config import Config, TypeConfig
 from lowtide_client import Client, NonRetryableError, TaskState, Worker, task_spec
-from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
+from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
 from scheduler_service.server import Scheduler, start_scheduler
 from tests.conftest import make_config
 from tests.helpers import eventually

@@ -66,6 +66,5 @@ def test_the_error_is_configured_under_signal() -> None:
     config = load_config(env={"LOWTIDE_SIGNAL_FEED": "replay", "LOWTIDE_SIGNAL_REPLAY_FORECAST_ERROR": "0"})
     assert config.signal.replay_forecast_error == 0.0
     assert isinstance(make_feed(config.signal), Replay)
-    bad = load_config(env={"LOWTIDE_SIGNAL_FEED": "replay", "LOWTIDE_SIGNAL_REPLAY_FORECAST_ERROR": "-0.1"})
     with pytest.raises(ConfigError, match="replay_forecast_error"):
-        make_feed(bad.signal)
+        load_config(env={"LOWTIDE_SIGNAL_FEED": "replay", "LOWTIDE_SIGNAL_REPLAY_FORECAST_ERROR": "-0.1"})

@@ -29,9 +29,11 @@ TASKS = 10_000
 WORKERS = 4
 
 
-def counting_worker(target: str, out: Path, *, slots: int, worker_id: str, log: Path) -> subprocess.Popen[bytes]:
+def counting_worker(
+    target: str, out: Path, *, slots: int, worker_id: str, log: Path, nap: float | None = None, level: str = "WARNING"
+) -> subprocess.Popen[bytes]:
     """Starts `python -m tests.process.counting_worker`; its log goes to `log` (read on failure)."""
-    env = dict(os.environ, LOWTIDE_LOG_LEVEL="WARNING")
+    env = dict(os.environ, LOWTIDE_LOG_LEVEL=level)
     with log.open("ab") as stderr:
         return subprocess.Popen(
             [
@@ -46,6 +48,7 @@ def counting_worker(target: str, out: Path, *, slots: int, worker_id: str, log: 
                 str(slots),
                 "--worker-id",
                 worker_id,
+                *(["--nap", str(nap)] if nap is not None else []),
             ],
             cwd=REPO,
             env=env,

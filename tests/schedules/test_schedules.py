@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from lowtide_client import Client, Task, TaskState
-from lowtide_client._proto.lowtide.v1.schedule_pb2 import Schedule
+from lowtide_proto.lowtide.v1.schedule_pb2 import Schedule
 from scheduler_service.schedules import ScheduleMaterializer
 from scheduler_service.server import Scheduler
 from tests.helpers import eventually

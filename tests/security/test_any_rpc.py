@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2, signal_pb2
+from lowtide_proto.lowtide.v1 import scheduler_pb2, signal_pb2
 from scheduler_service.server import Scheduler
 from signal_service.server import SignalServer
 

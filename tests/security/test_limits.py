@@ -12,7 +12,7 @@ from google.protobuf import duration_pb2
 
 from lowtide.config import load_config
 from lowtide.errors import ConfigError
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
+from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
 from scheduler_service.server import Scheduler, start_scheduler
 from tests.conftest import make_config
 from tests.integration.test_bad_input import count_tasks

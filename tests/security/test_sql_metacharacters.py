@@ -11,7 +11,7 @@ import pytest
 
 from lowtide.config import SignalDefinition
 from lowtide_client import Client, SignalClient
-from lowtide_client._proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
+from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
 from scheduler_service.server import Scheduler
 from signal_service.server import SignalServer, start_signal_service
 from tests.signal.conftest import signal_config

@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from lowtide.config import Config, SignalConfig, TlsConfig
 from lowtide.errors import ConfigError
 from lowtide_client import Client, SignalClient, TaskState, Worker
-from lowtide_client._channel import Security, open_channel
+from lowtide_proto.channel import Security, open_channel
 from scheduler_service.server import Scheduler, start_scheduler
 from signal_service.server import SignalServer, start_signal_service
 from tests.conftest import make_config

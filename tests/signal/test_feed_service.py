@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 from lowtide_client import SignalClient
-from lowtide_client._proto.lowtide.v1 import signal_pb2
+from lowtide_proto.lowtide.v1 import signal_pb2
 from signal_service.domain import Point, Reading
 from signal_service.server import start_signal_service
 from tests.helpers import eventually

@@ -12,7 +12,7 @@ import pytest
 
 from lowtide.errors import ConfigError
 from lowtide_client import SignalClient
-from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
+from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.domain import Point, Reading
 from signal_service.server import SignalServer, start_signal_service
 from signal_service.store import SignalStore

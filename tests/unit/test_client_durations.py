@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lowtide_client import format_duration, parse_duration
-from lowtide_client._durations import duration_from_proto, duration_to_proto
+from lowtide_proto.durations import duration_from_proto, duration_to_proto
 
 
 @pytest.mark.parametrize(

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from google.protobuf import duration_pb2
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from lowtide.config import RetryConfig
 from lowtide.errors import InvalidArgument, TooLarge
-from lowtide_client._proto.lowtide.v1 import task_pb2
+from lowtide_proto.lowtide.v1 import task_pb2
 from scheduler_service.convert import new_task
 from scheduler_service.domain.model import Kind
 
@@ -70,3 +70,36 @@ def test_bad_fields_are_named(spec: task_pb2.TaskSpec, field: str) -> None:
 def test_a_payload_over_the_limit_is_too_large() -> None:
     with pytest.raises(TooLarge, match="17 bytes"):
         check(task_pb2.TaskSpec(activity_type="x", payload=b"x" * 17))
+
+
+# 9999-12-31T23:59:59Z, the last second a Timestamp (and a Python datetime) can hold.
+LAST_SECOND = timestamp_pb2.Timestamp(seconds=253402300799)
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (task_pb2.TaskSpec(activity_type="x", start_at=LAST_SECOND), "start_at"),
+        (
+            task_pb2.TaskSpec(
+                activity_type="x",
+                start_at=LAST_SECOND,
+                start_tolerance=duration_pb2.Duration(seconds=3600),
+                estimated_duration=duration_pb2.Duration(seconds=60),
+            ),
+            "start_at",
+        ),
+        (
+            task_pb2.TaskSpec(
+                activity_type="x", deadline=LAST_SECOND, estimated_duration=duration_pb2.Duration(seconds=60)
+            ),
+            "deadline",
+        ),
+        (task_pb2.TaskSpec(activity_type="x", latest_start=LAST_SECOND), "latest_start"),
+    ],
+)
+def test_a_time_at_the_end_of_year_9999_is_refused_naming_its_field(spec: task_pb2.TaskSpec, field: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        check(spec)
+    assert caught.value.field == field
+    assert "at most 366 days ahead" in str(caught.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -9,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler_service.domain.fixed import (
-    CAPACITY_IN_USE,
-    NO_WORKERS,
     FixedStart,
     Interval,
+    Miss,
+    MissFacts,
     MissPolicy,
     Reservation,
     admit,
@@ -90,12 +91,74 @@ def test_p90_of_run_times() -> None:
     assert p90([2.0]) == 2.0
 
 
-def test_hits_and_miss_reasons() -> None:
+def test_hits() -> None:
     assert is_hit(at(0) + timedelta(milliseconds=900), at(0), timedelta(seconds=1))
     assert not is_hit(at(0) + timedelta(seconds=2), at(0), timedelta(seconds=1))
     assert is_hit(at(0), at(0), timedelta(0))
     # Tolerance 0: the first scheduling step at or after the time counts; later is a miss.
     assert is_hit(at(0) + timedelta(milliseconds=30), at(0), timedelta(0))
     assert not is_hit(at(0) + timedelta(milliseconds=200), at(0), timedelta(0))
-    assert miss_reason(workers_in_pool=0, dependencies_pending=False) == NO_WORKERS
-    assert miss_reason(workers_in_pool=3, dependencies_pending=False) == CAPACITY_IN_USE
+
+
+# Miss reasons: what really happened, most decisive first.
+TEN = MissFacts(
+    pool="ten", queue="default", activity_type="work", start_at=at(0), workers_in_pool=3, workers_for_type=3
+)
+
+
+def facts(**changes: object) -> MissFacts:
+    return replace(TEN, **changes)  # type: ignore[arg-type]
+
+
+def test_a_start_while_no_scheduler_ran_says_so_whatever_the_slots() -> None:
+    down = facts(scheduler_ran=False, down_from=at(-1), down_to=at(2), slots=30)
+    assert miss_reason(down) == Miss(
+        "scheduler_down",
+        "the scheduler was not running at the start time "
+        "(down from 2026-06-01T11:59:00+00:00 to 2026-06-01T12:02:00+00:00)",
+    )
+    assert miss_reason(facts(scheduler_ran=False, down_to=at(2))).message == (
+        "the scheduler was not running at the start time (down to 2026-06-01T12:02:00+00:00)"
+    )
+
+
+def test_a_paused_queue_or_late_dependencies() -> None:
+    assert miss_reason(facts(queue_paused=True, slots=30)) == Miss("queue_paused", "queue default was paused")
+    assert miss_reason(facts(dependencies_pending=True, slots=30)) == Miss(
+        "dependencies", "its dependencies had not completed by the start + tolerance"
+    )
+
+
+def test_no_worker_of_the_pool_or_none_that_runs_the_type() -> None:
+    assert miss_reason(facts(workers_in_pool=0, workers_for_type=0)) == Miss(
+        "no_worker", "no worker of pool ten connected"
+    )
+    assert miss_reason(facts(workers_for_type=0)) == Miss(
+        "no_worker_for_type", "no worker of pool ten runs activity type work on queue default"
+    )
+
+
+def test_no_free_slot_says_what_took_the_slots() -> None:
+    assert miss_reason(facts(slots=2, busy=2, busy_fixed=1)) == Miss(
+        "no_free_slot",
+        "no free slot: all 2 slots of the workers of pool ten that run it were busy (1 with regular work)",
+    )
+    assert miss_reason(facts(slots=1, busy=1)).message == (
+        "no free slot: the one slot of the workers of pool ten that run it was busy (1 with regular work)"
+    )
+    assert miss_reason(facts(slots=3, busy=2, busy_fixed=2, held_for_others=1)) == Miss(
+        "capacity_fixed",
+        "held capacity in use by other fixed tasks: all 3 slots of the workers of pool ten that run it ran or were "
+        "held for other fixed starts",
+    )
+
+
+def test_free_slots_are_never_called_capacity_in_use() -> None:
+    assert miss_reason(facts(slots=30)) == Miss(
+        "not_dispatched",
+        "not dispatched by the start + tolerance although 30 slots of the workers of pool ten that run it were free",
+    )
+    assert miss_reason(facts(slots=30, needs_resources=True)) == Miss(
+        "resources", "the resources it needs were not free"
+    )
+    assert "1 slot of" in miss_reason(facts(slots=1)).message and "was free" in miss_reason(facts(slots=1)).message

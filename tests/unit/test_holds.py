@@ -37,7 +37,7 @@ def test_the_hold_is_on_until_the_first_value_arrives() -> None:
 def test_the_hold_follows_the_threshold_and_says_why() -> None:
     state = next_hold(HoldState(False, None, ""), grid(520), HoldPolicy(), NOW)
     assert state.active and state.since == NOW
-    assert state.reason == "signal grid is 520 gCO2/kWh > 400"
+    assert state.reason == "signal grid is 520 gCO2/kWh, above its threshold of 400"
 
 
 def test_release_below_keeps_the_hold_until_the_value_is_lower() -> None:
@@ -88,10 +88,11 @@ def test_max_defer_releases_a_long_held_task() -> None:
 
 def test_explain_names_the_hold_and_the_signal() -> None:
     facts = TaskFacts("pending", "default", "activity", "train_model", 0, NOW, NOW)
-    hold = HoldState(True, datetime(2026, 3, 1, 12, 3, 10, tzinfo=UTC), "signal grid is 520 gCO2/kWh > 400")
+    hold = HoldState(True, datetime(2026, 3, 1, 12, 3, 10, tzinfo=UTC), "signal grid is 520 gCO2/kWh, above 400")
     text, codes = explain(facts, Surroundings(now=NOW, held=True, hold=hold, workers_for_type=1))
     assert text == (
-        "held: activity type train_model is cost-deferrable and signal grid is 520 gCO2/kWh > 400 since 12:03:10"
+        "held: activity type train_model is cost-deferrable and signal grid is 520 gCO2/kWh, above 400"
+        " (the hold has been active since 12:03:10)"
     )
     assert codes == ["cost_hold"]
 

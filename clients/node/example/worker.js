@@ -37,5 +37,6 @@ worker.start().then(
     process.exit(1);
   },
 );
-// A stream that ends without a drain asked for is a failure: exit non-zero so the container restarts.
+// The worker reconnects by itself after a scheduler's Drain or an outage; it closes only after
+// stop() (exit 0) or on an error to fix, such as a refused hello (exit 1, so the container restarts).
 worker.closed.then((error) => process.exit(error || !worker.draining ? 1 : 0));

@@ -2,7 +2,8 @@
 // Runs against a real scheduler at LOWTIDE_TARGET (tests/deploy/test_node_worker.py starts one
 // and runs these). The scheduler there beats every 300 ms and loses a silent worker after 2 s.
 // For the drain test, that wrapper sends a Drain to any worker whose id starts with "drain-"
-// once it runs an attempt: the scheduler side of a drain, through the scheduler's own stream.
+// once it runs an attempt (once per id): the scheduler side of a drain, through the scheduler's
+// own stream.
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
@@ -136,24 +137,29 @@ test('honours a cancel: the activity is aborted and its slot freed', LIMIT, asyn
   });
 });
 
-test('honours a drain: finishes what it runs, reports it, takes nothing new, closes', LIMIT, async () => {
+test('honours a drain: finishes what it runs, reports it, closes that stream and connects again', LIMIT, async () => {
   const worker = newWorker({
     workerId: `drain-${process.pid}`,
     activities: { n_drain: async (p) => { await sleep(300); return p; } },
   });
   const drained = once(worker, 'drain');
   await worker.start();
+  const welcomedAgain = once(worker, 'welcome');
   const running = await client.submit('n_drain', 'finish me');
-  const [reason] = await drained;
+  const [reason, drain] = await drained;
   assert.ok(reason.length > 0);
-  const error = await worker.closed;
-  assert.equal(error, null);
+  assert.ok(drain.grace, 'a drain carries its grace');
   const task = await finished(running.id);
   assert.equal(task.state, 'TASK_STATE_COMPLETED');
+  assert.equal(task.attempt, 1);
   assert.equal(Buffer.from(task.result).toString(), 'finish me');
-  const later = await client.submit('n_drain', 'nobody takes me');
-  // Nothing to poll for: the claim that must not happen would come within milliseconds.
-  await sleep(300);
-  assert.equal((await client.get(later.id)).state, 'TASK_STATE_PENDING');
-  await client.cancel(later.id);
+  // The drained stream is closed and a new one welcomed: work flows again, on the same worker id.
+  const [welcome] = await welcomedAgain;
+  assert.equal(welcome.worker_id, `drain-${process.pid}`);
+  const later = await client.submit('n_drain', 'the next stream takes me');
+  const next = await finished(later.id);
+  assert.equal(next.state, 'TASK_STATE_COMPLETED');
+  assert.equal(next.worker_id, `drain-${process.pid}`);
+  await worker.stop();
+  assert.equal(await worker.closed, null);
 });

@@ -15,7 +15,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from lowtide_client._errors import NonRetryableError
-from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
+from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 
 __all__ = [
     "Activity",

@@ -22,7 +22,7 @@ from lowtide_client._activities import (
     success_result,
 )
 from lowtide_client._log import log_event
-from lowtide_client._proto.lowtide.v1 import task_pb2, worker_pb2
+from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 
 __all__ = ["Attempt", "Attempts"]
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import grpc
 
-from lowtide_client._backoff import Backoff
-from lowtide_client._channel import Security, open_channel
-from lowtide_client._durations import duration_to_proto, format_duration
 from lowtide_client._log import log_event
-from lowtide_client._proto.lowtide.v1 import schedule_pb2, scheduler_pb2, scheduler_pb2_grpc, task_pb2
 from lowtide_client._spec import _MISS_POLICIES, _duration, task_spec
+from lowtide_proto.backoff import Backoff
+from lowtide_proto.channel import Security, open_channel
+from lowtide_proto.durations import duration_to_proto, format_duration
+from lowtide_proto.lowtide.v1 import schedule_pb2, scheduler_pb2, scheduler_pb2_grpc, task_pb2
 
 __all__ = ["FINISHED_STATES", "Client"]
 

@@ -8,7 +8,9 @@ until it ends:
 * the heartbeat loop queues a Heartbeat naming every running attempt.
 
 Attempts and unsent results live in ``Attempts`` and survive a broken stream: the next
-Hello lists the attempts, and the waiting results follow the Welcome. Reports are delivered
+Hello lists the attempts, and the waiting results follow the Welcome. A Drain (the scheduler
+is going) ends one stream, not the worker: no new work is taken on it, the running attempts
+finish and are reported, the stream is closed, and the worker connects again with backoff. Reports are delivered
 at least once at best: a result written just before the stream broke may be lost, and then
 the scheduler's lease or timeouts re-dispatch the attempt.
 """
@@ -29,11 +31,11 @@ import grpc
 
 from lowtide_client._activities import Activity
 from lowtide_client._attempts import Attempts
-from lowtide_client._backoff import Backoff
-from lowtide_client._durations import format_duration
 from lowtide_client._holds import CostHold, held_now
 from lowtide_client._log import log_event
-from lowtide_client._proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
+from lowtide_proto.backoff import Backoff
+from lowtide_proto.durations import format_duration
+from lowtide_proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
 
 __all__ = ["Runtime", "Settings"]
 
@@ -91,6 +93,7 @@ class Runtime:
         self._closing_event = asyncio.Event()
         self._stopping = False  # no new work wanted: SlotUpdate(0) sent, or owed to the next stream
         self._closing = False  # all work over: flush the results and close the stream
+        self._drained = asyncio.Event()  # the scheduler sent Drain on the current stream
         # The current stream's outgoing queue; None while disconnected.
         self._outgoing: asyncio.Queue[_Outgoing] | None = None
         self._flush_queued = False
@@ -151,7 +154,7 @@ class Runtime:
             try:
                 if await self._session(channel, backoff):
                     return
-                reason = "stream ended"
+                reason = "drained by the scheduler" if self._drained.is_set() else "stream ended"
             except grpc.aio.AioRpcError as exc:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     raise
@@ -182,6 +185,7 @@ class Runtime:
         """One stream, from Hello to its end. True when it closed as planned (after stop)."""
         call = worker_pb2_grpc.WorkerServiceStub(channel).Connect()
         helpers: list[asyncio.Task[None]] = []
+        self._drained.clear()
         try:
             await call.write(worker_pb2.WorkerMessage(hello=self._hello()))
             first = await asyncio.wait_for(call.read(), _WELCOME_TIMEOUT)
@@ -206,14 +210,20 @@ class Runtime:
                 queue.put_nowait(_Signal.END)
             sender = asyncio.create_task(self._send_loop(call, queue))
             reader = asyncio.create_task(self._read_loop(call))
-            helpers = [sender, reader, asyncio.create_task(self._heartbeat_loop(queue, interval))]
+            helpers = [
+                sender,
+                reader,
+                asyncio.create_task(self._heartbeat_loop(queue, interval)),
+                asyncio.create_task(self._close_when_drained(queue)),
+            ]
             if self._settings.cost_holds:
                 helpers.append(asyncio.create_task(self._hold_loop(queue)))
             await asyncio.wait({sender, reader}, return_when=asyncio.FIRST_COMPLETED)
             if sender.done() and sender.exception() is None:
                 # All written and the request side closed; the scheduler now ends the stream.
+                # After a stop that is the end; after a drain the worker connects again.
                 await reader
-                return True
+                return self._closing
             if not reader.done():
                 # A write failed, so the call is over; the reader learns its status.
                 await asyncio.wait({reader}, timeout=_CLOSE_TIMEOUT)
@@ -294,6 +304,15 @@ class Runtime:
                 return
             self._handle(message)
 
+    async def _close_when_drained(self, queue: asyncio.Queue[_Outgoing]) -> None:
+        """After a Drain: once every running attempt has finished, send the results and close
+        the stream. Cancelled with the stream when the scheduler ends it first (at the drain's
+        deadline): the attempts keep running and the next Hello lists them."""
+        await self._drained.wait()
+        while self._attempts.running:
+            await asyncio.wait(self._attempts.tasks(), return_when=asyncio.FIRST_COMPLETED)
+        queue.put_nowait(_Signal.END)
+
     async def _heartbeat_loop(self, queue: asyncio.Queue[_Outgoing], interval: float) -> None:
         loop = asyncio.get_running_loop()
         last = loop.time()
@@ -335,7 +354,7 @@ class Runtime:
         kind = message.WhichOneof("message")
         if kind == "assignments":
             for assignment in message.assignments.assignments:
-                if self._closing:
+                if self._closing or self._drained.is_set():
                     # The stream is closing; the scheduler re-dispatches what it still holds.
                     ref = assignment.task
                     log_event(logging.INFO, "worker.assignment_declined", task_id=ref.task_id, attempt=ref.attempt)
@@ -348,7 +367,12 @@ class Runtime:
             for report in message.rejected.reports:
                 self._attempts.forget(report.task, event="worker.report_rejected", reason=report.reason)
         elif kind == "drain":
-            log_event(logging.INFO, "worker.drain_requested", reason=message.drain.reason)
-            self._stop_event.set()
+            log_event(
+                logging.INFO,
+                "worker.drain_requested",
+                reason=message.drain.reason,
+                running=len(self._attempts.running),
+            )
+            self._drained.set()
         else:
             log_event(logging.WARNING, "worker.unexpected_message", kind=kind)

@@ -18,10 +18,10 @@ from typing import Any
 
 import grpc
 
-from lowtide_client._backoff import Backoff
-from lowtide_client._channel import Security, open_channel
 from lowtide_client._log import log_event
-from lowtide_client._proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
+from lowtide_proto.backoff import Backoff
+from lowtide_proto.channel import Security, open_channel
+from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 
 __all__ = ["SignalClient"]
 

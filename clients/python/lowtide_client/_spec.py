@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 
 from google.protobuf import duration_pb2
 
-from lowtide_client._durations import duration_to_proto
-from lowtide_client._proto.lowtide.v1 import task_pb2
+from lowtide_proto.durations import duration_to_proto
+from lowtide_proto.lowtide.v1 import task_pb2
 
 __all__ = ["task_spec"]
 

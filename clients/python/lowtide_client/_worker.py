@@ -22,10 +22,10 @@ from typing import Any, TypeVar
 import grpc
 
 from lowtide_client._activities import Activity, ActivityFunction, make_activity
-from lowtide_client._channel import Security, open_channel
 from lowtide_client._holds import CostHold, local_conflicts
 from lowtide_client._log import log_event
 from lowtide_client._runtime import Runtime, Settings
+from lowtide_proto.channel import Security, open_channel
 
 __all__ = ["Worker"]
 
@@ -173,12 +173,14 @@ class Worker:
             log_event(logging.ERROR, "worker.run_failed", exc_info=True, worker_id=self._worker_id)
 
     async def run(self, *, install_signal_handlers: bool = False) -> None:
-        """Connect and execute assigned attempts until ``stop()`` (or a Drain) is carried out.
+        """Connect and execute assigned attempts until ``stop()`` is carried out.
 
-        Reconnects when the stream fails with UNAVAILABLE or the scheduler ends it
-        unexpectedly. Any other gRPC status (for example a refused hello) is raised as the
-        ``grpc.aio.AioRpcError``. With ``install_signal_handlers``, SIGTERM and SIGINT call
-        ``stop()`` (main thread only).
+        Reconnects (with backoff, listing running attempts in the Hello) when the stream fails
+        with UNAVAILABLE or the scheduler ends it, as after a Drain: the scheduler is going, so
+        the worker takes no new work on that stream, finishes and reports what it runs, closes
+        it and connects again. Any other gRPC status (a refused hello, or ABORTED when a newer
+        stream took over this worker id) is raised as the ``grpc.aio.AioRpcError``. With
+        ``install_signal_handlers``, SIGTERM and SIGINT call ``stop()`` (main thread only).
         """
         if not self._activities:
             raise RuntimeError("register at least one activity before run()")

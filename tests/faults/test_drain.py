@@ -1,0 +1,99 @@
+"""A scheduler stopped while a Python and a Node worker process each run an attempt: both get a
+Drain, finish the attempt and report it before the scheduler is gone (the results are on record
+when stop() returns), and both connect by themselves to the next scheduler on the same address
+and take work from it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+
+from lowtide_client import Client, TaskState
+from scheduler_service.server import start_scheduler
+from tests.conftest import make_config
+from tests.deploy.node import ensure_node_modules, node_or_skip
+from tests.faults.support import REPO, connected_workers, counting_worker, free_port, kill_all, logs_of, query
+from tests.helpers import eventually
+
+RUNNING = TaskState.Value("TASK_STATE_RUNNING")
+COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
+NAP_WORKER = Path(__file__).with_name("nap_worker.js")
+
+
+def _node_worker(node: str, target: str, worker_id: str, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, LOWTIDE_TARGET=target, WORKER_ID=worker_id, NAP_MS="1500")
+    with log.open("ab") as out:
+        return subprocess.Popen([node, str(NAP_WORKER)], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+async def test_a_stopping_scheduler_drains_busy_workers_and_they_reconnect_to_the_next(
+    database_url: str, tmp_path: Path
+) -> None:
+    node = node_or_skip()
+    await ensure_node_modules()
+    config = make_config(listen=f"127.0.0.1:{free_port()}", lease_timeout=timedelta(seconds=10))
+    first = await start_scheduler(config, database_url=database_url)
+    second = None
+    out, py_log, node_log = tmp_path / "py.txt", tmp_path / "py.log", tmp_path / "node.log"
+    processes = [
+        counting_worker(first.target, out, slots=2, worker_id="py-drain", log=py_log, nap=1.5, level="INFO"),
+        _node_worker(node, first.target, "node-drain", node_log),
+    ]
+    logs = [py_log, node_log]
+    try:
+        names = {"py-drain", "node-drain"}
+
+        async def both_connected() -> bool:
+            return await connected_workers(database_url) == names
+
+        await eventually(both_connected, within=60, interval=0.1)
+        async with Client(first.target) as client:
+            on_python = await client.submit("nap", "p1")
+            on_node = await client.submit("n_nap", "n1")
+
+            async def both_running() -> bool:
+                tasks = [await client.get(t.id) for t in (on_python, on_node)]
+                return [t.state for t in tasks] == [RUNNING, RUNNING] and _text(out).split() == ["p1"]
+
+            await eventually(both_running, within=30)
+        await first.stop(grace=20.0)
+        # Drained, not cut: each attempt finished on its worker and its result is on record.
+        ids = f"{on_python.id}, {on_node.id}"
+        rows = await query(
+            database_url,
+            f"SELECT id, state, attempt, result, worker_id FROM lowtide.tasks WHERE id IN ({ids}) ORDER BY id",
+        )
+        assert rows == [
+            (on_python.id, "completed", 1, b"p1", "py-drain"),
+            (on_node.id, "completed", 1, b"n1", "node-drain"),
+        ], logs_of(logs)
+        assert "worker.drain_requested" in _text(py_log), logs_of(logs)
+        assert "drain the scheduler is shutting down" in _text(node_log), logs_of(logs)
+
+        second = await start_scheduler(config, database_url=database_url)
+        mine = second.scheduler_id
+
+        async def both_on_the_next() -> bool:
+            rows = await query(database_url, f"SELECT id FROM lowtide.workers WHERE scheduler_id = '{mine}'")
+            return {str(r[0]) for r in rows} == names
+
+        try:
+            await eventually(both_on_the_next, within=60, interval=0.1)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{logs_of(logs)}") from None
+        async with Client(second.target) as client:
+            for activity, payload, worker_id in (("nap", "p2", "py-drain"), ("n_nap", "n2", "node-drain")):
+                task = await client.submit(activity, payload)
+                done = await client.wait(task.id, timeout=timedelta(seconds=30))
+                assert (done.state, done.worker_id, done.result) == (COMPLETED, worker_id, payload.encode())
+        assert all(p.poll() is None for p in processes), logs_of(logs)
+    finally:
+        kill_all(processes)
+        if second is not None:
+            await second.stop(grace=1.0)
