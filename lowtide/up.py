@@ -33,6 +33,7 @@ from lowtide.db.embedded import is_initialized, start_embedded
 from lowtide.demo import demo_env, demo_worker_args, generate, show
 from lowtide.errors import EXIT_CONFIG, ConfigError
 from lowtide_proto.backoff import Backoff
+from lowtide_proto.channel import keepalive_options
 
 log = logging.getLogger("lowtide.up")
 
@@ -152,7 +153,7 @@ async def _supervise(service: Service, stopping: asyncio.Event, served: asyncio.
 
 async def _wait_serving(target: str) -> None:
     """Returns once the service at `target` reports SERVING through gRPC health checking."""
-    async with grpc.aio.insecure_channel(target) as channel:
+    async with grpc.aio.insecure_channel(target, options=keepalive_options()) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             try:
