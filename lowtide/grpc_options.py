@@ -5,8 +5,8 @@ Every connection to a lowtide service is long-lived: a worker's `Connect` stream
 are chosen for that: keepalive pings find a connection whose peer is gone (a half-open TCP
 connection never fails on its own); clients may ping that often without being called abusive;
 and what a client may send (streams, message and metadata sizes, pings) is bounded. The clients'
-own keepalive (every 30 s, 10 s to answer) is in lowtide_proto.channel's `open_channel`, which
-lowtide_client, the CLI and the scheduler's Subscribe stream use.
+own keepalive (every 30 s, 10 s to answer) is `lowtide_proto.channel.open_channel`, which the CLI and
+the scheduler's Subscribe stream use too.
 
 Max connection age: the signal service ends a connection after an hour (with a minute's grace),
 so subscribers spread again over the replicas behind a load balancer, one added later included;

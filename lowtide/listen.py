@@ -1,9 +1,9 @@
 """Listening ports of both services: one port, one process.
 
 grpc turns SO_REUSEPORT on by default, so a second scheduler (or signal service) started on a
-port that one already serves binds it too and the kernel splits new connections between the
-two, possibly on two different databases. Every lowtide gRPC server is built with
-`lowtide.grpc_options` (which turns SO_REUSEPORT off) and binds through `add_listen_port`,
+port that one already serves would bind it too and the kernel would split new connections
+between the two, possibly on two different databases. Every lowtide gRPC server is built with
+`lowtide.grpc_options.server_options` (SO_REUSEPORT off) and binds through `add_listen_port`,
 which refuses a port in use with one line naming the setting, the address and what the system
 said.
 """

@@ -5,7 +5,8 @@ one supervised process tree, with one line per step on the way up.
   stops `up` with that service's own one-line message and a non-zero exit: restarting it would
   only fail again. A service that exits otherwise is restarted with backoff, and `up` gives up
   on one that never served after START_ATTEMPTS starts.
-- "lowtide is up" is printed once every service answers SERVING to gRPC health checking.
+- "lowtide is up" is printed once every service answers SERVING to gRPC health checking (over
+  TLS with LOWTIDE_CA etc. when the services serve TLS, as for the CLI).
 - Ctrl-C or SIGTERM, at any moment: the services get SIGTERM (workers first, the signal service
   last) and whatever still runs GRACE seconds later gets SIGKILL; then the embedded database
   stops. A second Ctrl-C kills at once.
@@ -23,17 +24,15 @@ import time
 from collections import deque
 from typing import Any
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from lowtide.auth import check_listen, is_loopback
 from lowtide.config import Config
 from lowtide.db import apply_migrations
 from lowtide.db.embedded import is_initialized, start_embedded
 from lowtide.demo import demo_env, demo_worker_args, generate, show
 from lowtide.errors import EXIT_CONFIG, ConfigError
+from lowtide.health import check_health
 from lowtide_proto.backoff import Backoff
-from lowtide_proto.channel import keepalive_options
+from lowtide_proto.channel import Security
 
 log = logging.getLogger("lowtide.up")
 
@@ -151,18 +150,25 @@ async def _supervise(service: Service, stopping: asyncio.Event, served: asyncio.
             await asyncio.wait_for(stopping.wait(), delay)
 
 
-async def _wait_serving(target: str) -> None:
-    """Returns once the service at `target` reports SERVING through gRPC health checking."""
-    async with grpc.aio.insecure_channel(target, options=keepalive_options()) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while True:
-            try:
-                reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.aio.AioRpcError:
-                pass
-            await asyncio.sleep(0.1)
+async def _wait_serving(name: str, target: str, security: Security) -> None:
+    """Returns once the service at `target` reports SERVING through gRPC health checking; says
+    what it last heard every 15 s meanwhile."""
+    loop = asyncio.get_running_loop()
+    told = loop.time()
+    while True:
+        answer = await check_health(target, within=1.0, security=security)
+        if answer.serving:
+            return
+        if loop.time() - told > 15:
+            print(f"still waiting for the {name} service: {answer.message}", flush=True)
+            told = loop.time()
+        await asyncio.sleep(0.1)
+
+
+def _health_security() -> Security:
+    """TLS for the health checks as the CLI has it (LOWTIDE_CA, LOWTIDE_CERT, LOWTIDE_KEY)."""
+    ca, cert, key = (os.environ.get(name) or None for name in ("LOWTIDE_CA", "LOWTIDE_CERT", "LOWTIDE_KEY"))
+    return Security(ca=ca, cert=cert, key=key)
 
 
 async def _first(*aws: asyncio.Future[Any]) -> None:
@@ -240,9 +246,10 @@ async def run_up(config: Config, *, demo: bool = False) -> int:
     extras: list[asyncio.Task[None]] = []
 
     async def ready(service: Service) -> None:
-        await _wait_serving(targets[service.name])
+        await _wait_serving(service.name, targets[service.name], security)
         served[service.name].set()
 
+    security = _health_security()
     stopped = asyncio.create_task(stopping.wait())
     failure: Failure | None = None
     try:

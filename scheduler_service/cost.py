@@ -61,7 +61,7 @@ class CostHolds:
         self.signal: SignalView | None = None
         self.state = initial_hold(policy, clock())
         self.connected = False
-        # The Subscribe channel's keepalive (time, timeout in ms); None: lowtide_client's.
+        # The Subscribe channel's keepalive (time, timeout in ms); None: lowtide_proto.channel's.
         self.keepalive = keepalive
         self._recheck: asyncio.TimerHandle | None = None
         # The signal service sends every new version (a value, or its own stale mark after

@@ -22,9 +22,9 @@ from lowtide.db import Database, apply_migrations
 from lowtide.errors import ConfigError, DatabaseUnavailable, LowtideError
 from lowtide.grpc_options import signal_server_options
 from lowtide.grpc_status import RefuseUndecodable
+from lowtide.listen import add_listen_port
 from lowtide.metrics import Metrics, start_metrics
 from lowtide.tasks import cancel_all
-from lowtide.tls import add_port
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.api import SignalApi
@@ -140,9 +140,7 @@ def _grpc_server(signals: Signals, config: Config) -> tuple[grpc.aio.Server, hea
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((SERVICE, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
-    port = add_port(server, listen, config.tls)
-    if port == 0:
-        raise ConfigError(f"[signal] listen: cannot listen on {listen} (in use, or not an address here)")
+    port = add_listen_port(server, listen, config.tls, "[signal] listen")
     return server, health_servicer, port
 
 
@@ -158,16 +156,17 @@ async def start_signal_service(
     feed = feed or make_feed(cfg)
     db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
     try:
-        await apply_migrations(url)
-        await db.open()
         signals = Signals(
             SignalStore(db),
             Fanout(),
             definitions(config, feed_unit=feed.unit if feed else feed_unit(cfg)),
             default=config.cost.signal,
         )
-        await signals.start()
+        # The port first: a database connection never holds it (50052 is in the ephemeral range).
         server, health_servicer, port = _grpc_server(signals, config)
+        await apply_migrations(url)
+        await db.open()
+        await signals.start()
         await server.start()
     except BaseException:
         await db.close()
