@@ -141,7 +141,14 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             holds = self._dispatcher.holds.config
             config_held = holds.deferrable.union(*(holds.per_queue or {}).values())
             session = session_from_hello(first.hello, config_held=config_held)
-            stale = await self._register(session, first.hello)
+            # Shielded: a call that ends meanwhile (the worker killed) must not leave the worker
+            # half recorded, its row and adopted attempts waiting out the lease.
+            registering = asyncio.ensure_future(self._register(session, first.hello))
+            try:
+                stale = await asyncio.shield(registering)
+            except asyncio.CancelledError:
+                registering.add_done_callback(lambda done: self._registered_too_late(session, done))
+                raise
         except LowtideError as error:
             await abort(context, error)
         log.info("worker.connected", extra={"worker_id": session.worker_id, "slots": session.slots})
@@ -149,6 +156,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._none_live.clear()
         reader = asyncio.create_task(self._read(session, request_iterator))
         feeder = asyncio.create_task(self._dispatcher.run(session))
+        write: asyncio.Future[Any] | None = None
         try:
             welcome = worker_pb2.Welcome(
                 worker_id=session.worker_id,
@@ -174,8 +182,8 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                 # A worker that does not read blocks this write (flow control); the overflow
                 # must still end the stream.
                 write = asyncio.ensure_future(context.write(get.result()))
-                done, _ = await asyncio.wait({write, overflowed}, return_when=asyncio.FIRST_COMPLETED)
-                if write not in done:
+                finished, _ = await asyncio.wait({write, overflowed}, return_when=asyncio.FIRST_COMPLETED)
+                if write not in finished:
                     write.cancel()
                     break
                 write.result()
@@ -205,6 +213,10 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         finally:
             reader.cancel()
             feeder.cancel()
+            if write is not None and not write.done():
+                # Cut short (the call is over): its failure is of no interest to anyone.
+                write.cancel()
+                write.add_done_callback(_quiet)
             self._live.discard(session)
             if not self._live:
                 self._none_live.set()
@@ -213,23 +225,30 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
     async def _end(self, session: WorkerSession) -> None:
         """The stream is over: the session takes nothing more, and its unreported attempts are
         released (in a task of their own, awaited here but never interrupted by a cancel)."""
+        release = self._start_release(session)
+        if release is not None:
+            await asyncio.shield(release)
+
+    def _start_release(self, session: WorkerSession) -> asyncio.Task[None] | None:
         session.closed = True
         self._registry.remove(session)
         if session.released:
-            release = self._releases.get(session.worker_id)
-        elif self.stopping and session.end_error is None:
+            return self._releases.get(session.worker_id)
+        session.released = True
+        if self.stopping and session.end_error is None:
             # The scheduler is shutting down, not the worker: its lease carries its attempts over
             # to the next scheduler it connects to.
-            session.released = True
             log.info("worker.detached", extra={"worker_id": session.worker_id})
-            return
-        else:
-            session.released = True
-            release = asyncio.get_running_loop().create_task(self._release(session), name="worker-release")
-            self._releases[session.worker_id] = release
-            release.add_done_callback(lambda done: self._release_done(session.worker_id, done))
-        if release is not None:
-            await asyncio.shield(release)
+            return None
+        release = asyncio.get_running_loop().create_task(self._release(session), name="worker-release")
+        self._releases[session.worker_id] = release
+        release.add_done_callback(lambda done: self._release_done(session.worker_id, done))
+        return release
+
+    def _registered_too_late(self, session: WorkerSession, registering: asyncio.Future[Any]) -> None:
+        """The call ended while its worker was being recorded: once recorded, it is released."""
+        if not registering.cancelled() and registering.exception() is None:
+            self._start_release(session)
 
     def _release_done(self, worker_id: str, release: asyncio.Task[None]) -> None:
         if self._releases.get(worker_id) is release:
@@ -361,7 +380,14 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             elif kind == "heartbeat":
                 refs = [(r.task_id, r.attempt) for r in message.heartbeat.running]
                 worker_id = session.worker_id
-                if not await self._store.renew_worker(worker_id, session.slots, self._lease, self._scheduler_id):
+                try:
+                    renewed = await self._store.renew_worker(worker_id, session.slots, self._lease, self._scheduler_id)
+                except DatabaseUnavailable as error:
+                    # A busy pool or a database restart is not the worker's fault: the stream
+                    # stays, and the next heartbeat renews the lease (or finds it gone).
+                    log.warning("worker.heartbeat_deferred", extra={"worker_id": worker_id, "error": str(error)})
+                    continue
+                if not renewed:
                     lease = format_duration(self._lease)
                     session.lost_reason = f"the worker's lease ran out (nothing heard from it for {lease})"
                     raise Unavailable(
@@ -370,7 +396,10 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                     )
                 held = [ref for ref in refs if _holds(session, ref)]
                 if held:
-                    await self._store.heartbeat(session.worker_id, held)
+                    try:
+                        await self._store.heartbeat(session.worker_id, held)
+                    except DatabaseUnavailable as error:
+                        log.warning("worker.heartbeat_deferred", extra={"worker_id": worker_id, "error": str(error)})
             elif kind == "slot_update":
                 if message.slot_update.slots > MAX_SLOTS:
                     raise InvalidArgument("slot_update.slots", f"must be at most {MAX_SLOTS}")
@@ -428,6 +457,11 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             if empty:
                 self.metrics.rejected.add(len(empty), {"reason": "no_outcome"})
         session.wake.set()
+
+
+def _quiet(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _holds(session: WorkerSession, ref: tuple[int, int]) -> bool:

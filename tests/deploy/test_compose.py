@@ -22,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-from lowtide.config import _SECTIONS, AuthConfig
+from lowtide.config import SECTIONS, AuthConfig
 from lowtide_client import Client, TaskState
 from lowtide_proto.lowtide.v1 import task_pb2
 from tests.deploy.compose import REPO, LocalService, PortMap, load_compose, local_service, published, start_order
@@ -144,7 +144,7 @@ def _fixed_start_metrics_landed() -> bool:
 
 def test_compose_environment_names_only_real_settings() -> None:
     # A misspelt LOWTIDE_ variable is silently ignored by the service: catch it here.
-    known = {f"LOWTIDE_{section}_{f.name}".upper() for section, cls in _SECTIONS.items() for f in fields(cls)}
+    known = {f"LOWTIDE_{section}_{f.name}".upper() for section, cls in SECTIONS.items() for f in fields(cls)}
     # [auth] is read apart from the other sections (its tokens are a list of tables).
     known |= {f"LOWTIDE_AUTH_{f.name}".upper() for f in fields(AuthConfig) if f.name != "tokens"} | {"LOWTIDE_AUTH"}
     for name, service in load_compose()["services"].items():

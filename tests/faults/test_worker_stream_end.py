@@ -13,12 +13,14 @@ import subprocess
 from datetime import timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from lowtide_client import Client, TaskState
+from lowtide_proto.lowtide.v1 import worker_pb2
 from scheduler_service.server import start_scheduler
 from tests.conftest import make_config
-from tests.faults.support import counting_worker, kill_all, logs_of
+from tests.faults.support import RawWorker, connected_workers, counting_worker, kill_all, logs_of, query
 from tests.helpers import eventually
 
 PENDING = TaskState.Value("TASK_STATE_PENDING")
@@ -91,3 +93,42 @@ async def test_a_killed_worker_s_attempt_is_released_at_once_every_time(
     took.sort()
     print(f"release after kill -9, {KILLS} kills: median {took[KILLS // 2]:.3f}s, max {took[-1]:.3f}s")
     assert len(took) == KILLS
+
+
+async def test_a_worker_gone_while_it_is_being_recorded_is_released_too(database_url: str) -> None:
+    """A stream cut while the scheduler records its worker (held there by a row lock the test
+    takes): the recording is not cut half way, and the worker is released as soon as it is
+    recorded, not left in `lowtide status` for its 30 s lease."""
+    config = make_config(lease_timeout=LEASE, heartbeat_interval=timedelta(seconds=1))
+    scheduler = await start_scheduler(config, database_url=database_url)
+    raw = RawWorker(scheduler.target, "fleeting")
+    try:
+        async with await psycopg.AsyncConnection.connect(database_url) as locker:
+            # The worker's row from an earlier stream, locked: the hello's upsert waits for it.
+            await locker.execute(
+                "INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at)"
+                " VALUES ('fleeting', 'default', '{default}', '{count}', 1, 'earlier', now() + interval '30 s')"
+            )
+            await locker.commit()
+            await locker.execute("SELECT 1 FROM lowtide.workers WHERE id = 'fleeting' FOR UPDATE")
+            await raw.call.write(worker_pb2.WorkerMessage(hello=raw.hello))
+
+            async def upsert_waits() -> bool:
+                rows = await query(
+                    database_url,
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock'",
+                )
+                return rows != [(0,)]
+
+            await eventually(upsert_waits, within=RELEASE_BOUND)
+            await raw.close()
+            await locker.rollback()
+
+        async def none_left() -> bool:
+            return not await connected_workers(database_url) and len(scheduler.registry) == 0
+
+        await eventually(none_left, within=RELEASE_BOUND)
+    finally:
+        await raw.close()
+        await scheduler.stop(grace=1.0)

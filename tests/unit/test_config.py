@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from lowtide.config import (
-    _SECTIONS,
     FEEDS,
     OTHER_VARIABLES,
+    SECTIONS,
     AuthConfig,
     PoolConfig,
     QueueConfig,
@@ -188,7 +188,7 @@ def test_good_values_at_the_edges_are_accepted() -> None:
 
 
 def _all_key_fields() -> list[tuple[str, Field[Any]]]:
-    classes = [*_SECTIONS.values(), AuthConfig, TypeConfig, PoolConfig, QueueConfig, SignalDefinition]
+    classes = [*SECTIONS.values(), AuthConfig, TypeConfig, PoolConfig, QueueConfig, SignalDefinition]
     return [(f"{cls.__name__}.{f.name}", f) for cls in classes for f in fields(cls)]
 
 
