@@ -43,15 +43,25 @@ FINISHED = {"completed", "failed", "cancelled", "timed_out", "skipped", "shed"}
 
 
 class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
-    def __init__(self, *, config: Config, store: Store, registry: Registry, dispatcher: Dispatcher) -> None:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        store: Store,
+        registry: Registry,
+        dispatcher: Dispatcher,
+        fixed: FixedStarts,
+        metrics: SchedulerMetrics,
+        planner: ReleasePlanner,
+    ) -> None:
         self._config = config
         self._store = store
         self._registry = registry
         self._dispatcher = dispatcher
         self._finished = asyncio.Condition()
-        self.fixed: FixedStarts | None = None
-        self.metrics: SchedulerMetrics | None = None
-        self.planner: ReleasePlanner | None = None
+        self.fixed = fixed
+        self.metrics = metrics
+        self.planner = planner
 
     async def task_finished(self) -> None:
         """Called when attempts were applied, so waiters look again at once."""

@@ -112,10 +112,10 @@ ENDED_UNCOMPLETED = frozenset({"failed", "cancelled", "timed_out", "skipped", "s
 
 
 class Store:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, on_unblocked: Callable[[list[Row]], None]) -> None:
         self.db = db
         # Told (after commit) about tasks whose last dependency completed, so dispatch wakes.
-        self.on_unblocked: Callable[[list[Row]], None] | None = None
+        self.on_unblocked = on_unblocked
         # Queues this replica has recorded in lowtide.queues (see register_queues).
         self._registered_queues: set[str] = set()
 
