@@ -149,7 +149,11 @@ class CostHolds:
                             self._feed_forecast = update.forecast
                         self._refresh_forecast(state)
             except grpc.aio.AioRpcError as error:
-                if not warned:
+                if self.connected and error.code() == grpc.StatusCode.UNAVAILABLE:
+                    # A stream that worked and ended (the signal service's connection age, a
+                    # replica stopping): routine, resubscribed at once; a warning only if that fails.
+                    log.info("signal.resubscribing", extra={"target": self.target, "detail": error.details()})
+                elif not warned:
                     log.warning(
                         "signal.unavailable",
                         extra={

@@ -51,7 +51,7 @@ class SchedulerConfig:
     leader_lease: timedelta = key(5 * S, within(1 * S, 10 * MIN))
     max_payload_bytes: int = key(1024 * 1024, within(0, INT32))
     max_batch_tasks: int = key(10_000, within(1, 1_000_000))
-    max_message_bytes: int = key(64 * 1024 * 1024, within(64 * 1024, INT32))
+    max_message_bytes: int = key(16 * 1024 * 1024, within(64 * 1024, INT32))
     # Concurrent streams (calls) one client connection may have open: beyond it a client's
     # further calls wait for its own to finish instead of crowding out the others. Note that
     # grpc shares one connection between the channels a process opens to the same target.

@@ -153,15 +153,16 @@ def _bomb(size: int) -> bytes:
 
 
 def gzip_bomb(host: str, port: int, until: float) -> Report:
-    """A Health/Check whose message is 400 MB of zeros gzipped to 400 KB, four at a time on one
-    connection, again and again. The server must refuse it without inflating it all."""
+    """A Health/Check whose message is 400 MB of zeros gzipped to 400 KB, two at a time on one
+    connection, again and again. The server must refuse it without inflating it all (grpc
+    inflates up to the service's maximum message size, then refuses)."""
     bomb = _bomb(400 << 20)
     message = b"\x01" + struct.pack(">I", len(bomb)) + bomb
     sent, answers = 0, list[str]()
     client = Client(host, port, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20})
     while time.monotonic() < until and sent < 40 and not client.closed:
         streams = []
-        for _ in range(4):
+        for _ in range(2):
             stream = client.request(HEALTH_CHECK, ("grpc-encoding", "gzip"), ("grpc-accept-encoding", "gzip"))
             streams.append(stream)
             sent += 1

@@ -1,0 +1,5 @@
+import sys
+
+from lowtide.cli import main
+
+sys.exit(main())

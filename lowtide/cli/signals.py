@@ -1,0 +1,108 @@
+"""`lowtide signal`: serve the cost signal, set it, show it and watch it change."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from lowtide import output
+from lowtide.cli.common import Commands, Parents, finite, security
+from lowtide.config import Config
+from lowtide_client import SignalClient
+
+
+async def _signal_serve(args: argparse.Namespace, config: Config) -> int:
+    from signal_service.server import serve
+
+    await serve(config)
+    return 0
+
+
+def _signal_client(args: argparse.Namespace, config: Config) -> SignalClient:
+    return SignalClient(str(args.target or config.signal.listen), **security())
+
+
+def _show_signal(args: argparse.Namespace, state: Any) -> None:
+    if args.json:
+        data = output.to_dict(state)
+        # uint64 is a string in proto's JSON mapping; a version is compared as a number.
+        data["version"] = state.version
+        print(json.dumps(data), flush=True)
+        return
+    value = f"{state.value:g} {state.unit}" if state.HasField("value") else f"no value yet ({state.unit})"
+    parts = [state.name, value, "high" if state.high else "low", f"threshold={state.threshold:g}"]
+    if state.HasField("observed_at"):
+        parts.append(f"observed_at={state.observed_at.ToDatetime().isoformat()}Z")
+    parts += [f"source={state.source or '-'}", f"version={state.version}"]
+    if state.stale:
+        parts.append("STALE")
+    print(" ".join(parts), flush=True)
+
+
+async def _signal_set(args: argparse.Namespace, config: Config) -> int:
+    async with _signal_client(args, config) as client:
+        _show_signal(args, await client.set(args.value, name=args.signal, unit=args.unit))
+    return 0
+
+
+async def _signal_get(args: argparse.Namespace, config: Config) -> int:
+    async with _signal_client(args, config) as client:
+        _show_signal(args, await client.get(args.signal))
+    return 0
+
+
+def _show_forecast(args: argparse.Namespace, name: str, forecast: Any) -> None:
+    if args.json:
+        data = output.to_dict(forecast)
+        data["version"] = forecast.version
+        print(json.dumps({"signal": name, "forecast": data}), flush=True)
+        return
+    parts = [name, "forecast", f"from={forecast.source or '-'}", f"version={forecast.version}"]
+    points = forecast.points
+    if not points:
+        parts.append("no points (the feed gives no forecast now)")
+    else:
+        low = min(points, key=lambda p: p.value)
+        parts += [
+            f"points={len(points)}",
+            f"{points[0].at.ToDatetime().isoformat()}Z..{points[-1].at.ToDatetime().isoformat()}Z",
+            f"lowest={low.value:g} at {low.at.ToDatetime().isoformat()}Z",
+        ]
+    print(" ".join(parts), flush=True)
+
+
+async def _signal_watch(args: argparse.Namespace, config: Config) -> int:
+    async with _signal_client(args, config) as client:
+        # A restart of the signal service (UNAVAILABLE) is waited out, not the end of the
+        # watch; a state (or forecast) seen before the restart is not printed again. A reader
+        # that goes away (`watch | head`) ends it (common.run).
+        last_version = 0
+        async for update in client.updates(args.signal, reconnect=True):
+            if update.state.version > last_version:
+                last_version = update.state.version
+                _show_signal(args, update.state)
+            if args.forecast and update.HasField("forecast"):
+                _show_forecast(args, update.state.name, update.forecast)
+    return 0
+
+
+def register(commands: Commands, parents: Parents) -> None:
+    """`lowtide signal serve|set|get|watch`."""
+    common = parents.common
+    signal_target = argparse.ArgumentParser(add_help=False)
+    signal_target.add_argument("--target", help="signal service address (default: [signal] listen, 127.0.0.1:50052)")
+    signal_target.add_argument("--signal", default="", help="signal name (default: [cost] signal, grid)")
+    signal = commands.add_parser("signal", help="the cost signal")
+    signal_commands = signal.add_subparsers(dest="signal_command", required=True)
+    signal_serve = signal_commands.add_parser("serve", parents=[common], help="serve the signal (needs a database)")
+    signal_serve.set_defaults(handler=_signal_serve)
+    signal_set = signal_commands.add_parser("set", parents=[common, signal_target], help="set the signal's value")
+    signal_set.add_argument("value", type=finite)
+    signal_set.add_argument("--unit", default="", help="refused unless it is the signal's unit")
+    signal_set.set_defaults(handler=_signal_set)
+    signal_get = signal_commands.add_parser("get", parents=[common, signal_target], help="show the signal")
+    signal_get.set_defaults(handler=_signal_get)
+    watch = signal_commands.add_parser("watch", parents=[common, signal_target], help="print each change as it comes")
+    watch.add_argument("--forecast", action="store_true", help="also print each new forecast the feed issues")
+    watch.set_defaults(handler=_signal_watch)
