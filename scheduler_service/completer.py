@@ -27,14 +27,14 @@ MAX_BATCH = 2000
 
 
 class Completer:
-    def __init__(self, store: Store, *, on_applied: Callable[[int], None] | None = None) -> None:
+    def __init__(self, store: Store, *, metrics: SchedulerMetrics, on_applied: Callable[[int], None]) -> None:
         self._store = store
         self._pending: list[tuple[Outcome, WorkerSession | None]] = []
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._on_applied = on_applied
-        self.metrics: SchedulerMetrics | None = None
+        self.metrics = metrics
 
     def add(self, outcome: Outcome, session: WorkerSession | None) -> None:
         self._pending.append((outcome, session))
@@ -65,12 +65,10 @@ class Completer:
                     ref = (outcome.task_id, outcome.attempt)
                     if ref not in applied and session is not None:
                         stale.setdefault(id(session), (session, []))[1].append(ref)
-                if self.metrics is not None:
-                    self._count(batch, applied)
+                self._count(batch, applied)
                 for session, refs in stale.values():
                     session.reject(refs, "the attempt is no longer this worker's (lease lost, cancelled or timed out)")
-                if self._on_applied is not None:
-                    self._on_applied(len(applied))
+                self._on_applied(len(applied))
             self._idle.set()
 
     async def _write(self, batch: list[tuple[Outcome, WorkerSession | None]]) -> set[tuple[int, int]]:
@@ -93,7 +91,6 @@ class Completer:
             return applied
 
     def _count(self, batch: list[tuple[Outcome, WorkerSession | None]], applied: set[tuple[int, int]]) -> None:
-        assert self.metrics is not None
         by_state: dict[str, int] = {}
         rejected = 0
         for outcome, _ in batch:

@@ -32,6 +32,26 @@ from scheduler_service.store import Store, attempt_of
 log = logging.getLogger("lowtide.scheduler.dispatcher")
 
 
+class Parked:
+    """Dispatch references (wake-ups naming new tasks) that named only held types, per worker:
+    each is rechecked after hold_recheck, or released at once when the hold ends. Made before
+    the cost hold (which releases them) and the dispatcher (which parks them)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
+        self.entries: dict[str, tuple[asyncio.TimerHandle, set[tuple[str, str]]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def release(self) -> None:
+        """The hold ended: every parked reference goes back at once, and every worker is woken."""
+        for handle, _ in self.entries.values():
+            handle.cancel()
+        self.entries.clear()
+        self._registry.wake_all()
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -42,6 +62,10 @@ class Dispatcher:
         limits: Mapping[str, int],
         holds: CostHolds,
         hold_recheck: timedelta,
+        parked: Parked,
+        fixed: FixedStarts,
+        metrics: SchedulerMetrics,
+        resources: Mapping[str, int],
     ) -> None:
         self._store = store
         self._registry = registry
@@ -49,14 +73,12 @@ class Dispatcher:
         self._limits = dict(limits)
         self.holds = holds
         self._hold_recheck = hold_recheck.total_seconds()
-        # Dispatch references (wake-ups naming new tasks) that named only held types: each is
-        # rechecked after hold_recheck, or released at once when the hold ends.
-        self.parked: dict[str, tuple[asyncio.TimerHandle, set[tuple[str, str]]]] = {}
-        self.metrics: SchedulerMetrics | None = None
+        self.parked = parked
+        self.metrics = metrics
         self._wake_timers: set[int] = set()
-        self.fixed: FixedStarts | None = None
+        self.fixed = fixed
         # Capacities of named resources ([resources]); empty: no task can ask for any.
-        self.resources: Mapping[str, int] = {}
+        self.resources = dict(resources)
 
     def held_map(self, session: WorkerSession) -> dict[str, frozenset[str]]:
         """Per queue, the types the cost hold holds for this worker now (read from memory)."""
@@ -84,18 +106,18 @@ class Dispatcher:
         return all(t in held.get(q, frozenset()) for q, t in pairs)
 
     def _park(self, session: WorkerSession, pairs: list[tuple[str, str]]) -> None:
-        parked = self.parked.get(session.worker_id)
+        parked = self.parked.entries.get(session.worker_id)
         if parked is not None:
             parked[1].update(pairs)
             return
         loop = asyncio.get_running_loop()
         handle = loop.call_later(self._hold_recheck, self._recheck, session)
-        self.parked[session.worker_id] = (handle, set(pairs))
+        self.parked.entries[session.worker_id] = (handle, set(pairs))
 
     def _recheck(self, session: WorkerSession) -> None:
         """hold_recheck passed: the reference goes back to dispatch (which also takes held tasks
         past their max_defer); if its types are still held it is parked again."""
-        _, pairs = self.parked.pop(session.worker_id, (None, set()))
+        _, pairs = self.parked.entries.pop(session.worker_id, (None, set()))
         if session.closed:
             return
         session.wake.set()
@@ -118,13 +140,6 @@ class Dispatcher:
         self._wake_timers.add(bucket)
         loop.call_later(delay, fire)
 
-    def release_parked(self) -> None:
-        """The hold ended: every parked reference goes back at once, and every worker is woken."""
-        for handle, _ in self.parked.values():
-            handle.cancel()
-        self.parked.clear()
-        self._registry.wake_all()
-
     async def run(self, session: WorkerSession) -> None:
         """Feeds one worker until its session closes: due fixed starts first (on held slots or
         any free one), then regular work into the slots that are neither busy nor held."""
@@ -138,8 +153,7 @@ class Dispatcher:
             session.wake.clear()
             try:
                 fixed_full = await self._claim_fixed(session, polled)
-                if self.fixed is not None:
-                    self.fixed.offer_slots(session)
+                self.fixed.offer_slots(session)
                 resources_full = await self._claim_with_resources(session)
                 free = session.free
                 rows: list[Row] = []
@@ -166,7 +180,7 @@ class Dispatcher:
     async def _claim_fixed(self, session: WorkerSession, polled: bool) -> bool:
         """Claims due fixed-start tasks of the worker's pool into its busy-or-held room; True
         when the batch came back full (more may be due)."""
-        if self.fixed is None or not (polled or session.pool in self.fixed.due):
+        if not (polled or session.pool in self.fixed.due):
             return False
         room = session.slots - len(session.in_flight)
         if room <= 0 or session.closed or session.draining:
@@ -184,8 +198,7 @@ class Dispatcher:
             return False
         self.fixed.dispatched([r["id"] for r in rows])
         await self._send(session, rows)
-        if self.metrics is not None:
-            self.metrics.fixed_started(rows)
+        self.metrics.fixed_started(rows)
         if len(rows) == room:
             self.fixed.due.add(session.pool)
             return True
@@ -212,8 +225,7 @@ class Dispatcher:
         )
         if not rows:
             return False
-        if self.fixed is not None:
-            self.fixed.dispatched([r["id"] for r in rows])
+        self.fixed.dispatched([r["id"] for r in rows])
         await self._send(session, rows)
         return len(rows) == room
 
@@ -230,8 +242,7 @@ class Dispatcher:
             session.sent_at[row["id"]] = now
             assignments.append(assignment(row))
         session.send(worker_pb2.SchedulerMessage(assignments=worker_pb2.Assignments(assignments=assignments)))
-        if self.metrics is not None:
-            self.metrics.dispatched.add(len(rows), {"pool": session.pool})
+        self.metrics.dispatched.add(len(rows), {"pool": session.pool})
         return True
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from lowtide.config import Config
+from lowtide.db.connector import Row
 from lowtide.errors import DatabaseUnavailable
 from scheduler_service.domain.fixed import FixedStart, MissPolicy, hold_from, p90
 from scheduler_service.sessions import Registry, WorkerSession
@@ -48,13 +49,47 @@ class Upcoming:
         )
 
 
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class DuePools:
+    """Pools where a fixed-start task may be due now (a start, a retry, a late run). Made before
+    the store, which marks a pool due when the last dependency of a fixed start completes."""
+
+    def __init__(self, registry: Registry, clock: Callable[[], datetime] = _now) -> None:
+        self._registry = registry
+        self._clock = clock
+        self.pools: set[str] = set()
+
+    def mark(self, pool: str, at: datetime | None = None) -> None:
+        """Something fixed may be due in the pool now, or at `at` (a retry's backoff)."""
+        if at is None or at <= self._clock():
+            self.pools.add(pool)
+            for session in self._registry:
+                if session.pool == pool:
+                    session.wake.set()
+            return
+        delay = (at - self._clock()).total_seconds()
+        asyncio.get_running_loop().call_later(delay, self.mark, pool, None)
+
+    def unblocked(self, rows: list[Row]) -> None:
+        """Tasks whose last dependency completed: every worker looks again; a fixed start among
+        them is due in its pool at its start."""
+        self._registry.wake_all()
+        for row in rows:
+            if row["start_at"] is not None:
+                self.mark(row["pool"], row["start_at"])
+
+
 class FixedStarts:
     def __init__(
         self,
         store: Store,
         registry: Registry,
         config: Config,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        due: DuePools,
+        clock: Callable[[], datetime] = _now,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -62,8 +97,9 @@ class FixedStarts:
         self._clock = clock
         self.upcoming: dict[int, Upcoming] = {}
         self._runtimes: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=SAMPLES))
+        self._due = due
         # Pools where a fixed-start task may be due now (a start, a retry, a late run).
-        self.due: set[str] = set()
+        self.due = due.pools
         self.refresh_now = asyncio.Event()
 
     def record_run(self, pool: str, seconds: float) -> None:
@@ -83,14 +119,7 @@ class FixedStarts:
 
     def mark_due(self, pool: str, at: datetime | None = None) -> None:
         """Something fixed may be due in the pool now, or at `at` (a retry's backoff)."""
-        if at is None or at <= self._clock():
-            self.due.add(pool)
-            for session in self._registry:
-                if session.pool == pool:
-                    session.wake.set()
-            return
-        delay = (at - self._clock()).total_seconds()
-        asyncio.get_running_loop().call_later(delay, self.mark_due, pool, None)
+        self._due.mark(pool, at)
 
     def dispatched(self, task_ids: list[int]) -> None:
         for task_id in task_ids:

@@ -81,7 +81,7 @@ class KedaScaler(externalscaler_pb2_grpc.ExternalScalerServicer):
         store: Store,
         registry: Registry,
         holds: CostHolds,
-        reserved: Reserved | None = None,
+        reserved: Reserved,
         stream_interval: float = 1.0,
     ) -> None:
         self._store = store
@@ -111,7 +111,7 @@ class KedaScaler(externalscaler_pb2_grpc.ExternalScalerServicer):
             claimable=claimable,
             running=running,
             slots_per_worker=slots,
-            reserved=await self._reserved(target.pool) if self._reserved else 0,
+            reserved=await self._reserved(target.pool),
             min_workers=target.min_workers,
             max_workers=target.max_workers,
         )
@@ -171,7 +171,7 @@ def add_keda_scaler(
     store: Store,
     registry: Registry,
     holds: CostHolds,
-    reserved: Reserved | None = None,
+    reserved: Reserved,
     stream_interval: float = 1.0,
 ) -> KedaScaler:
     """Serves KEDA's ExternalScaler on `server` (call before server.start()); returns the servicer."""

@@ -47,15 +47,17 @@ class Maintenance:
         interval: timedelta,
         lease: timedelta,
         on_requeued: Callable[[], None],
-        fixed: FixedStarts | None = None,
-        metrics: SchedulerMetrics | None = None,
+        fixed: FixedStarts,
+        metrics: SchedulerMetrics,
+        schedules: ScheduleMaterializer,
+        planner: ReleasePlanner,
     ) -> None:
         self._fixed = fixed
         self._metrics = metrics
-        # Recurring schedules, set by the server: their fire times become tasks on the leader.
-        self.schedules: ScheduleMaterializer | None = None
-        # Planned release of held tasks with a latest start, on the forecast (set by the server).
-        self.planner: ReleasePlanner | None = None
+        # Recurring schedules: their fire times become tasks on the leader.
+        self.schedules = schedules
+        # Planned release of held tasks with a latest start, on the forecast.
+        self.planner = planner
         self._store = store
         self._registry = registry
         self._holder = holder
@@ -87,10 +89,8 @@ class Maintenance:
             await self._store.resign(LEADER, self._holder)
 
     async def tick(self, now: datetime | None = None) -> None:
-        if self.schedules is not None:
-            await self.schedules.tick(now)
-        if self.planner is not None:
-            await self.planner.tick()
+        await self.schedules.tick(now)
+        await self.planner.tick()
         await self._store.expire_schedule_to_start()
         await self._apply_misses()
         expired = await self._store.expired_attempts()
@@ -117,7 +117,7 @@ class Maintenance:
         fixed = self._fixed
 
         def reason(row: Row) -> Miss:
-            held = 0 if fixed is None else fixed.held_slots(row["pool"]) - fixed.held_slots_for(row["id"])
+            held = fixed.held_slots(row["pool"]) - fixed.held_slots_for(row["id"])
             facts = MissFacts(
                 pool=row["pool"],
                 queue=row["queue"],
@@ -141,10 +141,8 @@ class Maintenance:
         applied = await self._store.apply_misses(reason, lease=self._lease)
         for row in applied:
             log.info("fixed.missed", extra={"task_id": row["id"], "pool": row["pool"], "reason": row["reason"]})
-            if self._metrics is not None:
-                self._metrics.misses.add(1, {"pool": row["pool"], "reason": row["kind"]})
-            if self._fixed is not None:
-                if row["state"] == "pending":
-                    self._fixed.mark_due(row["pool"])
-                else:
-                    self._fixed.dispatched([row["id"]])
+            self._metrics.misses.add(1, {"pool": row["pool"], "reason": row["kind"]})
+            if row["state"] == "pending":
+                fixed.mark_due(row["pool"])
+            else:
+                fixed.dispatched([row["id"]])

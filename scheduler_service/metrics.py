@@ -73,7 +73,7 @@ class SchedulerMetrics:
         holds: CostHolds,
         parked: Callable[[], int],
         config: Config,
-        fixed: FixedStarts | None = None,
+        fixed: FixedStarts,
     ) -> None:
         self.metrics = metrics
         self._config = config
@@ -238,7 +238,7 @@ async def pool_status(
     registry: Registry,
     holds: CostHolds,
     config: Config,
-    fixed: FixedStarts | None,
+    fixed: FixedStarts,
     *,
     pending: list[Row],
     running: dict[str, int],
@@ -272,9 +272,8 @@ async def pool_status(
         ahead_in_horizon[row["pool"]] = sum(1 for s in starts if s <= horizon)
         if row["hit_rate"] is not None:
             status.fixed_start_hit_rate = row["hit_rate"]
-    if fixed is not None:
-        for name in list(pools) + [u.pool for u in fixed.upcoming.values()]:
-            pool(name).held_slots = fixed.held_slots(name)
+    for name in list(pools) + [u.pool for u in fixed.upcoming.values()]:
+        pool(name).held_slots = fixed.held_slots(name)
     backlog = pool_backlog(registry, holds, pending, running)
     for name, status in pools.items():
         claimable, busy = backlog.get(name, (0, 0))

@@ -61,7 +61,8 @@ class ReleasePlanner:
         registry: Registry,
         holds: CostHolds,
         config: Config,
-        wake_at: Callable[[datetime], None] = lambda when: None,
+        *,
+        wake_at: Callable[[datetime], None],
     ) -> None:
         self.wake_at = wake_at
         self._store = store

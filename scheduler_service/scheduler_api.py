@@ -46,7 +46,14 @@ FINISHED = {"completed", "failed", "cancelled", "timed_out", "skipped", "shed"}
 
 class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     def __init__(
-        self, *, config: Config, store: Store, registry: Registry, dispatcher: Dispatcher, submission: Submission
+        self,
+        *,
+        config: Config,
+        store: Store,
+        registry: Registry,
+        dispatcher: Dispatcher,
+        metrics: SchedulerMetrics,
+        submission: Submission,
     ) -> None:
         self._config = config
         self._store = store
@@ -54,7 +61,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         self._dispatcher = dispatcher
         self._submission = submission
         self._finished = asyncio.Condition()
-        self.metrics: SchedulerMetrics | None = None
+        self.metrics = metrics
 
     async def task_finished(self) -> None:
         """Called when attempts were applied, so waiters look again at once."""

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -20,21 +21,20 @@ from lowtide.auth import SCHEDULER_METHODS, WORKER_METHODS, check_listen
 from lowtide.auth import interceptors as auth_interceptors
 from lowtide.config import Config
 from lowtide.db import Database, apply_migrations
-from lowtide.db.connector import Row
 from lowtide.errors import ConfigError, DatabaseUnavailable
 from lowtide.grpc_options import server_options
 from lowtide.grpc_status import RefuseUndecodable
 from lowtide.listen import add_listen_port
-from lowtide.metrics import start_metrics
+from lowtide.metrics import Metrics, start_metrics
 from lowtide.tasks import cancel_all
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
 from scheduler_service.cost import CostHolds
 from scheduler_service.database_health import follow_database
-from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.dispatcher import Dispatcher, Parked
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale, local_conflicts
-from scheduler_service.fixed_starts import FixedStarts
+from scheduler_service.fixed_starts import DuePools, FixedStarts
 from scheduler_service.keda import SERVICE_NAME as KEDA_SERVICE
 from scheduler_service.keda import add_keda_scaler
 from scheduler_service.maintenance import Maintenance
@@ -56,21 +56,54 @@ SERVICES = (
 
 
 @dataclass
+class Parts:
+    """The scheduler's components, each built with everything it uses (see `_build_parts`)."""
+
+    store: Store
+    registry: Registry
+    holds: CostHolds
+    fixed: FixedStarts
+    metrics: SchedulerMetrics
+    dispatcher: Dispatcher
+    planner: ReleasePlanner
+    api: SchedulerApi
+    completer: Completer
+    stream: WorkerStream
+    maintenance: Maintenance
+
+
+@dataclass
 class Scheduler:
-    """A running scheduler replica."""
+    """A running scheduler replica. `resources` closes, in reverse order, what the start opened."""
 
     config: Config
     db: Database
-    store: Store
-    registry: Registry
+    parts: Parts
     server: grpc.aio.Server
     health: health.aio.HealthServicer
-    stream: WorkerStream
     port: int
     scheduler_id: str
-    dispatcher: Dispatcher
-    metrics: SchedulerMetrics
-    background: list[asyncio.Task[None]] = field(default_factory=list)
+    resources: contextlib.AsyncExitStack
+
+    @property
+    def store(self) -> Store:
+        return self.parts.store
+
+    @property
+    def registry(self) -> Registry:
+        return self.parts.registry
+
+    @property
+    def stream(self) -> WorkerStream:
+        return self.parts.stream
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        return self.parts.dispatcher
+
+    @property
+    def metrics(self) -> SchedulerMetrics:
+        return self.parts.metrics
 
     @property
     def target(self) -> str:
@@ -80,7 +113,8 @@ class Scheduler:
     async def stop(self, grace: float = 5.0) -> None:
         """Graceful: health goes NOT_SERVING, every worker stream gets a Drain and up to `grace`
         to finish, report and close; streams still open then are ended (their attempts keep
-        their lease, for the scheduler the worker reconnects to); the reports taken are written."""
+        their lease, for the scheduler the worker reconnects to); the reports taken are written;
+        then the cost hold, the background loops, the pool and the metrics close."""
         await self.health.enter_graceful_shutdown()
         loop = asyncio.get_running_loop()
         began = loop.time()
@@ -89,10 +123,7 @@ class Scheduler:
             session.detached.set()
         await self.server.stop(max(0.5, grace - (loop.time() - began)))
         await self.stream.settle(within=5.0)
-        self.dispatcher.holds.close()
-        await cancel_all(self.background)
-        await self.db.close()
-        self.metrics.metrics.shutdown()
+        await self.resources.aclose()
 
 
 def check_cost_config(config: Config) -> HoldConfig:
@@ -161,34 +192,16 @@ async def _listen(
         await asyncio.sleep(backoff.next_delay())
 
 
-async def start_scheduler(config: Config, *, database_url: str | None = None) -> Scheduler:
+def _database_url(config: Config, database_url: str | None) -> str:
     url = database_url or config.database.url
     if not url:
         raise ConfigError("no database URL: set LOWTIDE_DATABASE_URL or [database] url")
-    # Opened once the ports are bound (below): a database connection never holds a listen port.
-    db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
-    store = Store(db)
-    registry = Registry()
-    scheduler_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
-    limits = {t: c.max_concurrency for t, c in config.types.items() if c.max_concurrency is not None}
-    cfg = config.scheduler
+    return url
 
-    api: SchedulerApi | None = None
 
-    def applied(count: int) -> None:
-        if api is not None and count:
-            asyncio.get_running_loop().create_task(api.task_finished())
-
-    hold_config = check_cost_config(config)
-    completer = Completer(store, on_applied=applied)
-    dispatcher: Dispatcher | None = None
-
-    def released() -> None:
-        if dispatcher is not None:
-            dispatcher.release_parked()
-
-    holds = CostHolds(
-        target=cfg.signal_target,
+def _cost_holds(config: Config, hold_config: HoldConfig, parked: Parked) -> CostHolds:
+    return CostHolds(
+        target=config.scheduler.signal_target,
         signal=config.cost.signal,
         policy=HoldPolicy(
             release_below=config.cost.release_below,
@@ -196,10 +209,27 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
             on_stale=OnStale(config.cost.on_stale),
         ),
         config=hold_config,
-        on_release=released,
+        on_release=parked.release,
         stale_after=config.signal.stale_after,
         token=config.auth.signal_token or None,
         ca=config.tls.signal_ca or None,
+    )
+
+
+def _build_parts(config: Config, db: Database, hold_config: HoldConfig, exported: Metrics, scheduler_id: str) -> Parts:
+    """Every component, in dependency order. The two cycles (the cost hold releases what the
+    dispatcher parked; a completed dependency makes a fixed start due) go through small objects
+    made first: `Parked` and `DuePools`."""
+    cfg = config.scheduler
+    limits = {t: c.max_concurrency for t, c in config.types.items() if c.max_concurrency is not None}
+    registry = Registry()
+    due = DuePools(registry)
+    store = Store(db, on_unblocked=due.unblocked)
+    parked = Parked(registry)
+    holds = _cost_holds(config, hold_config, parked)
+    fixed = FixedStarts(store, registry, config, due)
+    metrics = SchedulerMetrics(
+        exported, store=store, registry=registry, holds=holds, parked=parked.__len__, config=config, fixed=fixed
     )
     dispatcher = Dispatcher(
         store,
@@ -208,21 +238,27 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         limits=limits,
         holds=holds,
         hold_recheck=config.cost.hold_recheck,
+        parked=parked,
+        fixed=fixed,
+        metrics=metrics,
+        resources=config.resources,
     )
-    fixed = FixedStarts(store, registry, config)
-    metrics = SchedulerMetrics(
-        start_metrics("lowtide-scheduler", cfg.metrics_listen),
+    planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
+    submission = Submission(config=config, store=store, dispatcher=dispatcher, fixed=fixed, planner=planner)
+    api = SchedulerApi(
+        config=config,
         store=store,
         registry=registry,
-        holds=holds,
-        parked=lambda: len(dispatcher.parked) if dispatcher else 0,
-        config=config,
-        fixed=fixed,
+        dispatcher=dispatcher,
+        metrics=metrics,
+        submission=submission,
     )
-    dispatcher.metrics = metrics
-    dispatcher.fixed = fixed
-    dispatcher.resources = dict(config.resources)
-    completer.metrics = metrics
+
+    def applied(count: int) -> None:
+        if count:
+            asyncio.get_running_loop().create_task(api.task_finished())
+
+    completer = Completer(store, metrics=metrics, on_applied=applied)
     stream = WorkerStream(
         store=store,
         registry=registry,
@@ -233,26 +269,9 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         heartbeat_interval=cfg.heartbeat_interval,
         lease_timeout=cfg.lease_timeout,
         limits=limits,
+        fixed=fixed,
+        metrics=metrics,
     )
-    stream.fixed = fixed
-    stream.metrics = metrics
-
-    def unblocked(rows: list[Row]) -> None:
-        registry.wake_all()
-        for row in rows:
-            if row["start_at"] is not None:
-                fixed.mark_due(row["pool"], row["start_at"])
-
-    store.on_unblocked = unblocked
-
-    async def reserved_within_horizon(pool: str) -> int:
-        """Admitted fixed starts of the pool that start inside its autoscale horizon."""
-        horizon = await store.now() + config.pool(pool).autoscale_horizon
-        for row in await store.pool_fixed_stats():
-            if row["pool"] == pool:
-                return sum(1 for start in row["ahead"] or [] if start <= horizon)
-        return 0
-
     maintenance = Maintenance(
         store,
         registry,
@@ -262,65 +281,85 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         on_requeued=registry.wake_all,
         fixed=fixed,
         metrics=metrics,
+        schedules=ScheduleMaterializer(store, config),
+        planner=planner,
     )
-    maintenance.schedules = ScheduleMaterializer(store, config)
-    planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
-    maintenance.planner = planner
-    submission = Submission(config=config, store=store, dispatcher=dispatcher, fixed=fixed, planner=planner)
-    api = SchedulerApi(config=config, store=store, registry=registry, dispatcher=dispatcher, submission=submission)
-    api.metrics = metrics
+    return Parts(store, registry, holds, fixed, metrics, dispatcher, planner, api, completer, stream, maintenance)
+
+
+def _reserved_within_horizon(config: Config, store: Store) -> Callable[[str], Awaitable[int]]:
+    async def reserved(pool: str) -> int:
+        """Admitted fixed starts of the pool that start inside its autoscale horizon."""
+        horizon = await store.now() + config.pool(pool).autoscale_horizon
+        for row in await store.pool_fixed_stats():
+            if row["pool"] == pool:
+                return sum(1 for start in row["ahead"] or [] if start <= horizon)
+        return 0
+
+    return reserved
+
+
+def _grpc_server(config: Config, parts: Parts) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+    """The server with every service on it, its port bound (not started yet)."""
+    cfg = config.scheduler
+    check_listen(config.auth, cfg.listen, "scheduler")
+    guards = auth_interceptors(config, {**SCHEDULER_METHODS, **WORKER_METHODS})
     # The limits of lowtide/grpc_options.py; no connection age limit (a worker's stream holds its work).
     options = server_options(max_concurrent_streams=cfg.max_concurrent_streams, max_message_bytes=cfg.max_message_bytes)
-    try:
-        check_listen(config.auth, cfg.listen, "scheduler")
-        guards = auth_interceptors(config, {**SCHEDULER_METHODS, **WORKER_METHODS})
-    except ConfigError:
-        await db.close()
-        raise
     server = grpc.aio.server(options=options, interceptors=[*guards, RefuseUndecodable()])
-    scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server(api, server)
-    worker_pb2_grpc.add_WorkerServiceServicer_to_server(stream, server)
-    add_keda_scaler(server, store=store, registry=registry, holds=holds, reserved=reserved_within_horizon)
+    scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server(parts.api, server)
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(parts.stream, server)
+    reserved = _reserved_within_horizon(config, parts.store)
+    add_keda_scaler(server, store=parts.store, registry=parts.registry, holds=parts.holds, reserved=reserved)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICES, KEDA_SERVICE, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
-    try:
-        port = add_listen_port(server, cfg.listen, config.tls, "[scheduler] listen")
+    port = add_listen_port(server, cfg.listen, config.tls, "[scheduler] listen")
+    return server, health_servicer, port
+
+
+def _background(
+    config: Config, db: Database, parts: Parts, health_servicer: health.aio.HealthServicer
+) -> list[asyncio.Task[None]]:
+    cfg = config.scheduler
+    listen = _listen(db, parts.registry, parts.dispatcher, parts.planner.wake_for_upcoming)
+    database = follow_database(db, health_servicer, ("", *SERVICES), interval=cfg.heartbeat_interval)
+    return [
+        asyncio.create_task(parts.completer.run(), name="completer"),
+        asyncio.create_task(parts.maintenance.run(), name="maintenance"),
+        asyncio.create_task(listen, name="listen"),
+        asyncio.create_task(parts.holds.run(), name="signal"),
+        asyncio.create_task(parts.metrics.run(cfg.metrics_interval), name="metrics"),
+        asyncio.create_task(parts.fixed.run(), name="fixed-starts"),
+        asyncio.create_task(database, name="db-health"),
+    ]
+
+
+async def start_scheduler(config: Config, *, database_url: str | None = None) -> Scheduler:
+    """Builds the replica in dependency order. Whatever is opened is entered on one exit stack,
+    so a failure at any step (a ConfigError included) closes everything opened before it."""
+    url = _database_url(config, database_url)
+    hold_config = check_cost_config(config)
+    scheduler_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+    async with contextlib.AsyncExitStack() as stack:
+        exported = start_metrics("lowtide-scheduler", config.scheduler.metrics_listen)
+        stack.callback(exported.shutdown)
+        # Opened once the ports are bound (below): a database connection never holds a listen port.
+        db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
+        stack.push_async_callback(db.close)
+        parts = _build_parts(config, db, hold_config, exported, scheduler_id)
+        server, health_servicer, port = _grpc_server(config, parts)
+        stack.push_async_callback(server.stop, None)
         await apply_migrations(url)
         await db.open()
-    except BaseException:
-        await db.close()
-        metrics.metrics.shutdown()
-        raise
-    await server.start()
-    for service in ("", *SERVICES):
-        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    background = [
-        asyncio.create_task(completer.run(), name="completer"),
-        asyncio.create_task(maintenance.run(), name="maintenance"),
-        asyncio.create_task(_listen(db, registry, dispatcher, planner.wake_for_upcoming), name="listen"),
-        asyncio.create_task(holds.run(), name="signal"),
-        asyncio.create_task(metrics.run(cfg.metrics_interval), name="metrics"),
-        asyncio.create_task(fixed.run(), name="fixed-starts"),
-        asyncio.create_task(
-            follow_database(db, health_servicer, ("", *SERVICES), interval=cfg.heartbeat_interval), name="db-health"
-        ),
-    ]
-    log.info("scheduler.started", extra={"listen": cfg.listen, "port": port, "scheduler_id": scheduler_id})
-    return Scheduler(
-        config,
-        db,
-        store,
-        registry,
-        server,
-        health_servicer,
-        stream,
-        port,
-        scheduler_id,
-        dispatcher,
-        metrics,
-        background,
-    )
+        await server.start()
+        for service in ("", *SERVICES):
+            await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        stack.push_async_callback(cancel_all, _background(config, db, parts, health_servicer))
+        stack.callback(parts.holds.close)
+        resources = stack.pop_all()
+    log.info("scheduler.started", extra={"listen": config.scheduler.listen, "port": port, "scheduler_id": scheduler_id})
+    return Scheduler(config, db, parts, server, health_servicer, port, scheduler_id, resources)
 
 
 async def serve(config: Config, *, database_url: str | None = None) -> None:

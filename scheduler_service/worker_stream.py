@@ -95,6 +95,8 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         heartbeat_interval: timedelta,
         lease_timeout: timedelta,
         limits: Mapping[str, int],
+        fixed: FixedStarts,
+        metrics: SchedulerMetrics,
         local_types: frozenset[str] = frozenset(),
     ) -> None:
         self._store = store
@@ -108,8 +110,8 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._local_types = local_types
         self.stopping = False
         self._warned_unregistered: set[str] = set()
-        self.fixed: FixedStarts | None = None
-        self.metrics: SchedulerMetrics | None = None
+        self.fixed = fixed
+        self.metrics = metrics
         # The releases of ended streams, each its own task so that nothing cancelling a
         # handler (grpc.aio does, once the call is over) can interrupt one half way.
         self._releases: dict[str, asyncio.Task[None]] = {}
@@ -443,19 +445,17 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                 continue
             del session.in_flight[ref[0]]
             sent_at = session.sent_at.pop(ref[0], None)
-            if self.fixed is not None:
-                if not attempt.fixed and sent_at is not None and outcome_kind == "success":
-                    self.fixed.record_run(session.pool, clock - sent_at)
-                if attempt.fixed and outcome.state is State.PENDING:
-                    self.fixed.mark_due(session.pool, outcome.run_at)
+            if not attempt.fixed and sent_at is not None and outcome_kind == "success":
+                self.fixed.record_run(session.pool, clock - sent_at)
+            if attempt.fixed and outcome.state is State.PENDING:
+                self.fixed.mark_due(session.pool, outcome.run_at)
             self._completer.add(outcome, session)
         session.reject(stale, "the attempt is not held by this worker")
         session.reject(empty, "the result has no outcome: set success or failure")
-        if self.metrics is not None:
-            if stale:
-                self.metrics.rejected.add(len(stale), {"reason": "not_held"})
-            if empty:
-                self.metrics.rejected.add(len(empty), {"reason": "no_outcome"})
+        if stale:
+            self.metrics.rejected.add(len(stale), {"reason": "not_held"})
+        if empty:
+            self.metrics.rejected.add(len(empty), {"reason": "no_outcome"})
         session.wake.set()
 
 

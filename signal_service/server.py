@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 
 import grpc
@@ -44,7 +45,7 @@ FORECAST_CHANNEL = "lowtide_forecast"
 
 @dataclass
 class SignalServer:
-    """A running signal-service replica."""
+    """A running signal-service replica. `resources` closes, in reverse order, what the start opened."""
 
     config: Config
     db: Database
@@ -53,9 +54,9 @@ class SignalServer:
     health: health.aio.HealthServicer
     port: int
     replica_id: str
-    feed_stats: FeedStats = field(default_factory=FeedStats)
-    metrics: Metrics | None = None
-    background: list[asyncio.Task[None]] = field(default_factory=list)
+    feed_stats: FeedStats
+    metrics: Metrics
+    resources: contextlib.AsyncExitStack
     stopped: bool = False
 
     @property
@@ -73,10 +74,7 @@ class SignalServer:
         # reconnect, to another replica if there is one) and let unary calls finish.
         self.signals.fanout.close()
         await self.server.stop(grace)
-        await cancel_all(self.background)
-        await self.db.close()
-        if self.metrics is not None:
-            self.metrics.shutdown()
+        await self.resources.aclose()
 
 
 async def _listen(db: Database, signals: Signals) -> None:
@@ -144,63 +142,66 @@ def _grpc_server(signals: Signals, config: Config) -> tuple[grpc.aio.Server, hea
     return server, health_servicer, port
 
 
-async def start_signal_service(
-    config: Config, *, database_url: str | None = None, feed: Feed | None = None
-) -> SignalServer:
-    """Starts a replica. `feed` replaces the configured one (tests pass adapters they built);
-    either way the replica owns it from here and closes it when it stops or fails to start."""
-    url = database_url or config.database.url
-    if not url:
-        raise ConfigError("no database URL: set LOWTIDE_DATABASE_URL or [database] url")
+def _background(
+    config: Config, db: Database, signals: Signals, *, feed: Feed | None, stats: FeedStats, replica_id: str
+) -> list[asyncio.Task[None]]:
+    """The replica's loops: other replicas' changes, stale marks, and the feed (which the
+    runner closes when it ends)."""
     cfg = config.signal
-    feed = feed or make_feed(cfg)
-    db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
-    try:
-        signals = Signals(
-            SignalStore(db),
-            Fanout(),
-            definitions(config, feed_unit=feed.unit if feed else feed_unit(cfg)),
-            default=config.cost.signal,
-        )
-        # The port first: a database connection never holds it (50052 is in the ephemeral range).
-        server, health_servicer, port = _grpc_server(signals, config)
-        await apply_migrations(url)
-        await db.open()
-        await signals.start()
-        await server.start()
-    except BaseException:
-        await db.close()
-        if feed is not None:
-            await feed.aclose()
-        raise
-    for service in ("", SERVICE):
-        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    replica_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
-    running = SignalServer(config, db, signals, server, health_servicer, port, replica_id)
-    try:
-        running.metrics = start_metrics("lowtide-signal", cfg.metrics_listen)
-    except ConfigError:
-        await running.stop(grace=0)
-        raise
-    register_signal_metrics(running.metrics, signals.fanout, running.feed_stats, cfg.feed)
-    running.background += [
+    background = [
         asyncio.create_task(_listen(db, signals), name="signal-listen"),
         asyncio.create_task(
             _maintain(signals, stale_after=cfg.stale_after, refresh=cfg.refresh), name="signal-maintain"
         ),
     ]
     if feed is not None:
-        runner = run_feed(
-            feed,
-            signals,
-            config.cost.signal,
-            refresh=cfg.refresh.total_seconds(),
-            stats=running.feed_stats,
-            holder=replica_id,
-        )
-        running.background.append(asyncio.create_task(runner, name="signal-feed"))
+        refresh = cfg.refresh.total_seconds()
+        runner = run_feed(feed, signals, config.cost.signal, refresh=refresh, stats=stats, holder=replica_id)
+        background.append(asyncio.create_task(runner, name="signal-feed"))
+    return background
+
+
+async def start_signal_service(
+    config: Config, *, database_url: str | None = None, feed: Feed | None = None
+) -> SignalServer:
+    """Starts a replica. `feed` replaces the configured one (tests pass adapters they built);
+    either way the replica owns it from here and closes it when it stops or fails to start.
+    Whatever is opened is entered on one exit stack, so a failure at any step (a ConfigError
+    included) closes everything opened before it."""
+    url = database_url or config.database.url
+    if not url:
+        raise ConfigError("no database URL: set LOWTIDE_DATABASE_URL or [database] url")
+    cfg = config.signal
+    async with contextlib.AsyncExitStack() as stack:
+        feed = feed or make_feed(cfg)
+        # Until the feed's runner has it (and closes it when it ends), the start closes it.
+        feed_owner = await stack.enter_async_context(contextlib.AsyncExitStack())
+        if feed is not None:
+            feed_owner.push_async_callback(feed.aclose)
+        db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
+        stack.push_async_callback(db.close)
+        unit = feed.unit if feed else feed_unit(cfg)
+        signals = Signals(SignalStore(db), Fanout(), definitions(config, feed_unit=unit), default=config.cost.signal)
+        # The port first: a database connection never holds it (50052 is in the ephemeral range).
+        server, health_servicer, port = _grpc_server(signals, config)
+        stack.push_async_callback(server.stop, None)
+        await apply_migrations(url)
+        await db.open()
+        await signals.start()
+        await server.start()
+        metrics = start_metrics("lowtide-signal", cfg.metrics_listen)
+        stack.callback(metrics.shutdown)
+        stats = FeedStats()
+        register_signal_metrics(metrics, signals.fanout, stats, cfg.feed)
+        replica_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+        background = _background(config, db, signals, feed=feed, stats=stats, replica_id=replica_id)
+        stack.push_async_callback(cancel_all, background)
+        feed_owner.pop_all()
+        for service in ("", SERVICE):
+            await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        resources = stack.pop_all()
     log.info("signal.started", extra={"listen": cfg.listen, "port": port, "feed": cfg.feed, "replica": replica_id})
-    return running
+    return SignalServer(config, db, signals, server, health_servicer, port, replica_id, stats, metrics, resources)
 
 
 async def serve(config: Config, *, database_url: str | None = None) -> None:

@@ -22,7 +22,7 @@ __all__ = ["Q", "Store", "SubmissionWrites", "attempt_of", "retry_policy_of"]
 
 
 class Store(TaskStore, ClaimStore, SubmissionStore, FixedStore, QueueStore, WorkerStore):
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, on_unblocked: Callable[[list[Row]], None]) -> None:
         self.db = db
-        self.on_unblocked: Callable[[list[Row]], None] | None = None
+        self.on_unblocked = on_unblocked
         self.registered_queues: set[str] = set()

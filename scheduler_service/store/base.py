@@ -38,6 +38,6 @@ class StoreBase:
 
     db: Database
     # Told (after commit) about tasks whose last dependency completed, so dispatch wakes.
-    on_unblocked: Callable[[list[Row]], None] | None
+    on_unblocked: Callable[[list[Row]], None]
     # Queues this replica has recorded in lowtide.queues (see SubmissionStore.submitting).
     registered_queues: set[str]

@@ -53,7 +53,7 @@ class TaskStore(StoreBase):
         return await self.db.fetch(Q["list_tasks"], params)
 
     def _unblocked(self, rows: list[Row]) -> None:
-        if rows and self.on_unblocked is not None:
+        if rows:
             self.on_unblocked(rows)
 
     async def unclaim(self, worker_id: str, attempts: Sequence[tuple[int, int]]) -> None:
