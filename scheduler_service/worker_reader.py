@@ -1,0 +1,146 @@
+"""The reading half of a worker stream: results, heartbeats, slot and hold changes.
+
+Every report is fenced by (task id, attempt): one for an attempt the worker no longer holds is
+refused, never applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument, Unavailable
+from lowtide_proto.durations import format_duration
+from lowtide_proto.lowtide.v1 import worker_pb2
+from scheduler_service.completer import Completer
+from scheduler_service.convert import name, stored_text
+from scheduler_service.domain.model import Failure, State
+from scheduler_service.domain.retry import after_failure, after_success
+from scheduler_service.fixed_starts import FixedStarts
+from scheduler_service.sessions import WorkerSession
+from scheduler_service.store import Store
+
+if TYPE_CHECKING:
+    from scheduler_service.metrics import SchedulerMetrics
+
+log = logging.getLogger("lowtide.scheduler.workers")
+
+MAX_SLOTS = 10_000
+
+
+def holds(session: WorkerSession, ref: tuple[int, int]) -> bool:
+    """Whether the session holds attempt `ref` (task id, attempt) now."""
+    attempt = session.in_flight.get(ref[0])
+    return attempt is not None and attempt.attempt == ref[1]
+
+
+class WorkerReader:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        completer: Completer,
+        scheduler_id: str,
+        lease_timeout: timedelta,
+        fixed: FixedStarts,
+        metrics: SchedulerMetrics,
+    ) -> None:
+        self._store = store
+        self._completer = completer
+        self._scheduler_id = scheduler_id
+        self._lease = lease_timeout
+        self.fixed = fixed
+        self.metrics = metrics
+
+    async def read(self, session: WorkerSession, messages: AsyncIterator[worker_pb2.WorkerMessage]) -> None:
+        async for message in messages:
+            if session.closed:
+                # Replaced by a newer stream: nothing more from this one is applied.
+                return
+            kind = message.WhichOneof("message")
+            if kind == "results":
+                self.on_results(session, message.results)
+            elif kind == "heartbeat":
+                await self._on_heartbeat(session, message.heartbeat)
+            elif kind == "slot_update":
+                if message.slot_update.slots > MAX_SLOTS:
+                    raise InvalidArgument("slot_update.slots", f"must be at most {MAX_SLOTS}")
+                session.slots = message.slot_update.slots
+                session.wake.set()
+            elif kind == "hold_update":
+                holding = frozenset(name("hold_update.held_types", t) for t in message.hold_update.held_types)
+                released = session.predicate_held - holding
+                session.predicate_held = holding
+                if released:
+                    session.wake.set()
+            elif kind == "hello":
+                raise FailedPrecondition("hello may only be sent once, as the first message")
+            else:
+                raise InvalidArgument("message", "empty or unknown worker message")
+
+    async def _on_heartbeat(self, session: WorkerSession, heartbeat: worker_pb2.Heartbeat) -> None:
+        refs = [(r.task_id, r.attempt) for r in heartbeat.running]
+        worker_id = session.worker_id
+        try:
+            renewed = await self._store.renew_worker(worker_id, session.slots, self._lease, self._scheduler_id)
+        except DatabaseUnavailable as error:
+            # A busy pool or a database restart is not the worker's fault: the stream
+            # stays, and the next heartbeat renews the lease (or finds it gone).
+            log.warning("worker.heartbeat_deferred", extra={"worker_id": worker_id, "error": str(error)})
+            return
+        if not renewed:
+            lease = format_duration(self._lease)
+            session.lost_reason = f"the worker's lease ran out (nothing heard from it for {lease})"
+            raise Unavailable(
+                f"worker {session.worker_id}: its lease ran out before this heartbeat (nothing heard from it "
+                f"for {lease}), so its attempts were given up; connect again with a new Hello"
+            )
+        held = [ref for ref in refs if holds(session, ref)]
+        if held:
+            try:
+                await self._store.heartbeat(session.worker_id, held)
+            except DatabaseUnavailable as error:
+                log.warning("worker.heartbeat_deferred", extra={"worker_id": worker_id, "error": str(error)})
+
+    def on_results(self, session: WorkerSession, results: worker_pb2.Results) -> None:
+        now = datetime.now(UTC)
+        clock = asyncio.get_running_loop().time()
+        stale: list[tuple[int, int]] = []
+        empty: list[tuple[int, int]] = []
+        for result in results.results:
+            ref = (result.task.task_id, result.task.attempt)
+            attempt = session.in_flight.get(ref[0])
+            if attempt is None or attempt.attempt != ref[1]:
+                stale.append(ref)
+                continue
+            outcome_kind = result.WhichOneof("outcome")
+            if outcome_kind == "success":
+                outcome = after_success(attempt, result.success)
+            elif outcome_kind == "failure":
+                failure = Failure(
+                    stored_text(result.failure.error_type, 200) or "Error",
+                    stored_text(result.failure.message, 8192),
+                    result.failure.non_retryable,
+                )
+                outcome = after_failure(attempt, failure, now)
+            else:
+                # Refused, and the attempt stays this worker's, to be reported properly.
+                empty.append(ref)
+                continue
+            del session.in_flight[ref[0]]
+            sent_at = session.sent_at.pop(ref[0], None)
+            if not attempt.fixed and sent_at is not None and outcome_kind == "success":
+                self.fixed.record_run(session.pool, clock - sent_at)
+            if attempt.fixed and outcome.state is State.PENDING:
+                self.fixed.mark_due(session.pool, outcome.run_at)
+            self._completer.add(outcome, session)
+        session.reject(stale, "the attempt is not held by this worker")
+        session.reject(empty, "the result has no outcome: set success or failure")
+        if stale:
+            self.metrics.rejected.add(len(stale), {"reason": "not_held"})
+        if empty:
+            self.metrics.rejected.add(len(empty), {"reason": "no_outcome"})
+        session.wake.set()
