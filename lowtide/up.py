@@ -22,6 +22,8 @@ import signal
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from lowtide.auth import check_listen, is_loopback
@@ -215,6 +217,38 @@ async def run_up(config: Config, *, demo: bool = False) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
+    database = await _start_database(config, stopping)
+    if database is None:
+        return 0
+    url, where = database
+    env["LOWTIDE_DATABASE_URL"] = url
+    # The scheduler subscribes to the signal service this process starts, wherever it listens.
+    env.setdefault("LOWTIDE_SCHEDULER_SIGNAL_TARGET", config.signal.listen)
+    if demo:
+        for key, value in demo_env().items():
+            env.setdefault(key, value)
+    stack = _Stack.of(config, env, demo)
+    security = _health_security()
+    stopped = asyncio.create_task(stopping.wait())
+    failure: Failure | None = None
+    try:
+        await _serve(stack, stopping, stopped, security, banner=lambda: _banner(config, env, where, auth_line, demo))
+    except Failure as error:
+        failure = error
+        print(f"lowtide up: {error}", file=sys.stderr, flush=True)
+    finally:
+        stopping.set()
+        print("stopping ...", flush=True)
+        stopped.cancel()
+        await _stop(stack, loop.time() + GRACE, hurry)
+    if failure is not None:
+        return EXIT_CONFIG if failure.code == EXIT_CONFIG else 1
+    return 0
+
+
+async def _start_database(config: Config, stopping: asyncio.Event) -> tuple[str, str] | None:
+    """The database's URL and where it is (started first if embedded), its schema migrated; None
+    when `up` was stopped meanwhile."""
     url = config.database.url
     if url:
         where = "the database at LOWTIDE_DATABASE_URL"
@@ -227,80 +261,94 @@ async def run_up(config: Config, *, demo: bool = False) -> int:
         url = await asyncio.to_thread(start_embedded, data_dir)
         where = f"embedded PostgreSQL, data in {data_dir}"
     if stopping.is_set():
-        return 0
+        return None
     applied = await apply_migrations(url)
     schema = f"database schema: {len(applied)} migration(s) applied" if applied else "database schema: up to date"
     print(schema, flush=True)
-    env["LOWTIDE_DATABASE_URL"] = url
-    # The scheduler subscribes to the signal service this process starts, wherever it listens.
-    env.setdefault("LOWTIDE_SCHEDULER_SIGNAL_TARGET", config.signal.listen)
-    if demo:
-        for key, value in demo_env().items():
-            env.setdefault(key, value)
-    scheduler_target = config.scheduler.listen
-    services = [Service("signal", ["signal", "serve"], env), Service("scheduler", ["scheduler", "serve"], env)]
-    targets = {"signal": config.signal.listen, "scheduler": scheduler_target}
-    workers = [Service(f"demo-worker-{i}", demo_worker_args(scheduler_target, i), env) for i in (1, 2)] if demo else []
-    served = {s.name: asyncio.Event() for s in (*services, *workers)}
-    supervisors: list[asyncio.Task[None]] = []
-    extras: list[asyncio.Task[None]] = []
+    return url, where
+
+
+@dataclass
+class _Stack:
+    """The processes `lowtide up` runs (services, and the demo's workers) and the tasks watching them."""
+
+    services: list[Service]
+    workers: list[Service]
+    targets: dict[str, str]
+    served: dict[str, asyncio.Event]
+    scheduler_target: str
+    demo: bool
+    supervisors: list[asyncio.Task[None]] = field(default_factory=list)
+    extras: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, config: Config, env: dict[str, str], demo: bool) -> _Stack:
+        scheduler_target = config.scheduler.listen
+        services = [Service("signal", ["signal", "serve"], env), Service("scheduler", ["scheduler", "serve"], env)]
+        targets = {"signal": config.signal.listen, "scheduler": scheduler_target}
+        workers = (
+            [Service(f"demo-worker-{i}", demo_worker_args(scheduler_target, i), env) for i in (1, 2)] if demo else []
+        )
+        served = {s.name: asyncio.Event() for s in (*services, *workers)}
+        return cls(services, workers, targets, served, scheduler_target, demo)
+
+
+async def _serve(
+    stack: _Stack,
+    stopping: asyncio.Event,
+    stopped: asyncio.Future[Any],
+    security: Security,
+    *,
+    banner: Callable[[], None],
+) -> None:
+    """Starts the services, waits until each serves, then the demo's workers; returns once `up`
+    is stopped (or raises Failure for a service given up on)."""
 
     async def ready(service: Service) -> None:
-        await _wait_serving(service.name, targets[service.name], security)
-        served[service.name].set()
+        await _wait_serving(service.name, stack.targets[service.name], security)
+        stack.served[service.name].set()
 
-    security = _health_security()
-    stopped = asyncio.create_task(stopping.wait())
-    failure: Failure | None = None
+    for service in stack.services:
+        if stopping.is_set():
+            break
+        print(f"starting the {service.name} service on {stack.targets[service.name]} ...", flush=True)
+        stack.supervisors.append(asyncio.create_task(_supervise(service, stopping, stack.served[service.name])))
+    serving = asyncio.gather(*(ready(s) for s in stack.services))
     try:
-        for service in services:
-            if stopping.is_set():
-                break
-            print(f"starting the {service.name} service on {targets[service.name]} ...", flush=True)
-            supervisors.append(asyncio.create_task(_supervise(service, stopping, served[service.name])))
-        serving = asyncio.gather(*(ready(s) for s in services))
-        try:
-            await _first(serving, stopped, *supervisors)
-        finally:
-            serving.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await serving
-        if not stopping.is_set():
-            for worker in workers:
-                served[worker.name].set()  # a worker has no health check: restarted whenever it exits
-                supervisors.append(asyncio.create_task(_supervise(worker, stopping, served[worker.name])))
-            _banner(config, env, where, auth_line, demo)
-            if demo:
-                extras += [
-                    asyncio.create_task(generate(scheduler_target, stopping)),
-                    asyncio.create_task(show(scheduler_target, stopping)),
-                ]
-            await _first(stopped, *supervisors)
-    except Failure as error:
-        failure = error
-        print(f"lowtide up: {error}", file=sys.stderr, flush=True)
+        await _first(serving, stopped, *stack.supervisors)
     finally:
-        stopping.set()
-        print("stopping ...", flush=True)
-        stopped.cancel()
-        for task in extras:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        # Workers first, so they hand their work back to a scheduler that is still there; the
-        # signal service last, so the scheduler never sees it go. Whatever still runs GRACE
-        # seconds from now is killed.
-        deadline = loop.time() + GRACE
-        await asyncio.gather(*(w.stop(deadline, hurry) for w in workers))
-        for service in reversed(services):
-            await service.stop(deadline, hurry)
-        for task in supervisors:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Failure):
-                await task
-    if failure is not None:
-        return EXIT_CONFIG if failure.code == EXIT_CONFIG else 1
-    return 0
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+    if stopping.is_set():
+        return
+    for worker in stack.workers:
+        stack.served[worker.name].set()  # a worker has no health check: restarted whenever it exits
+        stack.supervisors.append(asyncio.create_task(_supervise(worker, stopping, stack.served[worker.name])))
+    banner()
+    if stack.demo:
+        stack.extras += [
+            asyncio.create_task(generate(stack.scheduler_target, stopping)),
+            asyncio.create_task(show(stack.scheduler_target, stopping)),
+        ]
+    await _first(stopped, *stack.supervisors)
+
+
+async def _stop(stack: _Stack, deadline: float, hurry: asyncio.Event) -> None:
+    """Stops everything `up` started, in order; whatever still runs at `deadline` is killed."""
+    for task in stack.extras:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    # Workers first, so they hand their work back to a scheduler that is still there; the
+    # signal service last, so the scheduler never sees it go.
+    await asyncio.gather(*(w.stop(deadline, hurry) for w in stack.workers))
+    for service in reversed(stack.services):
+        await service.stop(deadline, hurry)
+    for task in stack.supervisors:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Failure):
+            await task
 
 
 def _banner(config: Config, env: dict[str, str], where: str, auth_line: str, demo: bool) -> None:
