@@ -316,7 +316,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             hold.since.FromDatetime(holds.state.since)
         # One read of the backlog serves the queues and the pools.
         pending, running = await self._store.pending_by_queue_and_type(), await self._store.running_by_queue()
-        pools = await self.metrics.pool_status(pending, running) if self.metrics is not None else []
+        pools = await self.metrics.pool_status(pending, running)
         deferrable = sorted(holds.config.deferrable.union(*(holds.config.per_queue or {}).values()))
         carbon = [
             scheduler_pb2.CarbonStatus(

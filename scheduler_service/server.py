@@ -264,11 +264,9 @@ def _build_parts(config: Config, db: Database, hold_config: HoldConfig, exported
         registry=registry,
         dispatcher=dispatcher,
         completer=completer,
-        local_types=frozenset(n for n, t in config.types.items() if t.local),
         scheduler_id=scheduler_id,
         heartbeat_interval=cfg.heartbeat_interval,
         lease_timeout=cfg.lease_timeout,
-        limits=limits,
         fixed=fixed,
         metrics=metrics,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -54,18 +54,14 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         scheduler_id: str,
         heartbeat_interval: timedelta,
         lease_timeout: timedelta,
-        limits: Mapping[str, int],
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
-        local_types: frozenset[str] = frozenset(),
     ) -> None:
         self._registry = registry
         self._dispatcher = dispatcher
         self._completer = completer
         self._heartbeat_interval = heartbeat_interval
         self._lease = lease_timeout
-        self._limits = limits
-        self._local_types = local_types
         self.fixed = fixed
         self.metrics = metrics
         self._attachments = Attachments(
