@@ -11,17 +11,18 @@ import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
 from psycopg import conninfo
-from psycopg.rows import dict_row
+from psycopg.rows import class_row, dict_row
 
 from lowtide.errors import DatabaseUnavailable
 
 Row = dict[str, Any]
 Params = Mapping[str, Any]
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -61,6 +62,19 @@ class Transaction:
 
     async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
         rows = await self.fetch(sql, params)
+        return rows[0] if rows else None
+
+    async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None) -> list[T]:
+        """The rows as `cls` values (a frozen dataclass whose fields are the query's columns, by
+        psycopg's `class_row`): a column the class does not name, or a field no column fills, fails
+        at once rather than a key missing later."""
+        with wrap_exceptions():
+            async with self._conn.cursor(row_factory=class_row(cls)) as cur:
+                await cur.execute(sql, params)
+                return await cur.fetchall() if cur.description else []
+
+    async def fetch_one_as(self, cls: type[T], sql: str, params: Params | None = None) -> T | None:
+        rows = await self.fetch_as(cls, sql, params)
         return rows[0] if rows else None
 
     async def execute(self, sql: str, params: Params | None = None) -> int:
@@ -129,6 +143,16 @@ class Database:
 
     async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
         rows = await self.fetch(sql, params)
+        return rows[0] if rows else None
+
+    async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None) -> list[T]:
+        """See `Transaction.fetch_as`."""
+        with wrap_exceptions():
+            async with self._pool.connection() as conn:
+                return await Transaction(conn).fetch_as(cls, sql, params)
+
+    async def fetch_one_as(self, cls: type[T], sql: str, params: Params | None = None) -> T | None:
+        rows = await self.fetch_as(cls, sql, params)
         return rows[0] if rows else None
 
     async def execute(self, sql: str, params: Params | None = None) -> int:

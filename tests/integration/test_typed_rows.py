@@ -1,0 +1,35 @@
+"""Rows into typed values at the store's edge: psycopg's class_row fills a frozen dataclass from
+the query's columns, and a query whose columns do not match its class fails at once."""
+
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError, dataclass
+
+import pytest
+
+from lowtide.db import Database
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    id: int
+    name: str
+
+
+async def test_rows_become_frozen_values_and_a_mismatch_fails_at_once(database_url: str) -> None:
+    db = Database(database_url, min_size=1, max_size=2)
+    await db.open()
+    try:
+        rows = await db.fetch_as(Pair, "SELECT g AS id, 'n' || g AS name FROM generate_series(1, 3) g")
+        assert rows == [Pair(1, "n1"), Pair(2, "n2"), Pair(3, "n3")]
+        with pytest.raises(FrozenInstanceError):
+            rows[0].id = 9  # type: ignore[misc]
+        assert await db.fetch_one_as(Pair, "SELECT 1 AS id, 'x' AS name WHERE false") is None
+        async with db.transaction() as tx:
+            assert await tx.fetch_one_as(Pair, "SELECT 7 AS id, 'seven' AS name") == Pair(7, "seven")
+        with pytest.raises(TypeError, match="extra"):
+            await db.fetch_as(Pair, "SELECT 1 AS id, 'x' AS name, 2 AS extra")
+        with pytest.raises(TypeError, match="name"):
+            await db.fetch_as(Pair, "SELECT 1 AS id")
+    finally:
+        await db.close()
