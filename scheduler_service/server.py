@@ -324,6 +324,7 @@ def _background(
     database = follow_database(db, health_servicer, ("", *SERVICES), interval=cfg.heartbeat_interval)
     return [
         asyncio.create_task(parts.completer.run(), name="completer"),
+        asyncio.create_task(parts.dispatcher.run(), name="dispatcher"),
         asyncio.create_task(parts.maintenance.run(), name="maintenance"),
         asyncio.create_task(listen, name="listen"),
         asyncio.create_task(parts.holds.run(), name="signal"),
