@@ -74,6 +74,8 @@ class WorkerSession:
         self.group: Group | None = None
         self.closed = False
         self.draining = False
+        # A heartbeat came since the replica last renewed the leases (see leases.py).
+        self.heard = False
         # Set once its unreported attempts have been ended, so that is never done twice.
         self.released = False
         # Set when the scheduler shuts down: the stream ends and the worker reconnects elsewhere.

@@ -75,8 +75,6 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._reader = WorkerReader(
             store=store,
             completer=completer,
-            scheduler_id=scheduler_id,
-            lease_timeout=lease_timeout,
             fixed=fixed,
             metrics=metrics,
         )

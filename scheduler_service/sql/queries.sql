@@ -341,12 +341,15 @@ SET pool = EXCLUDED.pool, queues = EXCLUDED.queues, activity_types = EXCLUDED.ac
     slots = EXCLUDED.slots, scheduler_id = EXCLUDED.scheduler_id, connected_at = now(),
     lease_expires_at = EXCLUDED.lease_expires_at
 
--- renew_worker_lease --
--- Extends a worker's lease (on each heartbeat), only while it still runs and the worker is this
--- replica's: no row means the lease ran out (or the worker went elsewhere) and is not renewed.
-UPDATE lowtide.workers SET lease_expires_at = now() + %(lease_ms)s * interval '1 millisecond',
-    slots = %(slots)s
-WHERE id = %(id)s AND scheduler_id = %(scheduler_id)s AND lease_expires_at > now()
+-- renew_worker_leases --
+-- Extends the leases of the workers this replica heard a heartbeat from since its last renewal,
+-- one statement per tick for all of them, each only while it still runs and the worker is this
+-- replica's: a worker left out of RETURNING lost its lease (or went elsewhere) and is not renewed.
+UPDATE lowtide.workers w
+SET lease_expires_at = now() + %(lease_ms)s * interval '1 millisecond', slots = r.slots
+FROM unnest(%(ids)s::text[], %(slots)s::int[]) AS r(id, slots)
+WHERE w.id = r.id AND w.scheduler_id = %(scheduler_id)s AND w.lease_expires_at > now()
+RETURNING w.id
 
 -- delete_worker --
 -- Forgets a worker whose stream has closed, unless it has connected to another replica meanwhile.
@@ -745,3 +748,14 @@ SELECT r.window_start, r.window_end
 FROM lowtide.reservations r
 JOIN lowtide.tasks t ON t.id = r.task_id AND t.state IN ('pending', 'running')
 WHERE r.window_end > now()
+
+-- finished_among --
+-- Which of these tasks have finished (WaitTask's one check per replica for every waiter).
+SELECT id FROM lowtide.tasks
+WHERE id = ANY(%(ids)s::bigint[])
+  AND state IN ('completed', 'failed', 'cancelled', 'timed_out', 'skipped', 'shed')
+
+-- notify_finished --
+-- Tells every replica which tasks a batch of reports finished (payload: their ids, comma
+-- separated), so each resolves its WaitTask waiters at once.
+SELECT pg_notify('lowtide_done', %(payload)s)

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from scheduler_service.domain.resources import free, pick
-from scheduler_service.domain.skiplist import plan_claim
+from scheduler_service.domain.skiplist import ClaimPlan, plan_claim
 from scheduler_service.rows.claims import ClaimedRow, ResourceCandidate, ResourceUse, RunningCount
 from scheduler_service.store.base import SEPARATOR, Q, StoreBase
 
@@ -34,27 +34,20 @@ class ClaimStore(StoreBase):
         limit = len(slot_workers)
         if limit == 0:
             return []
+        limited = sorted(t for t in worker_types if t in limits)
+        if not limited:
+            # Nothing to count first: one statement, committed on its own (no BEGIN and COMMIT
+            # round trips around it).
+            plan = plan_claim(queues, worker_types, limit, limits=limits, running={}, held=held)
+            return await self.db.fetch_as(ClaimedRow, Q["claim_tasks"], _claim_params(slot_workers, plan, signal))
         async with self.db.transaction() as tx:
-            limited = sorted(t for t in worker_types if t in limits)
-            running: dict[str, int] = {}
-            if limited:
-                await tx.execute(Q["lock_types"], {"types": limited})
-                counts = await tx.fetch_as(RunningCount, Q["count_running_by_type"], {"types": limited})
-                running = {r.activity_type: r.running for r in counts}
+            await tx.execute(Q["lock_types"], {"types": limited})
+            counts = await tx.fetch_as(RunningCount, Q["count_running_by_type"], {"types": limited})
+            running = {r.activity_type: r.running for r in counts}
             plan = plan_claim(queues, worker_types, limit, limits=limits, running=running, held=held)
             if plan.empty:
                 return []
-            params = {
-                "slot_workers": list(slot_workers),
-                "queues": [p[0] for p in plan.open],
-                "types": [p[1] for p in plan.open],
-                "caps": [p[2] for p in plan.open],
-                "held_queues": [p[0] for p in plan.held],
-                "held_types": [p[1] for p in plan.held],
-                "held_caps": [p[2] for p in plan.held],
-                "signal": signal,
-            }
-            return await tx.fetch_as(ClaimedRow, Q["claim_tasks"], params)
+            return await tx.fetch_as(ClaimedRow, Q["claim_tasks"], _claim_params(slot_workers, plan, signal))
 
     async def claim_fixed_due(
         self,
@@ -141,6 +134,19 @@ class ClaimStore(StoreBase):
             "worker_ids": [r.worker_id for r in rows],
         }
         await self.db.execute(Q["unclaim_tasks"], params)
+
+
+def _claim_params(slot_workers: Sequence[str], plan: ClaimPlan, signal: float | None) -> dict[str, object]:
+    return {
+        "slot_workers": list(slot_workers),
+        "queues": [p[0] for p in plan.open],
+        "types": [p[1] for p in plan.open],
+        "caps": [p[2] for p in plan.open],
+        "held_queues": [p[0] for p in plan.held],
+        "held_types": [p[1] for p in plan.held],
+        "held_caps": [p[2] for p in plan.held],
+        "signal": signal,
+    }
 
 
 def _without(slots: Sequence[str], taken: Sequence[str]) -> list[str]:
