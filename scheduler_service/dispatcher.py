@@ -90,6 +90,7 @@ class Dispatcher:
         # Claim statements run, for tests and metrics (no claim may run for an idle fleet
         # between the replica's polls).
         self.claims_run = 0
+        self.polls = 0
 
     def held_map(self, key: GroupKey) -> dict[str, frozenset[str]]:
         """Per queue, the types the cost hold holds for the group's workers now (read from memory)."""
@@ -164,6 +165,7 @@ class Dispatcher:
                 changed.clear()
                 if loop.time() >= next_poll:
                     next_poll = loop.time() + self._poll
+                    self.polls += 1
                     self._registry.poll()
                 for group in self._registry.take_wanted():
                     if not group.busy:

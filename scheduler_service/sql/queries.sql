@@ -139,9 +139,11 @@ slots AS (
 -- type capped at its room, paused queues left alone. Open (queue, type) pairs are walked on the
 -- pending index; held pairs only for workflow tasks (never held) and for tasks past their
 -- max_defer, each on its own small index. So held rows are never read, and a claim costs the same
--- with a million of them waiting. Candidates are read without locks and only the rows taken are
--- locked (SKIP LOCKED: one another claimer is taking is left to it), so a claim never holds a row
--- it does not take and concurrent claimers do not starve each other.
+-- with a million of them waiting. Twice as many candidates as slots are read without locks, then
+-- locked in order, skipping those another claimer is taking, until every slot has one: a claim
+-- locks only the rows it takes, and concurrent claimers (other groups, other replicas) do not
+-- come back empty while work is waiting. %(caps)s are planned for twice the slots for the same
+-- reason; a type's cap never exceeds its room under its concurrency limit.
 WITH {{_claim_slots}},
 paused AS (
     SELECT name FROM lowtide.queues WHERE paused
@@ -201,12 +203,14 @@ chosen AS (
     SELECT id, released_by, row_number() OVER (ORDER BY priority DESC, run_at, id) AS ord
     FROM ranked WHERE nth <= cap
     ORDER BY priority DESC, run_at, id
-    LIMIT (SELECT count(*) FROM slots)
+    LIMIT 2 * (SELECT count(*) FROM slots)
 ),
 locked AS (
     SELECT t.id, c.released_by, c.ord
-    FROM lowtide.tasks t JOIN chosen c ON c.id = t.id
+    FROM chosen c JOIN lowtide.tasks t ON t.id = c.id
     WHERE t.state = 'pending'
+    ORDER BY c.ord
+    LIMIT (SELECT count(*) FROM slots)
     FOR UPDATE OF t SKIP LOCKED
 ),
 taken AS (

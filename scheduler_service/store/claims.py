@@ -25,7 +25,9 @@ class ClaimStore(StoreBase):
         signal: float | None = None,
     ) -> list[ClaimedRow]:
         """Claims up to one task per entry of `slot_workers` (a worker id per free slot, in the
-        order rows go to them; see domain.dispatch.hand_out) in one statement.
+        order rows go to them; see domain.dispatch.hand_out) in one statement. Candidates are
+        planned for twice the slots (see claim_tasks in queries.sql), so a claim that meets
+        another still fills its slots.
 
         Types with a concurrency limit are locked and counted inside the same transaction, so
         replicas claiming at once never overshoot a limit together. `held` maps a queue to the
@@ -38,13 +40,13 @@ class ClaimStore(StoreBase):
         if not limited:
             # Nothing to count first: one statement, committed on its own (no BEGIN and COMMIT
             # round trips around it).
-            plan = plan_claim(queues, worker_types, limit, limits=limits, running={}, held=held)
+            plan = plan_claim(queues, worker_types, 2 * limit, limits=limits, running={}, held=held)
             return await self.db.fetch_as(ClaimedRow, Q["claim_tasks"], _claim_params(slot_workers, plan, signal))
         async with self.db.transaction() as tx:
             await tx.execute(Q["lock_types"], {"types": limited})
             counts = await tx.fetch_as(RunningCount, Q["count_running_by_type"], {"types": limited})
             running = {r.activity_type: r.running for r in counts}
-            plan = plan_claim(queues, worker_types, limit, limits=limits, running=running, held=held)
+            plan = plan_claim(queues, worker_types, 2 * limit, limits=limits, running=running, held=held)
             if plan.empty:
                 return []
             return await tx.fetch_as(ClaimedRow, Q["claim_tasks"], _claim_params(slot_workers, plan, signal))
