@@ -102,11 +102,11 @@ class KedaScaler(externalscaler_pb2_grpc.ExternalScalerServicer):
             held = row["kind"] == "activity" and row["activity_type"] in self._holds.held_for(row["queue"])
             if not held:
                 claimable += int(row["depth"])
-        pool = next((p for p in await self._store.pools() if p["pool"] == target.pool), None)
-        running = int(pool["busy"]) if pool else 0
+        pool = next((p for p in await self._store.pools() if p.pool == target.pool), None)
+        running = pool.busy if pool else 0
         slots = target.slots_per_worker
         if slots is None:
-            slots = math.ceil(pool["slots"] / pool["workers"]) if pool and pool["workers"] else 1
+            slots = math.ceil(pool.slots / pool.workers) if pool and pool.workers else 1
         return desired_workers(
             claimable=claimable,
             running=running,

@@ -260,18 +260,18 @@ async def pool_status(
 
     for name in config.pools:
         pool(name)
-    for row in await store.pools():
-        status = pool(row["pool"])
-        status.workers, status.slots, status.busy_slots = row["workers"], row["slots"], row["busy"]
+    for workers in await store.pools():
+        status = pool(workers.pool)
+        status.workers, status.slots, status.busy_slots = workers.workers, workers.slots, workers.busy
     ahead_in_horizon: dict[str, int] = {}
-    for row in await store.pool_fixed_stats():
-        status = pool(row["pool"])
-        starts = row["ahead"] or []
+    for stats in await store.pool_fixed_stats():
+        status = pool(stats.pool)
+        starts = stats.ahead or []
         status.reservations_ahead = len(starts)
-        horizon = now + config.pool(row["pool"]).autoscale_horizon
-        ahead_in_horizon[row["pool"]] = sum(1 for s in starts if s <= horizon)
-        if row["hit_rate"] is not None:
-            status.fixed_start_hit_rate = row["hit_rate"]
+        horizon = now + config.pool(stats.pool).autoscale_horizon
+        ahead_in_horizon[stats.pool] = sum(1 for s in starts if s <= horizon)
+        if stats.hit_rate is not None:
+            status.fixed_start_hit_rate = stats.hit_rate
     for name in list(pools) + [u.pool for u in fixed.upcoming.values()]:
         pool(name).held_slots = fixed.held_slots(name)
     backlog = pool_backlog(registry, holds, pending, running)
