@@ -29,9 +29,9 @@ class FixedStore(StoreBase):
                 "reasons": [m.message for m in misses],
                 "kinds": [m.kind for m in misses],
             }
-            marked = await tx.fetch(Q["mark_missed"], params)
+            marked = await tx.fetch_as(MissApplied, Q["mark_missed"], params)
             await settle(tx, marked)
-            return [MissApplied(**row) for row in marked]
+            return marked
 
     async def pool_fixed_stats(self) -> list[PoolFixedStats]:
         return await self.db.fetch_as(PoolFixedStats, Q["pool_fixed_stats"])
