@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from lowtide.db.connector import Row
 from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.rows.fleet import (
+    CarbonByType,
     PausedQueue,
+    PendingGroup,
     PlannableTask,
     PoolWorkers,
     QueueName,
@@ -39,8 +40,8 @@ class QueueStore(StoreBase):
     async def paused_queues(self) -> dict[str, datetime]:
         return {q.name: q.paused_at for q in await self.db.fetch_as(PausedQueue, Q["paused_queues"])}
 
-    async def pending_by_queue_and_type(self) -> list[Row]:
-        return await self.db.fetch(Q["pending_by_queue_and_type"])
+    async def pending_by_queue_and_type(self) -> list[PendingGroup]:
+        return await self.db.fetch_as(PendingGroup, Q["pending_by_queue_and_type"])
 
     async def known_queues(self) -> set[str]:
         return {q.name for q in await self.db.fetch_as(QueueName, Q["known_queues"])}
@@ -51,8 +52,8 @@ class QueueStore(StoreBase):
     async def pools(self) -> list[PoolWorkers]:
         return await self.db.fetch_as(PoolWorkers, Q["pools"])
 
-    async def carbon_by_type(self, types: Sequence[str]) -> list[Row]:
-        return await self.db.fetch(Q["carbon_by_type"], {"types": list(types)})
+    async def carbon_by_type(self, types: Sequence[str]) -> list[CarbonByType]:
+        return await self.db.fetch_as(CarbonByType, Q["carbon_by_type"], {"types": list(types)})
 
     async def workers_for_type(self, queue: str, activity_type: str) -> int:
         params = {"queue": queue, "activity_type": activity_type}
