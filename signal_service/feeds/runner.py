@@ -128,10 +128,10 @@ async def run_feed(feed: Feed, signals: Signals, name: str, *, refresh: float, s
     refreshed at most once per `refresh` (once a day while the feed's plan has none)."""
     loop = asyncio.get_running_loop()
     forecast_due = loop.time()
-    interval = feed.interval(refresh)
     leading = False
     try:
         while True:
+            interval = feed.interval(refresh)
             now_leading = await _leading(signals, holder, lease_ttl(interval))
             if now_leading != leading:
                 leading = now_leading
@@ -141,12 +141,13 @@ async def run_feed(feed: Feed, signals: Signals, name: str, *, refresh: float, s
                 if loop.time() >= forecast_due:
                     has_forecast = await refresh_forecast(feed, signals, name, stats)
                     forecast_due = loop.time() + (refresh if has_forecast else FORECAST_UNAVAILABLE_RETRY)
-            waited, interval = interval, feed.interval(refresh)
-            if leading and interval > waited:
-                # The API asked for a longer wait (Retry-After): keep the lease through it, so
-                # no other replica asks in this one's place meanwhile.
-                await _leading(signals, holder, lease_ttl(interval))
-            await asyncio.sleep(interval)
+            wait = feed.interval(refresh)
+            if leading and wait > interval:
+                # The API asked for a longer wait (Retry-After): the lease is kept through it and
+                # the poll after it, so no other replica asks in this one's place meanwhile, and
+                # one takes over as soon as ever if this one dies.
+                await _leading(signals, holder, timedelta(seconds=wait) + lease_ttl(interval))
+            await asyncio.sleep(wait)
     finally:
         if leading:
             with contextlib.suppress(DatabaseUnavailable):

@@ -67,6 +67,35 @@ async def test_retry_after_holds_the_next_poll_back_and_counts_one_error(databas
             await running.stop()
 
 
+async def test_the_leader_keeps_the_feed_through_a_retry_after_so_no_replica_asks_in_its_place(
+    database_url: str,
+) -> None:
+    with grid_api() as api:
+        api.on(
+            "/intensity",
+            Answer({"error": "Too Many Requests"}, status=429, headers={"Retry-After": "3"}),
+            Answer({"data": [uk_entry("2026-11-29T23:00Z", 250, 240)]}),
+        )
+        api.on("/intensity/*", Answer({"data": []}))
+        config = signal_config(refresh=timedelta(milliseconds=100))
+
+        def feed() -> UkCarbonIntensity:
+            return UkCarbonIntensity(HttpJson(api.url, timeout=1.0, backoff_initial=0.01, backoff_max=0.02))
+
+        # The lease of a 100 ms refresh lasts 2 s: less than the wait.
+        one = await start_signal_service(config, database_url=database_url, feed=feed())
+        two = await start_signal_service(config, database_url=database_url, feed=feed())
+        try:
+            async with SignalClient(one.target) as client:
+                assert await eventually(lambda: _valued(client), within=10.0) == 240.0
+            first, second = api.to("/intensity")[:2]
+            assert second.at - first.at >= 3.0
+            assert [r.fetches for r in (one.feed_stats, two.feed_stats)].count(0) == 1
+        finally:
+            await two.stop()
+            await one.stop()
+
+
 async def _valued(client: SignalClient) -> float | None:
     state = await client.get()
     return state.value if state.HasField("value") else None
