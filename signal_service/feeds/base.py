@@ -202,7 +202,7 @@ class HttpJson:
                         return json.loads(body)
                     except ValueError:
                         raise FeedError(f"GET {path}: malformed JSON: {_text(body)!r}") from None
-            if wait is not None and (wait > self._backoff[1] or attempt == self._attempts):
+            if wait and (wait > self._backoff[1] or attempt == self._attempts):
                 raise RateLimited(
                     f"GET {path}: {problem}, asked to wait {wait:g}s (Retry-After)", until=self._not_before
                 )
