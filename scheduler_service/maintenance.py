@@ -98,7 +98,7 @@ class Maintenance:
             now = now or datetime.now(UTC)
             outcomes: list[tuple[Outcome, str | None]] = []
             for row in expired:
-                failure = Failure(row["reason"], _MESSAGES[row["reason"]])
+                failure = Failure(row.reason, _MESSAGES[row.reason])
                 outcomes.append((after_failure(attempt_of(row), failure, now), None))
             applied = await self._store.finish(outcomes)
             for outcome, _ in outcomes:

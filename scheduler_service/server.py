@@ -45,6 +45,7 @@ from scheduler_service.schedules import ScheduleMaterializer
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 from scheduler_service.submission import Submission
+from scheduler_service.task_control import TaskControl
 from scheduler_service.worker_stream import WorkerStream
 
 log = logging.getLogger("lowtide.scheduler")
@@ -252,6 +253,7 @@ def _build_parts(config: Config, db: Database, hold_config: HoldConfig, exported
         dispatcher=dispatcher,
         metrics=metrics,
         submission=submission,
+        tasks=TaskControl(config=config, store=store, registry=registry, dispatcher=dispatcher),
     )
 
     def applied(count: int) -> None:

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from lowtide.db.connector import Row
 from scheduler_service.domain.fixed import Miss
+from scheduler_service.rows.tasks import EndedRow
 from scheduler_service.store.base import Q, StoreBase, ms
 from scheduler_service.store.tasks import settle
 
@@ -29,7 +30,7 @@ class FixedStore(StoreBase):
                 "kinds": [m.kind for m in misses],
             }
             marked = await tx.fetch(Q["mark_missed"], params)
-            await settle(tx, marked)
+            await settle(tx, [EndedRow(r["id"], r["state"], r["has_dependents"]) for r in marked])
             return marked
 
     async def pool_fixed_stats(self) -> list[Row]:
