@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from lowtide.config import Config
 from lowtide.errors import DatabaseUnavailable
-from scheduler_service.domain.fixed import FixedStart, MissPolicy, hold_from, p90
+from scheduler_service.domain.fixed import FixedStart, hold_from, p90
 from scheduler_service.rows.tasks import UnblockedRow
 from scheduler_service.sessions import Registry, WorkerSession
 from scheduler_service.store import Store
@@ -158,17 +158,11 @@ class FixedStarts:
         rows = await self._store.upcoming_fixed(pools, self._clock() + longest + timedelta(seconds=REFRESH))
         seen = set()
         for row in rows:
-            seen.add(row["id"])
-            if row["id"] in self.upcoming:
+            seen.add(row.id)
+            if row.id in self.upcoming:
                 continue
-            fixed = FixedStart(
-                row["start_at"],
-                timedelta(milliseconds=row["start_tolerance_ms"]),
-                MissPolicy(row["on_miss"]),
-                timedelta(milliseconds=row["estimated_duration_ms"]),
-            )
-            upcoming = Upcoming(row["id"], row["pool"], row["queue"], row["activity_type"], fixed)
-            self.upcoming[row["id"]] = upcoming
+            upcoming = Upcoming(row.id, row.pool, row.queue, row.activity_type, row.fixed)
+            self.upcoming[row.id] = upcoming
             self._arm(upcoming)
         for task_id in set(self.upcoming) - seen:
             self._release(self.upcoming.pop(task_id))

@@ -17,7 +17,6 @@ import grpc
 from lowtide import errors
 from lowtide.auth import caller
 from lowtide.config import Config, TokenEntry
-from lowtide.db.connector import Row
 from lowtide.errors import InvalidArgument, TooLarge
 from lowtide.grpc_status import handles_errors
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
@@ -26,6 +25,7 @@ from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.fixed import Refused
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.submission import Submitted
+from scheduler_service.rows.fleet import PendingGroup
 from scheduler_service.schedules_api import ScheduleApi
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
@@ -212,7 +212,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         return scheduler_pb2.QueueStatus(name=name)  # pragma: no cover - _queues lists paused queues
 
     async def _queues(
-        self, pending: list[Row] | None = None, running: dict[str, int] | None = None
+        self, pending: list[PendingGroup] | None = None, running: dict[str, int] | None = None
     ) -> list[scheduler_pb2.QueueStatus]:
         holds = self._dispatcher.holds
         paused = await self._store.paused_queues()
@@ -234,14 +234,14 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
 
         for name in [*paused, *running, *self._config.queues]:
             queue(name)
-        for row in pending:
-            status = queue(row["queue"])
-            if row["kind"] == "activity" and row["activity_type"] in status.held_types:
-                status.held_depth += row["depth"]
-                status.oldest_held_age_seconds = max(status.oldest_held_age_seconds, row["oldest_age"])
+        for group in pending:
+            status = queue(group.queue)
+            if group.kind == "activity" and group.activity_type in status.held_types:
+                status.held_depth += group.depth
+                status.oldest_held_age_seconds = max(status.oldest_held_age_seconds, group.oldest_age)
             else:
-                status.depth += row["depth"]
-                status.oldest_pending_age_seconds = max(status.oldest_pending_age_seconds, row["oldest_age"])
+                status.depth += group.depth
+                status.oldest_pending_age_seconds = max(status.oldest_pending_age_seconds, group.oldest_age)
         return [queues[name] for name in sorted(queues)]
 
     @handles_errors
@@ -267,10 +267,10 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         deferrable = sorted(holds.config.deferrable.union(*(holds.config.per_queue or {}).values()))
         carbon = [
             scheduler_pb2.CarbonStatus(
-                activity_type=r["activity_type"],
-                tasks=r["tasks"],
-                mean_at_submit=r["mean_at_submit"],
-                mean_at_dispatch=r["mean_at_dispatch"],
+                activity_type=r.activity_type,
+                tasks=r.tasks,
+                mean_at_submit=r.mean_at_submit,
+                mean_at_dispatch=r.mean_at_dispatch,
             )
             for r in (await self._store.carbon_by_type(deferrable) if deferrable else [])
         ]

@@ -291,9 +291,9 @@ def _reserved_within_horizon(config: Config, store: Store) -> Callable[[str], Aw
     async def reserved(pool: str) -> int:
         """Admitted fixed starts of the pool that start inside its autoscale horizon."""
         horizon = await store.now() + config.pool(pool).autoscale_horizon
-        for row in await store.pool_fixed_stats():
-            if row["pool"] == pool:
-                return sum(1 for start in row["ahead"] or [] if start <= horizon)
+        for stats in await store.pool_fixed_stats():
+            if stats.pool == pool:
+                return sum(1 for start in stats.ahead or [] if start <= horizon)
         return 0
 
     return reserved

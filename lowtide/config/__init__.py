@@ -27,6 +27,7 @@ from lowtide.config.rules import (
     within,
 )
 from lowtide.config.schema import (
+    EMISSION_FACTORS,
     FEEDS,
     ROLES,
     SECTIONS,
@@ -46,6 +47,7 @@ from lowtide.config.schema import (
 )
 
 __all__ = [
+    "EMISSION_FACTORS",
     "FEEDS",
     "MARGINS",
     "OTHER_VARIABLES",

@@ -117,6 +117,8 @@ class QueueConfig:
 
 # The feeds signal_service.feeds.make_feed knows.
 FEEDS = ("static", "replay", "uk-carbon-intensity", "electricitymaps", "watttime")
+# Electricity Maps' emissionFactorType values; the first is the API's default and ours.
+EMISSION_FACTORS = ("lifecycle", "direct")
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,9 @@ class SignalConfig:
     password: str = ""
     # UK Carbon Intensity region id, Electricity Maps zone or WattTime region.
     region: str = ""
+    # Electricity Maps' emission factor (its emissionFactorType): lifecycle (construction and
+    # fuel supply included, the API's default) or direct (combustion only).
+    emission_factor: str = key(EMISSION_FACTORS[0], one_of(*EMISSION_FACTORS))
     timeout: timedelta = key(10 * S, within(100 * MS, 10 * MIN))
 
 

@@ -374,7 +374,7 @@ SELECT now() AS now
 INSERT INTO lowtide.queues (name, paused, paused_at) VALUES (%(name)s, true, now())
 ON CONFLICT (name) DO UPDATE
 SET paused = true, paused_at = COALESCE(lowtide.queues.paused_at, now())
-RETURNING name, paused, paused_at
+RETURNING name, paused_at
 
 -- resume_queue --
 -- Resumes a queue; returns how long it was paused (NULL when it was not).

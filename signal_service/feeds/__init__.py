@@ -48,7 +48,7 @@ def make_feed(config: SignalConfig) -> Feed | None:
         return UkCarbonIntensity(http, region=config.region)
     if config.feed == "electricitymaps":
         http = HttpJson(config.base_url or electricitymaps.PUBLIC_URL, timeout=timeout)
-        return ElectricityMaps(http, zone=config.region, token=config.token)
+        return ElectricityMaps(http, zone=config.region, token=config.token, emission_factor=config.emission_factor)
     if config.feed == "watttime":
         http = HttpJson(config.base_url or watttime.PUBLIC_URL, timeout=timeout)
         return WattTime(http, username=config.username, password=config.password, region=config.region)

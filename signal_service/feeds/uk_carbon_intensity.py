@@ -66,7 +66,7 @@ class UkCarbonIntensity:
             raise FeedError(f"{path}: unexpected answer ({error!r})") from None
 
     def interval(self, refresh: float) -> float:
-        return refresh
+        return max(refresh, self._http.blocked_for())
 
     async def aclose(self) -> None:
         await self._http.aclose()

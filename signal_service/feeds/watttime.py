@@ -3,9 +3,15 @@ valid for 30 minutes; then `GET /v3/signal-index?region=CAISO_NORTH&signal_type=
 `{"data": [{"point_time", "value"}], "meta": {"units": "percentile", ...}}`.
 
 The signal index is a percentile (0-100: where the current marginal emissions sit in the recent
-range), not grams, so this feed's unit is `percentile` and the threshold must be one too. No
-forecast is offered: `/v3/forecast` is in lbs/MWh, and mixing it into a percentile signal would
-mislead.
+range), not grams, so this feed's unit is `percentile` and the threshold must be one too.
+
+Forecast: `GET /v3/forecast?region=CAISO_NORTH&signal_type=co2_moer` -> `{"data": [{"point_time",
+"value"}], "meta": {"region", "signal_type", "units": "lbs_co2_per_mwh", "generated_at", ...}}`,
+24 hours or more of 5-minute points, the first for the current five minutes (subscribers only,
+and CAISO_NORTH for everyone). Its values are marginal emissions, not the index, so they are put
+on the index's 0-100 scale by their place in the forecast's own range (0 at its lowest, 100 at
+its highest, linear between). Being linear, that scaling keeps which window has the lowest mean,
+all the planner asks of a forecast; it is lowtide's scaling, not WattTime's index.
 """
 
 from __future__ import annotations
@@ -18,9 +24,20 @@ import httpx
 
 from lowtide.errors import ConfigError
 from signal_service.domain import Point, Reading
-from signal_service.feeds.base import FeedError, HttpJson, Unauthorized, number, parse_time
+from signal_service.feeds.base import (
+    FeedError,
+    ForecastUnavailable,
+    HttpJson,
+    HttpStatusError,
+    Unauthorized,
+    number,
+    parse_time,
+)
 
 PUBLIC_URL = "https://api.watttime.org"
+SIGNAL_TYPE = "co2_moer"
+# A plan without forecasts (or a region outside it) is answered with one of these on /v3/forecast.
+_NOT_ON_PLAN = frozenset({402, 403})
 # Tokens last 30 minutes; renewing at 25 leaves room for a slow login and clock drift.
 TOKEN_RENEW_AFTER = 25 * 60.0
 
@@ -71,7 +88,7 @@ class WattTime:
 
     async def current(self) -> Reading:
         path = "/v3/signal-index"
-        body = await self._get(path, {"region": self._region, "signal_type": "co2_moer"})
+        body = await self._get(path, {"region": self._region, "signal_type": SIGNAL_TYPE})
         try:
             units = body.get("meta", {}).get("units", self.unit)
             if units != self.unit:
@@ -82,10 +99,40 @@ class WattTime:
             raise FeedError(f"{path}: unexpected answer ({error!r})") from None
 
     async def forecast(self) -> list[Point]:
-        return []
+        path = "/v3/forecast"
+        try:
+            body = await self._get(path, {"region": self._region, "signal_type": SIGNAL_TYPE})
+        except HttpStatusError as error:
+            if error.status in _NOT_ON_PLAN:
+                raise ForecastUnavailable(f"{error} (WattTime's forecast is for subscribers)") from None
+            raise
+        try:
+            meta = body.get("meta", {})
+            for name, wanted in (("region", self._region), ("signal_type", SIGNAL_TYPE)):
+                got = meta.get(name, wanted)
+                if got != wanted:
+                    raise FeedError(f"{path}: the forecast is for {name} {got!r}, not {wanted!r}")
+            times = [parse_time(e["point_time"]) for e in body["data"]]
+            values = [number(e["value"]) for e in body["data"]]
+        except (KeyError, TypeError, AttributeError) as error:
+            raise FeedError(f"{path}: unexpected answer ({error!r})") from None
+        if meta.get("units") != self.unit:
+            values = _scaled(values)
+        return [Point(at, value) for at, value in zip(times, values, strict=True)]
 
     def interval(self, refresh: float) -> float:
-        return refresh
+        return max(refresh, self._http.blocked_for())
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+def _scaled(values: list[float]) -> list[float]:
+    """The values on 0-100 by their place between the lowest and the highest; a flat forecast
+    (every window alike) is 50 throughout."""
+    if not values:
+        return []
+    low, high = min(values), max(values)
+    if high == low:
+        return [50.0] * len(values)
+    return [100.0 * (value - low) / (high - low) for value in values]

@@ -18,6 +18,7 @@ def test_defaults() -> None:
     assert config.signal.listen == "127.0.0.1:50052"
     assert config.signal.feed == "static"
     assert (config.cost.signal, config.cost.defer_threshold) == ("grid", 400.0)
+    assert config.signal.emission_factor == "lifecycle"
     assert definitions(config, feed_unit="gCO2/kWh") == {"grid": Definition("grid", "gCO2/kWh", 400.0)}
 
 
@@ -32,6 +33,7 @@ def test_toml_and_environment(tmp_path: Path) -> None:
     assert config.signal.stale_after == timedelta(minutes=10)
     assert config.signal.replay_loop
     assert not load_config(env={"LOWTIDE_SIGNAL_REPLAY_LOOP": "false"}).signal.replay_loop
+    assert load_config(env={"LOWTIDE_SIGNAL_EMISSION_FACTOR": "direct"}).signal.emission_factor == "direct"
     assert definitions(config, feed_unit="percentile") == {
         "carbon": Definition("carbon", "percentile", 70.0),
         "price": Definition("price", "EUR/MWh", 120.0),

@@ -1,14 +1,18 @@
 """Each feed adapter against a real local HTTP server answering with the APIs' real shapes:
-good answers, HTTP errors, timeouts, malformed JSON, and WattTime's token expiry."""
+good answers, HTTP errors, timeouts, malformed JSON, WattTime's token expiry, an answer for
+another zone, and a plan without forecasts."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from urllib.parse import parse_qs
 
 import pytest
 
-from signal_service.feeds.base import FeedError, HttpJson
+from lowtide.config import SignalConfig
+from signal_service.feeds import make_feed
+from signal_service.feeds.base import FeedError, ForecastUnavailable, HttpJson
 from signal_service.feeds.electricitymaps import ElectricityMaps
 from signal_service.feeds.uk_carbon_intensity import UkCarbonIntensity
 from signal_service.feeds.watttime import TOKEN_RENEW_AFTER, WattTime
@@ -117,23 +121,90 @@ EM_LATEST = {
 }
 
 
-async def test_electricitymaps_latest_and_forecast_with_the_token(api: GridApi) -> None:
+EM_FORECAST = {
+    "zone": "DE",
+    "forecast": [
+        {"carbonIntensity": 310, "datetime": "2026-11-30T00:00:00.000Z"},
+        {"carbonIntensity": 290, "datetime": "2026-11-30T01:00:00.000Z"},
+    ],
+    "updatedAt": "2026-11-29T22:41:10.468Z",
+}
+
+
+async def test_electricitymaps_latest_and_forecast_with_the_token_no_caller_lookup_and_lifecycle(
+    api: GridApi,
+) -> None:
     api.on("/v3/carbon-intensity/latest", Answer(EM_LATEST))
-    forecast = {
-        "zone": "DE",
-        "forecast": [
-            {"carbonIntensity": 310, "datetime": "2026-11-30T00:00:00.000Z"},
-            {"carbonIntensity": 290, "datetime": "2026-11-30T01:00:00.000Z"},
-        ],
-        "updatedAt": "2026-11-29T22:41:10.468Z",
-    }
-    api.on("/v3/carbon-intensity/forecast", Answer(forecast))
+    api.on("/v3/carbon-intensity/forecast", Answer(EM_FORECAST))
     feed = ElectricityMaps(http(api), zone="DE", token="secret")
     current, points = await feed.current(), await feed.forecast()
     await feed.aclose()
     assert (current.value, current.observed_at) == (302.0, datetime(2026, 11, 29, 23, tzinfo=UTC))
     assert [p.value for p in points] == [310.0, 290.0]
-    assert all(r.headers["auth-token"] == "secret" and r.query == "zone=DE" for r in api.requests)
+    assert all(r.headers["auth-token"] == "secret" for r in api.requests)
+    # Every request names the zone and the emission factor, and turns the caller-IP fallback off.
+    for request in api.requests:
+        assert parse_qs(request.query) == {
+            "zone": ["DE"],
+            "emissionFactorType": ["lifecycle"],
+            "disableCallerLookup": ["true"],
+            "shouldUseFallbackCallerLookup": ["false"],
+        }
+
+
+async def test_electricitymaps_direct_emission_factor_is_asked_for_and_checked(api: GridApi) -> None:
+    api.on("/v3/carbon-intensity/latest", Answer(EM_LATEST | {"emissionFactorType": "direct", "carbonIntensity": 250}))
+    feed = ElectricityMaps(http(api), zone="DE", token="secret", emission_factor="direct")
+    reading = await feed.current()
+    # An answer on the other factor than asked is refused, naming both.
+    api.on("/v3/carbon-intensity/latest", Answer(EM_LATEST))
+    with pytest.raises(FeedError, match="'lifecycle' emission factor, not the configured 'direct'"):
+        await feed.current()
+    await feed.aclose()
+    assert reading.value == 250.0
+    assert parse_qs(api.requests[0].query)["emissionFactorType"] == ["direct"]
+
+
+@pytest.mark.parametrize("path", ["/v3/carbon-intensity/latest", "/v3/carbon-intensity/forecast"])
+async def test_electricitymaps_an_answer_for_another_zone_is_refused_naming_both(api: GridApi, path: str) -> None:
+    # What the API does when it falls back to the caller's location: a good answer, elsewhere.
+    api.on("/v3/carbon-intensity/latest", Answer(EM_LATEST | {"zone": "FR", "carbonIntensity": 40}))
+    api.on("/v3/carbon-intensity/forecast", Answer(EM_FORECAST | {"zone": "FR"}))
+    feed = ElectricityMaps(http(api), zone="DEE", token="secret")
+    with pytest.raises(FeedError, match="the answer is for zone 'FR', not the configured 'DEE'"):
+        await (feed.current() if path.endswith("latest") else feed.forecast())
+    await feed.aclose()
+
+
+async def test_electricitymaps_an_answer_without_a_zone_is_refused(api: GridApi) -> None:
+    api.on("/v3/carbon-intensity/latest", Answer({k: v for k, v in EM_LATEST.items() if k != "zone"}))
+    feed = ElectricityMaps(http(api), zone="DE", token="secret")
+    with pytest.raises(FeedError, match="zone None, not the configured 'DE'"):
+        await feed.current()
+    await feed.aclose()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Answer({"message": "Unauthorized: your plan does not include this endpoint"}, status=401),
+        Answer({"message": "Forbidden"}, status=403),
+    ],
+)
+async def test_electricitymaps_a_plan_without_forecasts_is_told_apart(api: GridApi, answer: Answer) -> None:
+    api.on("/v3/carbon-intensity/forecast", answer)
+    feed = ElectricityMaps(http(api), zone="DE", token="free-tier")
+    with pytest.raises(ForecastUnavailable, match=f"HTTP {answer.status}"):
+        await feed.forecast()
+    await feed.aclose()
+
+
+def test_electricitymaps_calls_the_current_host_with_the_configured_factor() -> None:
+    config = SignalConfig(feed="electricitymaps", region="DE", token="t", emission_factor="direct")
+    feed = make_feed(config)
+    assert isinstance(feed, ElectricityMaps)
+    assert feed._http.base_url == "https://api.electricitymaps.com"
+    assert (feed.zone, feed.emission_factor) == ("DE", "direct")
 
 
 @pytest.mark.parametrize(
@@ -224,4 +295,62 @@ async def test_watttime_bad_answers_raise_feed_error(api: GridApi, login: Answer
     feed = WattTime(http(api), username="me", password="pw", region="CAISO_NORTH")
     with pytest.raises(FeedError, match=message):
         await feed.current()
+    await feed.aclose()
+
+
+def wt_forecast(*values: float, region: str = "CAISO_NORTH") -> dict[str, object]:
+    """/v3/forecast's answer: 5-minute points from 23:05, the first for the current five minutes."""
+    data = [{"point_time": f"2026-11-29T23:{5 + 5 * i:02d}:00+00:00", "value": value} for i, value in enumerate(values)]
+    meta = {
+        "data_point_period_seconds": 300,
+        "region": region,
+        "warnings": [],
+        "signal_type": "co2_moer",
+        "model": {"date": "2023-03-01"},
+        "units": "lbs_co2_per_mwh",
+        "generated_at_period_seconds": 300,
+        "generated_at": "2026-11-29T23:05:00+00:00",
+    }
+    return {"data": data, "meta": meta}
+
+
+async def test_watttime_forecast_is_put_on_the_index_scale_keeping_the_cheapest_window(api: GridApi) -> None:
+    api.on("/login", Answer({"token": "t1"}))
+    api.on("/v3/forecast", Answer(wt_forecast(900.0, 700.0, 800.0, 1100.0, 700.0)))
+    feed = WattTime(http(api), username="me", password="pw", region="CAISO_NORTH")
+    points = await feed.forecast()
+    await feed.aclose()
+    # 0 at the forecast's lowest MOER, 100 at its highest, linear between.
+    assert [(p.at.minute, p.value) for p in points] == [(5, 50.0), (10, 0.0), (15, 25.0), (20, 100.0), (25, 0.0)]
+    request = api.to("/v3/forecast")[0]
+    assert parse_qs(request.query) == {"region": ["CAISO_NORTH"], "signal_type": ["co2_moer"]}
+    assert request.headers["authorization"] == "Bearer t1"
+
+
+async def test_watttime_a_flat_forecast_is_level(api: GridApi) -> None:
+    api.on("/login", Answer({"token": "t1"}))
+    api.on("/v3/forecast", Answer(wt_forecast(650.0, 650.0)))
+    feed = WattTime(http(api), username="me", password="pw", region="CAISO_NORTH")
+    points = await feed.forecast()
+    await feed.aclose()
+    assert [p.value for p in points] == [50.0, 50.0]
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "message"),
+    [
+        (Answer(wt_forecast(1.0, 2.0, region="PJM_DC")), FeedError, "region 'PJM_DC', not 'CAISO_NORTH'"),
+        (Answer({"data": [{"point_time": "later", "value": 1}], "meta": {}}), FeedError, "ISO 8601"),
+        (Answer({"meta": {}}), FeedError, "unexpected answer"),
+        (Answer({"error": "Unauthorized: no access to forecast"}, status=403), ForecastUnavailable, "HTTP 403"),
+    ],
+)
+async def test_watttime_bad_forecasts_raise_feed_error(
+    api: GridApi, answer: Answer, error: type[FeedError], message: str
+) -> None:
+    api.on("/login", Answer({"token": "t1"}))
+    api.on("/v3/forecast", answer)
+    feed = WattTime(http(api), username="me", password="pw", region="CAISO_NORTH")
+    with pytest.raises(error, match=message):
+        await feed.forecast()
     await feed.aclose()
