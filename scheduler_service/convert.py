@@ -7,6 +7,7 @@ TooLarge for a payload over the limit, before anything is stored.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -184,6 +185,37 @@ def fixed_start(spec: task_pb2.TaskSpec, type_config: TypeConfig | None, now: da
     return FixedStart(start, tolerance, MISS_POLICIES[spec.on_miss], estimate)
 
 
+MAX_HEADERS = 32
+MAX_HEADER_KEY = 128
+MAX_HEADER_VALUE = 1024
+MAX_HEADERS_BYTES = 8192
+_HEADER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def headers(values: Mapping[str, str]) -> dict[str, str]:
+    """A task's headers, within their bounds (see TaskSpec.headers)."""
+    if len(values) > MAX_HEADERS:
+        raise InvalidArgument("headers", f"{len(values)} headers is over the limit of {MAX_HEADERS}")
+    total = 0
+    for key, value in sorted(values.items()):
+        shown = key if len(key) <= 40 else key[:40] + "..."
+        if not _HEADER_KEY.fullmatch(key):
+            raise InvalidArgument(
+                "headers", f"key {shown!r}: must be letters, digits, '-', '_' or '.', starting with a letter or digit"
+            )
+        if len(key) > MAX_HEADER_KEY:
+            raise InvalidArgument("headers", f"key {shown!r}: {len(key)} bytes is over the limit of {MAX_HEADER_KEY}")
+        size = len(value.encode())
+        if size > MAX_HEADER_VALUE:
+            raise InvalidArgument(f"headers[{key}]", f"{size} bytes is over the limit of {MAX_HEADER_VALUE}")
+        if any(ch < " " or ch == "\x7f" for ch in value):
+            raise InvalidArgument(f"headers[{key}]", "must not contain control characters")
+        total += len(key) + size
+    if total > MAX_HEADERS_BYTES:
+        raise InvalidArgument("headers", f"{total} bytes of keys and values is over the limit of {MAX_HEADERS_BYTES}")
+    return dict(values)
+
+
 MAX_DEPENDENCIES = 1000
 
 
@@ -242,6 +274,7 @@ def new_task(
         resources=validate_resources(dict(spec.resources), resources or {}) or None,
         latest_start=latest,
         duration=duration,
+        headers=headers(spec.headers),
     )
 
 
@@ -336,4 +369,5 @@ def task_message(row: TaskRow) -> task_pb2.Task:
         planned_release_at=_timestamp(row.planned_release_at),
         planned_intensity=row.planned_intensity,
         plan_reason=row.plan_reason or "",
+        headers=row.headers,
     )

@@ -68,6 +68,7 @@ class TaskRow:
     planned_intensity: float | None
     plan_reason: str | None
     submitted_by: str | None
+    headers: dict[str, str]
     # The tasks this one depends on, ascending; None for none.
     depends_on: list[int] | None
 

@@ -6,7 +6,7 @@ INSERT INTO lowtide.tasks (
     schedule_to_start_ms, start_to_close_ms, heartbeat_ms, schedule_to_start_deadline,
     max_defer_ms, hold_deadline, signal_at_submit,
     pool, start_at, start_tolerance_ms, on_miss, estimated_duration_ms, run_at, deps_pending, resources,
-    latest_start, planned_release_at, planned_intensity, plan_reason, submitted_by
+    latest_start, planned_release_at, planned_intensity, plan_reason, submitted_by, headers
 )
 SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_key,
        n.max_attempts, n.initial_backoff_ms, n.backoff_coefficient, n.max_backoff_ms,
@@ -25,7 +25,8 @@ SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_ke
        CASE WHEN n.deps_pending > 0 THEN '9999-01-01 00:00:00+00'::timestamptz
             ELSE COALESCE(n.start_at, GREATEST(n.planned_release_at, now()), now()) END,
        n.deps_pending, n.resources::jsonb,
-       n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason, %(submitted_by)s::text
+       n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason, %(submitted_by)s::text,
+       n.headers::jsonb
 FROM unnest(
     %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
     %(priorities)s::int[], %(idempotency_keys)s::text[], %(max_attempts)s::int[],
@@ -35,12 +36,12 @@ FROM unnest(
     %(start_ats)s::timestamptz[], %(start_tolerance_ms)s::bigint[], %(on_miss)s::text[],
     %(estimated_duration_ms)s::bigint[], %(deps_pending)s::int[], %(resources)s::text[],
     %(latest_starts)s::timestamptz[], %(planned_release_ats)s::timestamptz[], %(planned_intensities)s::float8[],
-    %(plan_reasons)s::text[]
+    %(plan_reasons)s::text[], %(headers)s::text[]
 ) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, idempotency_key, max_attempts,
                       initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable,
                       schedule_to_start_ms, start_to_close_ms, heartbeat_ms, max_defer_ms, pool,
                       start_at, start_tolerance_ms, on_miss, estimated_duration_ms, deps_pending, resources,
-                      latest_start, planned_release_at, planned_intensity, plan_reason, ord)
+                      latest_start, planned_release_at, planned_intensity, plan_reason, headers, ord)
 ORDER BY n.ord
 ON CONFLICT (idempotency_key, submitted_by) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key
@@ -67,7 +68,7 @@ t.id, t.queue, t.kind, t.activity_type, t.priority, t.idempotency_key, t.state, 
        t.signal_at_dispatch, t.pool, t.start_at, t.start_tolerance_ms, t.on_miss, t.estimated_duration_ms,
        t.missed, t.miss_reason, t.start_hit, t.deps_pending, t.has_dependents, t.shed_reason, t.resources,
        t.latest_start, t.planned_release_at, t.planned_intensity, t.plan_reason, t.submitted_by,
-       (SELECT array_agg(d.depends_on ORDER BY d.depends_on) FROM lowtide.task_dependencies d
+       t.headers, (SELECT array_agg(d.depends_on ORDER BY d.depends_on) FROM lowtide.task_dependencies d
         WHERE d.task_id = t.id) AS depends_on
 
 -- get_task --
@@ -118,7 +119,7 @@ state = 'running',
 t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
           t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
           t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
-          t.start_hit, t.pool
+          t.start_hit, t.pool, t.headers
 
 -- claim_tasks --
 -- Takes up to %(limit)s due pending tasks for one worker: best priority first, FIFO within a

@@ -52,6 +52,7 @@ def _task_columns(tasks: Sequence[NewTask]) -> dict[str, list[Any]]:
         "planned_release_ats": [t.planned_release_at for t in tasks],
         "planned_intensities": [t.planned_intensity for t in tasks],
         "plan_reasons": [t.plan_reason for t in tasks],
+        "headers": [json.dumps(dict(t.headers)) for t in tasks],
     }
 
 

@@ -57,6 +57,8 @@ class TaskOptions(TypedDict, total=False):
     resources: Mapping[str, int] | None
     deadline: datetime | None
     latest_start: datetime | None
+    # Carried to the worker of every attempt (a trace context, say); see TaskSpec.headers.
+    headers: Mapping[str, str] | None
 
 
 def task_spec(activity_type: str, payload: bytes | str = b"", **options: Unpack[TaskOptions]) -> task_pb2.TaskSpec:
@@ -101,6 +103,7 @@ def task_spec(activity_type: str, payload: bytes | str = b"", **options: Unpack[
             getattr(spec, name).FromDatetime(moment)
     for name, amount in (options.get("resources") or {}).items():
         spec.resources[name] = amount
+    spec.headers.update(options.get("headers") or {})
     _fixed_start(spec, options)
     return spec
 
