@@ -75,6 +75,8 @@ class Feed(Protocol):
     # Recorded as the state's source, and the name of the feed in logs and counters.
     source: str
     unit: str
+    # False: the feed has no forecast in its unit, and the runner never asks it for one.
+    has_forecast: bool
 
     async def current(self) -> Reading: ...
 

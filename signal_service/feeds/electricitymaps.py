@@ -41,6 +41,7 @@ _NOT_ON_PLAN = frozenset({401, 402, 403})
 class ElectricityMaps:
     source = "electricitymaps"
     unit = "gCO2/kWh"
+    has_forecast = True
 
     def __init__(self, http: HttpJson, *, zone: str, token: str, emission_factor: str = "lifecycle") -> None:
         if not zone:

@@ -12,7 +12,8 @@ An API's Retry-After is obeyed: the next poll comes no earlier (the feed's `inte
 the lease is kept for at least that long so another replica does not ask in its place, and a
 call the feed did not send while waiting (Waiting) is no failed answer and is not counted. A
 plan without forecasts (ForecastUnavailable) is logged once and asked again once a day, not
-every refresh: the value keeps coming, and an upgraded plan is noticed without a restart.
+every refresh: the value keeps coming, and an upgraded plan is noticed without a restart. A feed
+with no forecast in its unit (`has_forecast` false: WattTime's index) is never asked for one.
 """
 
 from __future__ import annotations
@@ -138,9 +139,9 @@ async def run_feed(feed: Feed, signals: Signals, name: str, *, refresh: float, s
                 log.info("feed.leading" if leading else "feed.following", extra={"feed": feed.source, "signal": name})
             if leading:
                 await poll_once(feed, signals, name, stats)
-                if loop.time() >= forecast_due:
-                    has_forecast = await refresh_forecast(feed, signals, name, stats)
-                    forecast_due = loop.time() + (refresh if has_forecast else FORECAST_UNAVAILABLE_RETRY)
+                if feed.has_forecast and loop.time() >= forecast_due:
+                    available = await refresh_forecast(feed, signals, name, stats)
+                    forecast_due = loop.time() + (refresh if available else FORECAST_UNAVAILABLE_RETRY)
             wait = feed.interval(refresh)
             if leading and wait > interval:
                 # The API asked for a longer wait (Retry-After): the lease is kept through it and

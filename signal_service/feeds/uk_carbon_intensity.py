@@ -26,6 +26,7 @@ def _now() -> datetime:
 class UkCarbonIntensity:
     source = "uk-carbon-intensity"
     unit = "gCO2/kWh"
+    has_forecast = True
 
     def __init__(self, http: HttpJson, *, region: str = "", now: Callable[[], datetime] = _now) -> None:
         self._http = http

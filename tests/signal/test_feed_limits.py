@@ -1,11 +1,16 @@
 """What a running service does with the limits of a feed's API: a plan without forecasts is
 asked once, not every refresh; Retry-After holds the next poll back; WattTime's forecast reaches
-subscribers on the signal's own scale, as the planner needs it."""
+subscribers in WattTime's own unit (lbs/MWh for its MOER), and its index (a percentile) with no
+forecast, never one on another scale."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
+import pytest
+
+from lowtide.config import Config
 from lowtide_client import SignalClient
 from signal_service.feeds.base import HttpJson
 from signal_service.feeds.uk_carbon_intensity import UkCarbonIntensity
@@ -101,25 +106,75 @@ async def _valued(client: SignalClient) -> float | None:
     return state.value if state.HasField("value") else None
 
 
-async def test_the_watttime_forecast_reaches_subscribers_on_the_percentile_scale(database_url: str) -> None:
+def watttime_config(url: str, *, watttime_signal: str = "index") -> Config:
+    return signal_config(
+        feed="watttime",
+        base_url=url,
+        username="me",
+        password="pw",
+        region="CAISO_NORTH",
+        refresh=timedelta(milliseconds=100),
+        watttime_signal=watttime_signal,
+    )
+
+
+async def test_the_watttime_index_is_published_as_a_percentile_and_no_forecast_is_asked(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="lowtide.signal.feed")
     with grid_api() as api:
         api.on("/login", Answer({"token": "t"}))
         api.on("/v3/signal-index", Answer(WT_INDEX))
+        # Were it asked, the forecast would answer: in lbs/MWh, not on the index's scale.
         api.on("/v3/forecast", Answer(wt_forecast(900.0, 700.0, 1100.0)))
-        config = signal_config(
-            feed="watttime",
-            base_url=api.url,
-            username="me",
-            password="pw",
-            region="CAISO_NORTH",
-            refresh=timedelta(milliseconds=100),
-        )
+        running = await start_signal_service(watttime_config(api.url), database_url=database_url)
+        try:
+            await eventually(lambda: _at_least(running.feed_stats.fetches, 4))
+            async with SignalClient(running.target) as client:
+                state = await client.get()
+                assert (state.value, state.unit) == (57.0, "percentile")
+                assert await client.forecast() == []
+            assert api.to("/v3/forecast") == []
+            assert (running.feed_stats.errors, running.feed_stats.forecast_errors) == (0, 0)
+        finally:
+            await running.stop()
+    started = [r for r in caplog.records if r.getMessage() == "feed.watttime"]
+    assert len(started) == 1
+    assert started[0].__dict__["forecast"].startswith("none")
+
+
+async def test_the_watttime_moer_value_and_forecast_reach_subscribers_in_lbs_per_mwh(database_url: str) -> None:
+    with grid_api() as api:
+        api.on("/login", Answer({"token": "t"}))
+        api.on("/v3/forecast", Answer(wt_forecast(900.0, 700.0, 1100.0)))
+        config = watttime_config(api.url, watttime_signal="moer")
         running = await start_signal_service(config, database_url=database_url)
         try:
             async with SignalClient(running.target) as client:
                 points = await eventually(client.forecast)
-                assert [p.value for p in points] == [50.0, 0.0, 100.0]
+                assert [(p.at.ToDatetime().minute, p.value) for p in points] == [(10, 700.0), (15, 1100.0)]
                 state = await client.get()
-                assert (state.value, state.unit) == (57.0, "percentile")
+                assert (state.value, state.unit, state.source) == (900.0, "lbs/MWh", "watttime")
+            assert api.to("/v3/signal-index") == []
+        finally:
+            await running.stop()
+
+
+async def test_watttime_moer_without_forecast_access_is_a_feed_error_every_poll(database_url: str) -> None:
+    with grid_api() as api:
+        api.on("/login", Answer({"token": "t"}))
+        api.on("/v3/forecast", Answer({"error": "Unauthorized: no access to forecast"}, status=403))
+        config = watttime_config(api.url, watttime_signal="moer")
+        running = await start_signal_service(config, database_url=database_url)
+        try:
+            await eventually(lambda: _at_least(running.feed_stats.errors, 3))
+            async with SignalClient(running.target) as client:
+                assert not (await client.get()).HasField("value")
+                assert await client.forecast() == []
+            stats = running.feed_stats
+            # The forecast side is the plan-without-forecasts path: once, then a day's wait.
+            assert (stats.forecast_errors, stats.forecast_available) == (1, False)
+            # One request a poll, not one for the value and another for the forecast.
+            assert len(api.to("/v3/forecast")) <= stats.fetches
         finally:
             await running.stop()

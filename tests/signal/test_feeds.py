@@ -5,13 +5,14 @@ another zone, and a plan without forecasts."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from urllib.parse import parse_qs
 
 import pytest
 
 from lowtide.config import SignalConfig
-from signal_service.feeds import make_feed
+from signal_service.feeds import feed_unit, make_feed
 from signal_service.feeds.base import FeedError, ForecastUnavailable, HttpJson
 from signal_service.feeds.electricitymaps import ElectricityMaps
 from signal_service.feeds.uk_carbon_intensity import UkCarbonIntensity
@@ -314,26 +315,80 @@ def wt_forecast(*values: float, region: str = "CAISO_NORTH") -> dict[str, object
     return {"data": data, "meta": meta}
 
 
-async def test_watttime_forecast_is_put_on_the_index_scale_keeping_the_cheapest_window(api: GridApi) -> None:
+def moer(api: GridApi) -> WattTime:
+    return WattTime(http(api), username="me", password="pw", region="CAISO_NORTH", signal="moer")
+
+
+async def test_watttime_moer_is_the_forecast_first_point_then_the_rest_as_given(api: GridApi) -> None:
     api.on("/login", Answer({"token": "t1"}))
-    api.on("/v3/forecast", Answer(wt_forecast(900.0, 700.0, 800.0, 1100.0, 700.0)))
-    feed = WattTime(http(api), username="me", password="pw", region="CAISO_NORTH")
+    api.on("/v3/forecast", Answer(wt_forecast(900.0, 700.0, 800.5, 1100.0)))
+    feed = moer(api)
+    reading = await feed.current()
     points = await feed.forecast()
     await feed.aclose()
-    # 0 at the forecast's lowest MOER, 100 at its highest, linear between.
-    assert [(p.at.minute, p.value) for p in points] == [(5, 50.0), (10, 0.0), (15, 25.0), (20, 100.0), (25, 0.0)]
+    assert (reading.value, reading.unit, reading.observed_at) == (
+        900.0,
+        "lbs/MWh",
+        datetime(2026, 11, 29, 23, 5, tzinfo=UTC),
+    )
+    # WattTime's own numbers in its own unit: nothing rescaled.
+    assert [(p.at.minute, p.value) for p in points] == [(10, 700.0), (15, 800.5), (20, 1100.0)]
+    # One request for both; the index is not asked.
+    assert api.paths() == ["/login", "/v3/forecast"]
     request = api.to("/v3/forecast")[0]
     assert parse_qs(request.query) == {"region": ["CAISO_NORTH"], "signal_type": ["co2_moer"]}
     assert request.headers["authorization"] == "Bearer t1"
 
 
-async def test_watttime_a_flat_forecast_is_level(api: GridApi) -> None:
+async def test_watttime_moer_forecast_asked_alone_is_the_points_after_the_current_one(api: GridApi) -> None:
     api.on("/login", Answer({"token": "t1"}))
-    api.on("/v3/forecast", Answer(wt_forecast(650.0, 650.0)))
-    feed = WattTime(http(api), username="me", password="pw", region="CAISO_NORTH")
+    api.on("/v3/forecast", Answer(wt_forecast(650.0, 640.0, 630.0)))
+    feed = moer(api)
     points = await feed.forecast()
     await feed.aclose()
-    assert [p.value for p in points] == [50.0, 50.0]
+    assert [p.value for p in points] == [640.0, 630.0]
+
+
+async def test_watttime_moer_without_forecast_access_fails_the_value_and_the_forecast(api: GridApi) -> None:
+    api.on("/login", Answer({"token": "t1"}))
+    api.on("/v3/forecast", Answer({"error": "Unauthorized: no access to forecast"}, status=403))
+    feed = moer(api)
+    with pytest.raises(FeedError, match=r"HTTP 403.*watttime_signal = index"):
+        await feed.current()
+    # The poll's forecast is that same refusal, as for a plan without forecasts, not asked again.
+    with pytest.raises(ForecastUnavailable, match="HTTP 403"):
+        await feed.forecast()
+    await feed.aclose()
+    assert len(api.to("/v3/forecast")) == 1
+
+
+async def test_watttime_a_refused_login_is_not_taken_for_a_plan_without_forecasts(api: GridApi) -> None:
+    api.on("/login", Answer({"error": "bad credentials"}, status=403))
+    feed = moer(api)
+    with pytest.raises(FeedError, match=r"HTTP 403.*username and password") as caught:
+        await feed.forecast()
+    await feed.aclose()
+    assert not isinstance(caught.value, ForecastUnavailable)
+    assert api.to("/v3/forecast") == []
+
+
+async def test_watttime_index_has_no_forecast_and_asks_none(api: GridApi) -> None:
+    api.on("/login", Answer({"token": "t1"}))
+    api.on("/v3/forecast", Answer(wt_forecast(650.0, 640.0)))
+    feed = WattTime(http(api), username="me", password="pw", region="CAISO_NORTH")
+    assert (feed.unit, feed.has_forecast) == ("percentile", False)
+    with pytest.raises(ForecastUnavailable, match="no forecast"):
+        await feed.forecast()
+    await feed.aclose()
+    assert api.requests == []
+
+
+def test_watttime_signal_comes_from_the_config() -> None:
+    base = SignalConfig(feed="watttime", username="me", password="pw", region="CAISO_NORTH")
+    for config, unit in ((base, "percentile"), (replace(base, watttime_signal="moer"), "lbs/MWh")):
+        feed = make_feed(config)
+        assert isinstance(feed, WattTime)
+        assert (feed.unit, feed_unit(config), feed.has_forecast) == (unit, unit, unit == "lbs/MWh")
 
 
 @pytest.mark.parametrize(
@@ -342,15 +397,24 @@ async def test_watttime_a_flat_forecast_is_level(api: GridApi) -> None:
         (Answer(wt_forecast(1.0, 2.0, region="PJM_DC")), FeedError, "region 'PJM_DC', not 'CAISO_NORTH'"),
         (Answer({"data": [{"point_time": "later", "value": 1}], "meta": {}}), FeedError, "ISO 8601"),
         (Answer({"meta": {}}), FeedError, "unexpected answer"),
+        (Answer(wt_forecast(1.0, 2.0) | {"meta": {"units": "percentile"}}), FeedError, "'percentile', expected"),
+        (Answer(wt_forecast()), FeedError, "no points"),
         (Answer({"error": "Unauthorized: no access to forecast"}, status=403), ForecastUnavailable, "HTTP 403"),
+        (Answer({"error": "Payment required"}, status=402), ForecastUnavailable, "HTTP 402"),
     ],
 )
-async def test_watttime_bad_forecasts_raise_feed_error(
+async def test_watttime_bad_moer_answers_fail_the_value_and_the_forecast(
     api: GridApi, answer: Answer, error: type[FeedError], message: str
 ) -> None:
+    """A bad answer fails the poll's value, and its forecast with it: as for a plan without
+    forecasts (ForecastUnavailable) when the plan refused it, a plain FeedError otherwise."""
     api.on("/login", Answer({"token": "t1"}))
     api.on("/v3/forecast", answer)
-    feed = WattTime(http(api), username="me", password="pw", region="CAISO_NORTH")
-    with pytest.raises(error, match=message):
+    feed = moer(api)
+    with pytest.raises(FeedError, match=message):
+        await feed.current()
+    with pytest.raises(FeedError, match=message) as caught:
         await feed.forecast()
     await feed.aclose()
+    assert type(caught.value) is error
+    assert len(api.to("/v3/forecast")) == 1

@@ -103,6 +103,7 @@ BAD_VALUES = [
     ("LOWTIDE_SIGNAL_TIMEOUT", "0s", "[signal] timeout): must be between 100ms and 10m"),
     ("LOWTIDE_SIGNAL_REPLAY_LOOP", "sometimes", "[signal] replay_loop): not a boolean: 'sometimes'"),
     ("LOWTIDE_SIGNAL_EMISSION_FACTOR", "LCA", "[signal] emission_factor): must be one of 'lifecycle', 'direct'"),
+    ("LOWTIDE_SIGNAL_WATTTIME_SIGNAL", "percent", "[signal] watttime_signal): must be one of 'index', 'moer'"),
 ]
 
 
@@ -143,6 +144,7 @@ BAD_TOML = [
     ("[scheduler]\nlisten = [1]\n", "[scheduler] listen: must be a string"),
     ("[scheduler\n", "not valid TOML: Expected ']'"),
     ('[signal]\nemission_factor = "operational"\n', "[signal] emission_factor: must be one of 'lifecycle', 'direct'"),
+    ('[signal]\nwatttime_signal = "MOER"\n', "[signal] watttime_signal: must be one of 'index', 'moer', not 'MOER'"),
 ]
 
 
