@@ -7,6 +7,7 @@ TooLarge for a payload over the limit, before anything is stored.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from lowtide_proto.lowtide.v1 import task_pb2
 from scheduler_service.domain.fixed import FixedStart, MissPolicy
 from scheduler_service.domain.model import Kind, NewTask, RetryPolicy, State
 from scheduler_service.domain.resources import validate as validate_resources
+from scheduler_service.rows.tasks import TaskRow
 
 MAX_NAME = 200
 MAX_KEY = 500
@@ -183,6 +185,37 @@ def fixed_start(spec: task_pb2.TaskSpec, type_config: TypeConfig | None, now: da
     return FixedStart(start, tolerance, MISS_POLICIES[spec.on_miss], estimate)
 
 
+MAX_HEADERS = 32
+MAX_HEADER_KEY = 128
+MAX_HEADER_VALUE = 1024
+MAX_HEADERS_BYTES = 8192
+_HEADER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def headers(values: Mapping[str, str]) -> dict[str, str]:
+    """A task's headers, within their bounds (see TaskSpec.headers)."""
+    if len(values) > MAX_HEADERS:
+        raise InvalidArgument("headers", f"{len(values)} headers is over the limit of {MAX_HEADERS}")
+    total = 0
+    for key, value in sorted(values.items()):
+        shown = key if len(key) <= 40 else key[:40] + "..."
+        if not _HEADER_KEY.fullmatch(key):
+            raise InvalidArgument(
+                "headers", f"key {shown!r}: must be letters, digits, '-', '_' or '.', starting with a letter or digit"
+            )
+        if len(key) > MAX_HEADER_KEY:
+            raise InvalidArgument("headers", f"key {shown!r}: {len(key)} bytes is over the limit of {MAX_HEADER_KEY}")
+        size = len(value.encode())
+        if size > MAX_HEADER_VALUE:
+            raise InvalidArgument(f"headers[{key}]", f"{size} bytes is over the limit of {MAX_HEADER_VALUE}")
+        if any(ch < " " or ch == "\x7f" for ch in value):
+            raise InvalidArgument(f"headers[{key}]", "must not contain control characters")
+        total += len(key) + size
+    if total > MAX_HEADERS_BYTES:
+        raise InvalidArgument("headers", f"{total} bytes of keys and values is over the limit of {MAX_HEADERS_BYTES}")
+    return dict(values)
+
+
 MAX_DEPENDENCIES = 1000
 
 
@@ -241,6 +274,7 @@ def new_task(
         resources=validate_resources(dict(spec.resources), resources or {}) or None,
         latest_start=latest,
         duration=duration,
+        headers=headers(spec.headers),
     )
 
 
@@ -278,61 +312,62 @@ def _timestamp(value: datetime | None) -> timestamp_pb2.Timestamp | None:
     return out
 
 
-def task_message(row: Mapping[str, Any]) -> task_pb2.Task:
+def task_message(row: TaskRow) -> task_pb2.Task:
     failure = None
-    if row["error_type"] is not None:
+    if row.error_type is not None:
         failure = task_pb2.TaskFailure(
-            error_type=row["error_type"],
-            message=row["error_message"] or "",
-            non_retryable=bool(row["error_non_retryable"]),
+            error_type=row.error_type,
+            message=row.error_message or "",
+            non_retryable=bool(row.error_non_retryable),
         )
     return task_pb2.Task(
-        id=row["id"],
-        queue=row["queue"],
-        kind=KIND_TO_PROTO[Kind(row["kind"])],
-        activity_type=row["activity_type"],
-        payload=row["payload"] or b"",
-        priority=row["priority"],
-        idempotency_key=row["idempotency_key"] or "",
-        state=STATE_TO_PROTO[State(row["state"])],
-        attempt=row["attempt"],
+        id=row.id,
+        queue=row.queue,
+        kind=KIND_TO_PROTO[Kind(row.kind)],
+        activity_type=row.activity_type,
+        payload=row.payload or b"",
+        priority=row.priority,
+        idempotency_key=row.idempotency_key or "",
+        state=STATE_TO_PROTO[State(row.state)],
+        attempt=row.attempt,
         retry_policy=task_pb2.RetryPolicy(
-            max_attempts=row["max_attempts"],
-            initial_backoff=_ms_duration(row["initial_backoff_ms"]),
-            backoff_coefficient=row["backoff_coefficient"],
-            max_backoff=_ms_duration(row["max_backoff_ms"]),
-            non_retryable_error_types=row["non_retryable_error_types"],
+            max_attempts=row.max_attempts,
+            initial_backoff=_ms_duration(row.initial_backoff_ms),
+            backoff_coefficient=row.backoff_coefficient,
+            max_backoff=_ms_duration(row.max_backoff_ms),
+            non_retryable_error_types=row.non_retryable_error_types,
         ),
-        schedule_to_start_timeout=_ms_duration(row["schedule_to_start_ms"]),
-        start_to_close_timeout=_ms_duration(row["start_to_close_ms"]),
-        heartbeat_timeout=_ms_duration(row["heartbeat_ms"]),
-        created_at=_timestamp(row["created_at"]),
+        schedule_to_start_timeout=_ms_duration(row.schedule_to_start_ms),
+        start_to_close_timeout=_ms_duration(row.start_to_close_ms),
+        heartbeat_timeout=_ms_duration(row.heartbeat_ms),
+        created_at=_timestamp(row.created_at),
         # While dependencies are pending the task is not due at any time yet.
-        run_at=_timestamp(row["run_at"]) if not row.get("deps_pending") else None,
-        started_at=_timestamp(row["started_at"]),
-        finished_at=_timestamp(row["finished_at"]),
-        result=row["result"] or b"",
+        run_at=_timestamp(row.run_at) if not row.deps_pending else None,
+        started_at=_timestamp(row.started_at),
+        finished_at=_timestamp(row.finished_at),
+        result=row.result or b"",
         last_failure=failure,
-        worker_id=row["worker_id"] or "",
-        cancel_requested=row["cancel_requested"],
-        max_defer=_ms_duration(row.get("max_defer_ms")),
-        released_by=row.get("released_by") or "",
-        signal_at_submit=row.get("signal_at_submit"),
-        signal_at_dispatch=row.get("signal_at_dispatch"),
-        pool=row.get("pool") or "default",
-        start_at=_timestamp(row.get("start_at")),
-        start_tolerance=_ms_duration(row.get("start_tolerance_ms")),
-        on_miss=MISS_TO_PROTO[MissPolicy(row["on_miss"])] if row.get("on_miss") else task_pb2.MISS_POLICY_UNSPECIFIED,
-        estimated_duration=_ms_duration(row.get("estimated_duration_ms")),
-        missed=bool(row.get("missed")),
-        miss_reason=row.get("miss_reason") or "",
-        start_hit=row.get("start_hit"),
-        depends_on=row.get("depends_on") or [],
-        dependencies_pending=max(0, row.get("deps_pending") or 0),
-        shed_reason=row.get("shed_reason") or "",
-        resources=row.get("resources") or {},
-        latest_start=_timestamp(row.get("latest_start")),
-        planned_release_at=_timestamp(row.get("planned_release_at")),
-        planned_intensity=row.get("planned_intensity"),
-        plan_reason=row.get("plan_reason") or "",
+        worker_id=row.worker_id or "",
+        cancel_requested=row.cancel_requested,
+        max_defer=_ms_duration(row.max_defer_ms),
+        released_by=row.released_by or "",
+        signal_at_submit=row.signal_at_submit,
+        signal_at_dispatch=row.signal_at_dispatch,
+        pool=row.pool,
+        start_at=_timestamp(row.start_at),
+        start_tolerance=_ms_duration(row.start_tolerance_ms),
+        on_miss=MISS_TO_PROTO[MissPolicy(row.on_miss)] if row.on_miss else task_pb2.MISS_POLICY_UNSPECIFIED,
+        estimated_duration=_ms_duration(row.estimated_duration_ms),
+        missed=row.missed,
+        miss_reason=row.miss_reason or "",
+        start_hit=row.start_hit,
+        depends_on=row.depends_on or [],
+        dependencies_pending=max(0, row.deps_pending),
+        shed_reason=row.shed_reason or "",
+        resources=row.resources or {},
+        latest_start=_timestamp(row.latest_start),
+        planned_release_at=_timestamp(row.planned_release_at),
+        planned_intensity=row.planned_intensity,
+        plan_reason=row.plan_reason or "",
+        headers=row.headers,
     )

@@ -27,10 +27,10 @@ from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.convert import KIND_TO_PROTO
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.dispatch import GroupKey, hand_out
-from scheduler_service.domain.model import Attempt, Kind, RetryPolicy
+from scheduler_service.domain.model import Kind
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.sessions import Group, Registry, WorkerSession
-from scheduler_service.store import Store
+from scheduler_service.store import Store, attempt_of
 
 if TYPE_CHECKING:
     from scheduler_service.fixed_starts import FixedStarts
@@ -308,17 +308,6 @@ class Dispatcher:
         return True
 
 
-def attempt_of(row: ClaimedRow) -> Attempt:
-    policy = RetryPolicy(
-        max_attempts=row.max_attempts,
-        initial_backoff=timedelta(milliseconds=row.initial_backoff_ms),
-        backoff_coefficient=row.backoff_coefficient,
-        max_backoff=timedelta(milliseconds=row.max_backoff_ms),
-        non_retryable_error_types=tuple(row.non_retryable_error_types),
-    )
-    return Attempt(row.id, row.attempt, policy, fixed=row.start_at is not None)
-
-
 def assignment(row: ClaimedRow) -> worker_pb2.Assignment:
     message = worker_pb2.Assignment(
         task=task_pb2.TaskRef(task_id=row.id, attempt=row.attempt),
@@ -326,6 +315,7 @@ def assignment(row: ClaimedRow) -> worker_pb2.Assignment:
         kind=KIND_TO_PROTO[Kind(row.kind)],
         activity_type=row.activity_type,
         payload=row.payload,
+        headers=row.headers,
     )
     if row.close_deadline is not None:
         message.start_to_close_deadline.FromDatetime(row.close_deadline)

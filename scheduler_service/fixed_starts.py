@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from lowtide.config import Config
-from lowtide.db.connector import Row
 from lowtide.errors import DatabaseUnavailable
-from scheduler_service.domain.fixed import FixedStart, MissPolicy, hold_from, p90
+from scheduler_service.domain.fixed import FixedStart, hold_from, p90
+from scheduler_service.rows.tasks import UnblockedRow
 from scheduler_service.sessions import Registry, WorkerSession
 from scheduler_service.store import Store
 
@@ -73,13 +73,13 @@ class DuePools:
         delay = (at - self._clock()).total_seconds()
         asyncio.get_running_loop().call_later(delay, self.mark, pool, None)
 
-    def unblocked(self, rows: list[Row]) -> None:
+    def unblocked(self, rows: list[UnblockedRow]) -> None:
         """Tasks whose last dependency completed: every worker looks again; a fixed start among
         them is due in its pool at its start."""
         self._registry.wake_all()
         for row in rows:
-            if row["start_at"] is not None:
-                self.mark(row["pool"], row["start_at"])
+            if row.start_at is not None:
+                self.mark(row.pool, row.start_at)
 
 
 class FixedStarts:
@@ -158,17 +158,11 @@ class FixedStarts:
         rows = await self._store.upcoming_fixed(pools, self._clock() + longest + timedelta(seconds=REFRESH))
         seen = set()
         for row in rows:
-            seen.add(row["id"])
-            if row["id"] in self.upcoming:
+            seen.add(row.id)
+            if row.id in self.upcoming:
                 continue
-            fixed = FixedStart(
-                row["start_at"],
-                timedelta(milliseconds=row["start_tolerance_ms"]),
-                MissPolicy(row["on_miss"]),
-                timedelta(milliseconds=row["estimated_duration_ms"]),
-            )
-            upcoming = Upcoming(row["id"], row["pool"], row["queue"], row["activity_type"], fixed)
-            self.upcoming[row["id"]] = upcoming
+            upcoming = Upcoming(row.id, row.pool, row.queue, row.activity_type, row.fixed)
+            self.upcoming[row.id] = upcoming
             self._arm(upcoming)
         for task_id in set(self.upcoming) - seen:
             self._release(self.upcoming.pop(task_id))

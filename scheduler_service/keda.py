@@ -24,6 +24,7 @@ from lowtide.grpc_status import abort, handles_errors
 from lowtide_proto.externalscaler import externalscaler_pb2, externalscaler_pb2_grpc
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.capacity import desired_workers
+from scheduler_service.metrics import held
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 
@@ -96,17 +97,14 @@ class KedaScaler(externalscaler_pb2_grpc.ExternalScalerServicer):
         sessions = [s for s in self._registry if s.pool == target.pool]
         queues = set(target.queues or {q for s in sessions for q in s.queues} or {"default"})
         claimable = 0
-        for row in await self._store.pending_by_queue_and_type():
-            if row["queue"] not in queues:
-                continue
-            held = row["kind"] == "activity" and row["activity_type"] in self._holds.held_for(row["queue"])
-            if not held:
-                claimable += int(row["depth"])
-        pool = next((p for p in await self._store.pools() if p["pool"] == target.pool), None)
-        running = int(pool["busy"]) if pool else 0
+        for group in await self._store.pending_by_queue_and_type():
+            if group.queue in queues and not held(self._holds, group):
+                claimable += group.depth
+        pool = next((p for p in await self._store.pools() if p.pool == target.pool), None)
+        running = pool.busy if pool else 0
         slots = target.slots_per_worker
         if slots is None:
-            slots = math.ceil(pool["slots"] / pool["workers"]) if pool and pool["workers"] else 1
+            slots = math.ceil(pool.slots / pool.workers) if pool and pool.workers else 1
         return desired_workers(
             claimable=claimable,
             running=running,

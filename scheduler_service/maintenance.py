@@ -12,12 +12,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from lowtide.db.connector import Row
 from lowtide.errors import DatabaseUnavailable
-from scheduler_service.domain.fixed import Miss, MissFacts, miss_reason
+from scheduler_service.domain.fixed import Miss, miss_reason
 from scheduler_service.domain.model import Failure, Outcome
 from scheduler_service.domain.retry import after_failure
 from scheduler_service.fixed_starts import FixedStarts
+from scheduler_service.rows.fleet import MissedFixed
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store, attempt_of
 
@@ -98,7 +98,7 @@ class Maintenance:
             now = now or datetime.now(UTC)
             outcomes: list[tuple[Outcome, str | None]] = []
             for row in expired:
-                failure = Failure(row["reason"], _MESSAGES[row["reason"]])
+                failure = Failure(row.reason, _MESSAGES[row.reason])
                 outcomes.append((after_failure(attempt_of(row), failure, now), None))
             applied = await self._store.finish(outcomes)
             for outcome, _ in outcomes:
@@ -116,33 +116,15 @@ class Maintenance:
         """Fixed starts not started by start + tolerance: skip, or run late (due at once)."""
         fixed = self._fixed
 
-        def reason(row: Row) -> Miss:
-            held = fixed.held_slots(row["pool"]) - fixed.held_slots_for(row["id"])
-            facts = MissFacts(
-                pool=row["pool"],
-                queue=row["queue"],
-                activity_type=row["activity_type"],
-                start_at=row["start_at"],
-                scheduler_ran=row["scheduler_ran"],
-                down_from=row["down_from"],
-                down_to=row["down_to"],
-                dependencies_pending=row["dependencies_pending"],
-                queue_paused=row["queue_paused"],
-                needs_resources=row["needs_resources"],
-                workers_in_pool=row["workers_in_pool"],
-                workers_for_type=row["workers_for_type"],
-                slots=row["slots"],
-                busy=row["busy"],
-                busy_fixed=row["busy_fixed"],
-                held_for_others=max(0, held),
-            )
-            return miss_reason(facts)
+        def reason(missed: MissedFixed) -> Miss:
+            held = fixed.held_slots(missed.pool) - fixed.held_slots_for(missed.id)
+            return miss_reason(missed.facts(held_for_others=max(0, held)))
 
         applied = await self._store.apply_misses(reason, lease=self._lease)
-        for row in applied:
-            log.info("fixed.missed", extra={"task_id": row["id"], "pool": row["pool"], "reason": row["reason"]})
-            self._metrics.misses.add(1, {"pool": row["pool"], "reason": row["kind"]})
-            if row["state"] == "pending":
-                fixed.mark_due(row["pool"])
+        for miss in applied:
+            log.info("fixed.missed", extra={"task_id": miss.id, "pool": miss.pool, "reason": miss.reason})
+            self._metrics.misses.add(1, {"pool": miss.pool, "reason": miss.kind})
+            if miss.state == "pending":
+                fixed.mark_due(miss.pool)
             else:
-                fixed.dispatched([row["id"]])
+                fixed.dispatched([miss.id])

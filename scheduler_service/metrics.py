@@ -23,7 +23,6 @@ from datetime import timedelta
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from lowtide.config import Config
-from lowtide.db.connector import Row
 from lowtide.errors import DatabaseUnavailable
 from lowtide.metrics import Metrics
 from lowtide_proto.lowtide.v1 import scheduler_pb2
@@ -32,6 +31,7 @@ from scheduler_service.domain.capacity import desired_workers
 from scheduler_service.domain.fixed import reservation_capacity
 from scheduler_service.fixed_starts import FixedStarts
 from scheduler_service.rows.claims import ClaimedRow
+from scheduler_service.rows.fleet import PendingGroup
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 
@@ -194,15 +194,14 @@ class SchedulerMetrics:
         # One read of the backlog serves the queue figures and the pools' desired workers.
         running = await self._store.running_by_queue()
         pending = await self._store.pending_by_queue_and_type()
-        for row in pending:
-            figures = queues.setdefault(row["queue"], QueueFigures())
-            held = row["kind"] == "activity" and row["activity_type"] in self._holds.held_for(row["queue"])
-            if held:
-                figures.held_depth += row["depth"]
-                figures.oldest_held_age = max(figures.oldest_held_age, row["oldest_age"])
+        for group in pending:
+            figures = queues.setdefault(group.queue, QueueFigures())
+            if held(self._holds, group):
+                figures.held_depth += group.depth
+                figures.oldest_held_age = max(figures.oldest_held_age, group.oldest_age)
             else:
-                figures.depth += row["depth"]
-                figures.oldest_pending_age = max(figures.oldest_pending_age, row["oldest_age"])
+                figures.depth += group.depth
+                figures.oldest_pending_age = max(figures.oldest_pending_age, group.oldest_age)
         for queue, count in running.items():
             queues.setdefault(queue, QueueFigures()).running = count
         pools = {p.name: _figures(p) for p in await self.pool_status(pending, running)}
@@ -210,7 +209,7 @@ class SchedulerMetrics:
         self.snapshot = Snapshot(queues, pools)
 
     async def pool_status(
-        self, pending: list[Row] | None = None, running: dict[str, int] | None = None
+        self, pending: list[PendingGroup] | None = None, running: dict[str, int] | None = None
     ) -> list[scheduler_pb2.PoolStatus]:
         """Per pool: workers, slots, busy and held slots, reservations, hit rate, desired workers.
         `pending` and `running` are the backlog when the caller has read it already."""
@@ -229,6 +228,11 @@ class SchedulerMetrics:
             await asyncio.sleep(interval.total_seconds())
 
 
+def held(holds: CostHolds, group: PendingGroup) -> bool:
+    """Whether a cost hold holds this pending work now (it waits for a cheaper window)."""
+    return group.kind == "activity" and group.activity_type in holds.held_for(group.queue)
+
+
 def _figures(status: scheduler_pb2.PoolStatus) -> PoolFigures:
     hit_rate = None if math.isnan(status.fixed_start_hit_rate) else status.fixed_start_hit_rate
     return PoolFigures(hit_rate, status.desired_workers, status.held_slots, status.reservations_ahead)
@@ -241,7 +245,7 @@ async def pool_status(
     config: Config,
     fixed: FixedStarts,
     *,
-    pending: list[Row],
+    pending: list[PendingGroup],
     running: dict[str, int],
 ) -> list[scheduler_pb2.PoolStatus]:
     """The pools as GetStatus, the metrics and the KEDA scaler see them."""
@@ -261,18 +265,18 @@ async def pool_status(
 
     for name in config.pools:
         pool(name)
-    for row in await store.pools():
-        status = pool(row["pool"])
-        status.workers, status.slots, status.busy_slots = row["workers"], row["slots"], row["busy"]
+    for workers in await store.pools():
+        status = pool(workers.pool)
+        status.workers, status.slots, status.busy_slots = workers.workers, workers.slots, workers.busy
     ahead_in_horizon: dict[str, int] = {}
-    for row in await store.pool_fixed_stats():
-        status = pool(row["pool"])
-        starts = row["ahead"] or []
+    for stats in await store.pool_fixed_stats():
+        status = pool(stats.pool)
+        starts = stats.ahead or []
         status.reservations_ahead = len(starts)
-        horizon = now + config.pool(row["pool"]).autoscale_horizon
-        ahead_in_horizon[row["pool"]] = sum(1 for s in starts if s <= horizon)
-        if row["hit_rate"] is not None:
-            status.fixed_start_hit_rate = row["hit_rate"]
+        horizon = now + config.pool(stats.pool).autoscale_horizon
+        ahead_in_horizon[stats.pool] = sum(1 for s in starts if s <= horizon)
+        if stats.hit_rate is not None:
+            status.fixed_start_hit_rate = stats.hit_rate
     for name in list(pools) + [u.pool for u in fixed.upcoming.values()]:
         pool(name).held_slots = fixed.held_slots(name)
     backlog = pool_backlog(registry, holds, pending, running)
@@ -290,7 +294,7 @@ async def pool_status(
 
 
 def pool_backlog(
-    registry: Registry, holds: CostHolds, pending: list[Row], running: dict[str, int]
+    registry: Registry, holds: CostHolds, pending: list[PendingGroup], running: dict[str, int]
 ) -> dict[str, tuple[int, int]]:
     """Claimable pending work and running work per pool, held work left out. A queue's work is
     counted in the pools of the workers that serve it (in this replica)."""
@@ -299,13 +303,12 @@ def pool_backlog(
         for queue in session.queues:
             serving.setdefault(queue, set()).add(session.pool)
     out: dict[str, tuple[int, int]] = {}
-    for row in pending:
-        held = row["kind"] == "activity" and row["activity_type"] in holds.held_for(row["queue"])
-        if held:
+    for group in pending:
+        if held(holds, group):
             continue
-        for name in serving.get(row["queue"], set()):
+        for name in serving.get(group.queue, set()):
             claimable, busy = out.get(name, (0, 0))
-            out[name] = (claimable + row["depth"], busy)
+            out[name] = (claimable + group.depth, busy)
     for queue, count in running.items():
         for name in serving.get(queue, set()):
             claimable, busy = out.get(name, (0, 0))

@@ -122,9 +122,7 @@ class ReleasePlanner:
         self._planned_version = self._holds.forecast_version
         self._planned_at = time.monotonic()
         rows = [
-            r
-            for r in await self._store.plannable_tasks()
-            if deferrable(self._holds, r["queue"], r["activity_type"], r["kind"])
+            r for r in await self._store.plannable_tasks() if deferrable(self._holds, r.queue, r.activity_type, r.kind)
         ]
         if not rows:
             return
@@ -132,16 +130,16 @@ class ReleasePlanner:
         # moment the hold lets go anyway, so the release and the claim agree.
         tasks = [
             PlanTask(
-                r["id"],
-                r["created_at"],
-                release_by(r["latest_start"]),
-                timedelta(milliseconds=r["estimated_duration_ms"] or 30 * 60 * 1000),
+                r.id,
+                r.created_at,
+                release_by(r.latest_start),
+                timedelta(milliseconds=r.estimated_duration_ms or 30 * 60 * 1000),
             )
             for r in rows
         ]
         # Fixed starts were promised capacity at admission: a plan leaves their windows to them.
-        committed = [Commitment(r["window_start"], r["window_end"]) for r in await self._store.live_reservations()]
-        plans = plan_tasks(self._holds, tasks, self.capacity(r["activity_type"] for r in rows), committed=committed)
+        committed = [Commitment(r.window_start, r.window_end) for r in await self._store.live_reservations()]
+        plans = plan_tasks(self._holds, tasks, self.capacity(r.activity_type for r in rows), committed=committed)
         await self._store.apply_plans([(p.task_id, release_time(p), p.expected_intensity, p.reason) for p in plans])
         # Claimed when due, not a poll later: at the planned release, and at the latest start.
         for task, release in zip(tasks, plans, strict=True):

@@ -1,7 +1,7 @@
 """SchedulerService: submit, get, cancel, list and wait. Thin: proto in, a call, proto out.
 
-Submissions go through scheduler_service.submission (planning, admission, overload); the rest
-reads and writes through the store.
+Submissions go through scheduler_service.submission (planning, admission, overload); reading,
+cancelling and explaining a task through scheduler_service.task_control; the rest through the store.
 """
 
 from __future__ import annotations
@@ -15,22 +15,22 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import grpc
 
 from lowtide import errors
-from lowtide.auth import SUBMITTER, caller
+from lowtide.auth import caller
 from lowtide.config import Config, TokenEntry
-from lowtide.db.connector import Row
-from lowtide.errors import InvalidArgument, NotFound, TooLarge
+from lowtide.errors import InvalidArgument, TooLarge
 from lowtide.grpc_status import handles_errors
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
 from scheduler_service import convert
 from scheduler_service.dispatcher import Dispatcher
-from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
 from scheduler_service.domain.fixed import Refused
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.submission import Submitted
+from scheduler_service.rows.fleet import PendingGroup
 from scheduler_service.schedules_api import ScheduleApi
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 from scheduler_service.submission import Submission
+from scheduler_service.task_control import TaskControl
 from scheduler_service.waiters import Waiters
 
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         dispatcher: Dispatcher,
         metrics: SchedulerMetrics,
         submission: Submission,
+        tasks: TaskControl,
         waiters: Waiters,
     ) -> None:
         self._config = config
@@ -62,6 +63,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         self._registry = registry
         self._dispatcher = dispatcher
         self._submission = submission
+        self._tasks = tasks
         self._waiters = waiters
         self.metrics = metrics
 
@@ -118,38 +120,16 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             tasks=[scheduler_pb2.SubmittedTask(id=s.id, created=s.created) for s in submitted]
         )
 
-    async def _get(self, task_id: int) -> Any:
-        if task_id <= 0:
-            raise InvalidArgument("id", "must be a positive task id")
-        row = await self._store.get_task(task_id)
-        if row is None:
-            raise NotFound(f"task {task_id} not found")
-        return row
-
     @handles_errors
     async def GetTask(self, request: scheduler_pb2.GetTaskRequest, context: Context) -> scheduler_pb2.GetTaskResponse:
-        return scheduler_pb2.GetTaskResponse(task=convert.task_message(await self._get(request.id)))
+        return scheduler_pb2.GetTaskResponse(task=convert.task_message(await self._tasks.get(request.id)))
 
     @handles_errors
     async def CancelTask(
         self, request: scheduler_pb2.CancelTaskRequest, context: Context
     ) -> scheduler_pb2.CancelTaskResponse:
-        if request.id <= 0:
-            raise InvalidArgument("id", "must be a positive task id")
-        who = self._who(context)
-        if who is not None and who.role == SUBMITTER:
-            # A submitter cancels only what it submitted; admins cancel anything.
-            owner = (await self._get(request.id))["submitted_by"]
-            if owner != who.name:
-                raise errors.PermissionDenied(f"task {request.id} was not submitted by token {who.name!r}")
-        row = await self._store.cancel(request.id)
-        if row is None:
-            raise NotFound(f"task {request.id} not found")
-        if row["previous_state"] == "running" and row["worker_id"]:
-            session = self._registry.get(row["worker_id"])
-            if session is not None:
-                session.cancel([(row["id"], row["attempt"])])
-        self._waiters.finished([request.id])
+        row = await self._tasks.cancel(request.id, self._who(context))
+        self._waiters.finished([row.id])
         return scheduler_pb2.CancelTaskResponse(task=convert.task_message(row))
 
     @handles_errors
@@ -175,7 +155,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         rows = rows[:size]
         return scheduler_pb2.ListTasksResponse(
             tasks=[convert.task_message(r) for r in rows],
-            next_page_token=str(rows[-1]["id"]) if more else "",
+            next_page_token=str(rows[-1].id) if more else "",
         )
 
     @handles_errors
@@ -188,52 +168,19 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         if timeout > MAX_WAIT:
             raise InvalidArgument("timeout", "must be at most 5m")
         with self._waiters.waiter(request.id) as finished:
-            row = await self._get(request.id)
-            if row["state"] not in FINISHED:
+            row = await self._tasks.get(request.id)
+            if row.state not in FINISHED:
                 # Resolved by whatever finishes the task (see waiters.py); no polling here.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(finished), timeout.total_seconds())
-                row = await self._get(request.id)
-        return scheduler_pb2.WaitTaskResponse(task=convert.task_message(row), finished=row["state"] in FINISHED)
+                row = await self._tasks.get(request.id)
+        return scheduler_pb2.WaitTaskResponse(task=convert.task_message(row), finished=row.state in FINISHED)
 
     @handles_errors
     async def ExplainTask(
         self, request: scheduler_pb2.ExplainTaskRequest, context: Context
     ) -> scheduler_pb2.ExplainTaskResponse:
-        row = await self._get(request.id)
-        holds = self._dispatcher.holds
-        now = await self._store.now()
-        paused = await self._store.paused_queues()
-        limit_config = self._config.types.get(row["activity_type"])
-        limit = limit_config.max_concurrency if limit_config else None
-        facts = TaskFacts(
-            state=row["state"],
-            queue=row["queue"],
-            kind=row["kind"],
-            activity_type=row["activity_type"],
-            attempt=row["attempt"],
-            run_at=row["run_at"],
-            created_at=row["created_at"],
-            worker_id=row["worker_id"],
-            started_at=row["started_at"],
-            hold_deadline=row["hold_deadline"],
-            released_by=row["released_by"],
-            dependencies_pending=max(0, row["deps_pending"]),
-            planned_release_at=row["planned_release_at"],
-            planned_intensity=row["planned_intensity"],
-            plan_reason=row["plan_reason"],
-        )
-        pending = row["state"] == "pending"
-        env = Surroundings(
-            now=now,
-            queue_paused_since=paused.get(row["queue"]),
-            held=row["activity_type"] in holds.held_for(row["queue"]),
-            hold=holds.state,
-            limit=limit,
-            running_of_type=await self._store.running_of_type(row["activity_type"]) if pending and limit else 0,
-            workers_for_type=await self._store.workers_for_type(row["queue"], row["activity_type"]) if pending else 0,
-        )
-        text, codes = explain(facts, env)
+        row, text, codes = await self._tasks.explain(request.id)
         return scheduler_pb2.ExplainTaskResponse(task=convert.task_message(row), explanation=text, reasons=codes)
 
     @handles_errors
@@ -260,7 +207,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         return scheduler_pb2.QueueStatus(name=name)  # pragma: no cover - _queues lists paused queues
 
     async def _queues(
-        self, pending: list[Row] | None = None, running: dict[str, int] | None = None
+        self, pending: list[PendingGroup] | None = None, running: dict[str, int] | None = None
     ) -> list[scheduler_pb2.QueueStatus]:
         holds = self._dispatcher.holds
         paused = await self._store.paused_queues()
@@ -282,14 +229,14 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
 
         for name in [*paused, *running, *self._config.queues]:
             queue(name)
-        for row in pending:
-            status = queue(row["queue"])
-            if row["kind"] == "activity" and row["activity_type"] in status.held_types:
-                status.held_depth += row["depth"]
-                status.oldest_held_age_seconds = max(status.oldest_held_age_seconds, row["oldest_age"])
+        for group in pending:
+            status = queue(group.queue)
+            if group.kind == "activity" and group.activity_type in status.held_types:
+                status.held_depth += group.depth
+                status.oldest_held_age_seconds = max(status.oldest_held_age_seconds, group.oldest_age)
             else:
-                status.depth += row["depth"]
-                status.oldest_pending_age_seconds = max(status.oldest_pending_age_seconds, row["oldest_age"])
+                status.depth += group.depth
+                status.oldest_pending_age_seconds = max(status.oldest_pending_age_seconds, group.oldest_age)
         return [queues[name] for name in sorted(queues)]
 
     @handles_errors
@@ -315,10 +262,10 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         deferrable = sorted(holds.config.deferrable.union(*(holds.config.per_queue or {}).values()))
         carbon = [
             scheduler_pb2.CarbonStatus(
-                activity_type=r["activity_type"],
-                tasks=r["tasks"],
-                mean_at_submit=r["mean_at_submit"],
-                mean_at_dispatch=r["mean_at_dispatch"],
+                activity_type=r.activity_type,
+                tasks=r.tasks,
+                mean_at_submit=r.mean_at_submit,
+                mean_at_dispatch=r.mean_at_dispatch,
             )
             for r in (await self._store.carbon_by_type(deferrable) if deferrable else [])
         ]

@@ -17,12 +17,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from lowtide.config import Config
 from lowtide.db import load_queries
-from lowtide.db.connector import Row
 from lowtide.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, TooLarge
 from lowtide_proto.lowtide.v1 import task_pb2
 from scheduler_service import convert
 from scheduler_service.domain.cron import next_fire
 from scheduler_service.domain.fixed import MissPolicy, Refused, reservation_capacity
+from scheduler_service.rows.schedules import ScheduleRow, ScheduleTask
 from scheduler_service.store import Store
 from scheduler_service.submission import store_tasks
 
@@ -58,8 +58,8 @@ def _ms(value: timedelta) -> int:
     return int(value.total_seconds() * 1000)
 
 
-def occurrence_key(row: Row, fire_at: datetime) -> str:
-    return f"schedule:{row['id']}:{row['generation']}:{fire_at.astimezone(UTC).isoformat()}"
+def occurrence_key(row: ScheduleRow, fire_at: datetime) -> str:
+    return f"schedule:{row.id}:{row.generation}:{fire_at.astimezone(UTC).isoformat()}"
 
 
 class Schedules:
@@ -69,8 +69,9 @@ class Schedules:
         self._store = store
         self._db = store.db
 
-    async def create(self, schedule: NewSchedule, next_fire_at: datetime) -> Row:
-        row = await self._db.fetch_one(
+    async def create(self, schedule: NewSchedule, next_fire_at: datetime) -> ScheduleRow:
+        row = await self._db.fetch_one_as(
+            ScheduleRow,
             Q["insert_schedule"],
             {
                 "name": schedule.name,
@@ -91,55 +92,56 @@ class Schedules:
             raise AlreadyExists(f"schedule {schedule.name!r} exists already")
         return row
 
-    async def list_all(self) -> list[Row]:
-        return await self._db.fetch(Q["list_schedules"])
+    async def list_all(self) -> list[ScheduleRow]:
+        return await self._db.fetch_as(ScheduleRow, Q["list_schedules"])
 
-    async def get(self, name: str) -> Row:
-        row = await self._db.fetch_one(Q["get_schedule_by_name"], {"name": name})
+    async def get(self, name: str) -> ScheduleRow:
+        row = await self._db.fetch_one_as(ScheduleRow, Q["get_schedule_by_name"], {"name": name})
         if row is None:
             raise NotFound(f"schedule {name!r} not found")
         return row
 
-    async def pause(self, name: str) -> tuple[Row, list[int]]:
+    async def pause(self, name: str) -> tuple[ScheduleRow, list[int]]:
         """Pauses the schedule and cancels the tasks it created that have not reached their start;
         returns the schedule and those tasks' ids."""
-        row = await self._db.fetch_one(Q["pause_schedule"], {"name": name})
+        row = await self._db.fetch_one_as(ScheduleRow, Q["pause_schedule"], {"name": name})
         if row is None:
             raise NotFound(f"schedule {name!r} not found")
-        return row, await self._cancel_unstarted(row["id"])
+        return row, await self._cancel_unstarted(row.id)
 
-    async def resume(self, name: str, now: datetime) -> Row:
+    async def resume(self, name: str, now: datetime) -> ScheduleRow:
         """Resumes from the first fire time after `now`: the occurrences of the pause are not made up."""
         row = await self.get(name)
-        if not row["paused"]:
+        if not row.paused:
             return row
         try:
-            upcoming = next_fire(row["cron"], now, ZoneInfo(row["time_zone"]))
+            upcoming = next_fire(row.cron, now, ZoneInfo(row.time_zone))
         except (ValueError, ZoneInfoNotFoundError) as error:
             problem = f"schedule {name!r} cannot be resumed: {error}; delete it and create it again"
             raise FailedPrecondition(problem) from None
-        resumed = await self._db.fetch_one(Q["resume_schedule"], {"id": row["id"], "next_fire_at": upcoming})
+        params = {"id": row.id, "next_fire_at": upcoming}
+        resumed = await self._db.fetch_one_as(ScheduleRow, Q["resume_schedule"], params)
         # Resumed by someone else meanwhile: theirs is as good as ours.
         return resumed or await self.get(name)
 
-    async def delete(self, name: str) -> tuple[Row, list[int]]:
+    async def delete(self, name: str) -> tuple[ScheduleRow, list[int]]:
         """Deletes the schedule and cancels the tasks it created that have not reached their start."""
         async with self._db.transaction() as tx:
             # Locked, so the materializer cannot link a task that the delete would then orphan.
-            row = await tx.fetch_one(Q["lock_schedule"], {"name": name})
+            row = await tx.fetch_one_as(ScheduleRow, Q["lock_schedule"], {"name": name})
             if row is None:
                 raise NotFound(f"schedule {name!r} not found")
-            unstarted = await tx.fetch(Q["unstarted_schedule_tasks"], {"id": row["id"]})
-            await tx.execute(Q["delete_schedule"], {"id": row["id"]})
-        for r in unstarted:
-            await self._store.cancel(r["id"])
-        return row, [r["id"] for r in unstarted]
+            unstarted = await tx.fetch_as(ScheduleTask, Q["unstarted_schedule_tasks"], {"id": row.id})
+            await tx.execute(Q["delete_schedule"], {"id": row.id})
+        for task in unstarted:
+            await self._store.cancel(task.id)
+        return row, [task.id for task in unstarted]
 
     async def _cancel_unstarted(self, schedule_id: int) -> list[int]:
-        rows = await self._db.fetch(Q["unstarted_schedule_tasks"], {"id": schedule_id})
-        for r in rows:
-            await self._store.cancel(r["id"])
-        return [r["id"] for r in rows]
+        unstarted = await self._db.fetch_as(ScheduleTask, Q["unstarted_schedule_tasks"], {"id": schedule_id})
+        for task in unstarted:
+            await self._store.cancel(task.id)
+        return [task.id for task in unstarted]
 
 
 class ScheduleMaterializer:
@@ -160,7 +162,8 @@ class ScheduleMaterializer:
         """Creates the tasks of every fire time within its pool's lookahead; returns how many."""
         now = now or datetime.now(UTC)
         widest = max([self.lookahead(p) for p in self._config.pools] + [self.lookahead("default")])
-        rows = await self._store.db.fetch(Q["due_schedules"], {"horizon": now + widest, "limit": BATCH})
+        params = {"horizon": now + widest, "limit": BATCH}
+        rows = await self._store.db.fetch_as(ScheduleRow, Q["due_schedules"], params)
         created = 0
         for row in rows:
             try:
@@ -170,44 +173,45 @@ class ScheduleMaterializer:
                 # Paused with the reason, so one broken schedule neither stops the leader's other
                 # time-driven work nor logs on every tick.
                 message = f"paused: cannot compute its fire times: {error}"
-                log.error("schedule.broken", extra={"schedule": row["name"], "detail": message})
-                await self._store.db.execute(Q["break_schedule"], {"id": row["id"], "message": message})
+                log.error("schedule.broken", extra={"schedule": row.name, "detail": message})
+                await self._store.db.execute(Q["break_schedule"], {"id": row.id, "message": message})
         return created
 
-    async def _materialize(self, row: Row, now: datetime) -> int:
-        zone = ZoneInfo(row["time_zone"])
-        horizon = now + self.lookahead(row["pool"])
+    async def _materialize(self, row: ScheduleRow, now: datetime) -> int:
+        zone = ZoneInfo(row.time_zone)
+        horizon = now + self.lookahead(row.pool)
         created = 0
-        fire_at: datetime = row["next_fire_at"]
+        fire_at = row.next_fire_at
         for _ in range(BATCH):
             if fire_at > horizon:
                 break
-            tolerance = timedelta(milliseconds=row["start_tolerance_ms"])
+            tolerance = row.tolerance
             passed = fire_at + tolerance < now
             # Past fire times are jumped over at once: the first one left is still startable.
-            upcoming = next_fire(row["cron"], now - tolerance if passed else fire_at, zone)
-            params = {"id": row["id"], "generation": row["generation"], "fire_at": fire_at, "next_fire_at": upcoming}
+            upcoming = next_fire(row.cron, now - tolerance if passed else fire_at, zone)
+            params = {"id": row.id, "generation": row.generation, "fire_at": fire_at, "next_fire_at": upcoming}
             if passed:
                 # The scheduler was down (or no replica led) past these starts: nothing is left
                 # to promise, so the occurrences are skipped rather than created as misses.
                 log.warning(
                     "schedule.occurrences_passed",
-                    extra={"schedule": row["name"], "from": fire_at.isoformat(), "to": upcoming.isoformat()},
+                    extra={"schedule": row.name, "from": fire_at.isoformat(), "to": upcoming.isoformat()},
                 )
-                advanced = await self._store.db.fetch_one(Q["skip_occurrence"], params)
+                advanced = await self._store.db.execute(Q["skip_occurrence"], params) > 0
             else:
                 advanced, made = await self._occur(row, fire_at, params, now)
                 created += made
-            if advanced is None:
+            if not advanced:
                 # Another replica moved the schedule on, or it was paused or deleted: stop here.
                 break
             fire_at = upcoming
         return created
 
     async def _occur(
-        self, row: Row, fire_at: datetime, params: dict[str, object], now: datetime
-    ) -> tuple[Row | None, int]:
-        """Submits one occurrence; returns the schedule's compare-and-set result and 1 if a task was made."""
+        self, row: ScheduleRow, fire_at: datetime, params: dict[str, object], now: datetime
+    ) -> tuple[bool, int]:
+        """Submits one occurrence; returns whether the schedule's compare-and-set moved it on, and 1
+        if a task was made."""
         try:
             task = convert.new_task(
                 self._spec(row, fire_at),
@@ -219,40 +223,40 @@ class ScheduleMaterializer:
             [submitted] = await store_tasks(self._store, [task], capacity=self._capacity)
         except Refused as refused:
             message = conflict_message(refused, fire_at)
-            log.info("schedule.conflict", extra={"schedule": row["name"], "detail": message})
-            return await self._store.db.fetch_one(Q["refuse_occurrence"], {**params, "message": message}), 0
+            log.info("schedule.conflict", extra={"schedule": row.name, "detail": message})
+            return await self._store.db.execute(Q["refuse_occurrence"], {**params, "message": message}) > 0, 0
         except (InvalidArgument, TooLarge) as error:
             # The configuration changed under the schedule (a smaller payload limit, say).
             message = f"occurrence at {fire_at.isoformat()} refused: {error}"
-            return await self._store.db.fetch_one(Q["refuse_occurrence"], {**params, "message": message}), 0
-        advanced = await self._store.db.fetch_one(Q["advance_schedule"], {**params, "task_id": submitted.id})
-        if advanced is None and submitted.created and not await self._still_wanted(row):
+            return await self._store.db.execute(Q["refuse_occurrence"], {**params, "message": message}) > 0, 0
+        advanced = await self._store.db.execute(Q["advance_schedule"], {**params, "task_id": submitted.id}) > 0
+        if not advanced and submitted.created and not await self._still_wanted(row):
             # Paused, resumed or deleted between our read and our task: pause and delete have
             # already looked for tasks to cancel, so this one is ours to cancel.
             await self._store.cancel(submitted.id)
-            return None, 0
+            return False, 0
         if submitted.created:
-            log.info("schedule.task_created", extra={"schedule": row["name"], "task_id": submitted.id})
+            log.info("schedule.task_created", extra={"schedule": row.name, "task_id": submitted.id})
         return advanced, int(submitted.created)
 
-    async def _still_wanted(self, row: Row) -> bool:
-        current = await self._store.db.fetch_one(Q["get_schedule"], {"id": row["id"]})
-        return current is not None and not current["paused"] and current["generation"] == row["generation"]
+    async def _still_wanted(self, row: ScheduleRow) -> bool:
+        current = await self._store.db.fetch_one_as(ScheduleRow, Q["get_schedule"], {"id": row.id})
+        return current is not None and not current.paused and current.generation == row.generation
 
     @staticmethod
-    def _spec(row: Row, fire_at: datetime) -> task_pb2.TaskSpec:
+    def _spec(row: ScheduleRow, fire_at: datetime) -> task_pb2.TaskSpec:
         spec = task_pb2.TaskSpec(
-            queue=row["queue"],
-            activity_type=row["activity_type"],
-            payload=row["payload"],
-            priority=row["priority"],
+            queue=row.queue,
+            activity_type=row.activity_type,
+            payload=row.payload,
+            priority=row.priority,
             idempotency_key=occurrence_key(row, fire_at),
-            pool=row["pool"],
-            on_miss=convert.MISS_TO_PROTO[MissPolicy(row["on_miss"])],
+            pool=row.pool,
+            on_miss=convert.MISS_TO_PROTO[row.miss_policy],
         )
         spec.start_at.FromDatetime(fire_at)
-        spec.start_tolerance.FromMilliseconds(row["start_tolerance_ms"])
-        spec.estimated_duration.FromMilliseconds(row["estimated_duration_ms"])
+        spec.start_tolerance.FromMilliseconds(row.start_tolerance_ms)
+        spec.estimated_duration.FromMilliseconds(row.estimated_duration_ms)
         return spec
 
 

@@ -3,8 +3,7 @@ SchedulerApi inherits; thin like the rest: proto in, validation, store call, pro
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -16,7 +15,7 @@ from lowtide.grpc_status import handles_errors
 from lowtide_proto.lowtide.v1 import schedule_pb2
 from scheduler_service import convert
 from scheduler_service.domain import cron
-from scheduler_service.domain.fixed import MissPolicy
+from scheduler_service.rows.schedules import ScheduleRow
 from scheduler_service.schedules import NewSchedule, Schedules
 from scheduler_service.store import Store
 
@@ -77,28 +76,30 @@ def new_schedule(spec: schedule_pb2.ScheduleSpec, config: Config) -> NewSchedule
     )
 
 
-def schedule_message(row: Mapping[str, Any]) -> schedule_pb2.Schedule:
+def schedule_message(row: ScheduleRow) -> schedule_pb2.Schedule:
     message = schedule_pb2.Schedule(
-        id=row["id"],
-        name=row["name"],
-        cron=row["cron"],
-        time_zone=row["time_zone"],
-        activity_type=row["activity_type"],
-        queue=row["queue"],
-        pool=row["pool"],
-        payload=row["payload"],
-        priority=row["priority"],
-        on_miss=convert.MISS_TO_PROTO[MissPolicy(row["on_miss"])],
-        paused=row["paused"],
-        last_task_id=row["last_task_id"] or 0,
-        last_conflict=row["last_conflict"] or "",
-        conflicts=row["conflicts"],
+        id=row.id,
+        name=row.name,
+        cron=row.cron,
+        time_zone=row.time_zone,
+        activity_type=row.activity_type,
+        queue=row.queue,
+        pool=row.pool,
+        payload=row.payload,
+        priority=row.priority,
+        on_miss=convert.MISS_TO_PROTO[row.miss_policy],
+        paused=row.paused,
+        last_task_id=row.last_task_id or 0,
+        last_conflict=row.last_conflict or "",
+        conflicts=row.conflicts,
     )
-    message.start_tolerance.FromTimedelta(timedelta(milliseconds=row["start_tolerance_ms"]))
-    message.estimated_duration.FromTimedelta(timedelta(milliseconds=row["estimated_duration_ms"]))
-    for field in ("next_fire_at", "last_fire_at", "last_conflict_at", "created_at"):
-        if row[field] is not None:
-            getattr(message, field).FromDatetime(row[field])
+    message.start_tolerance.FromTimedelta(row.tolerance)
+    message.estimated_duration.FromTimedelta(row.estimated_duration)
+    message.next_fire_at.FromDatetime(row.next_fire_at)
+    message.created_at.FromDatetime(row.created_at)
+    for field, value in (("last_fire_at", row.last_fire_at), ("last_conflict_at", row.last_conflict_at)):
+        if value is not None:
+            getattr(message, field).FromDatetime(value)
     return message
 
 

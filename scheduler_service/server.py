@@ -46,6 +46,7 @@ from scheduler_service.schedules import ScheduleMaterializer
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 from scheduler_service.submission import Submission
+from scheduler_service.task_control import TaskControl
 from scheduler_service.waiters import Waiters
 from scheduler_service.worker_stream import WorkerStream
 
@@ -263,6 +264,7 @@ def _build_parts(config: Config, db: Database, hold_config: HoldConfig, exported
         dispatcher=dispatcher,
         metrics=metrics,
         submission=submission,
+        tasks=TaskControl(config=config, store=store, registry=registry, dispatcher=dispatcher),
         waiters=waiters,
     )
     completer = Completer(store, metrics=metrics, on_applied=waiters.applied)
@@ -317,9 +319,9 @@ def _reserved_within_horizon(config: Config, store: Store) -> Callable[[str], Aw
     async def reserved(pool: str) -> int:
         """Admitted fixed starts of the pool that start inside its autoscale horizon."""
         horizon = await store.now() + config.pool(pool).autoscale_horizon
-        for row in await store.pool_fixed_stats():
-            if row["pool"] == pool:
-                return sum(1 for start in row["ahead"] or [] if start <= horizon)
+        for stats in await store.pool_fixed_stats():
+            if stats.pool == pool:
+                return sum(1 for start in stats.ahead or [] if start <= horizon)
         return 0
 
     return reserved

@@ -19,7 +19,7 @@ from scheduler_service.domain.holds import local_conflicts
 from scheduler_service.domain.model import Failure, Outcome
 from scheduler_service.domain.retry import after_failure
 from scheduler_service.sessions import Registry, WorkerSession
-from scheduler_service.store import Store, attempt_of
+from scheduler_service.store import Store
 from scheduler_service.worker_reader import MAX_SLOTS, holds
 
 log = logging.getLogger("lowtide.scheduler.workers")
@@ -152,8 +152,8 @@ class Attachments:
         )
         listed = [(r.task_id, r.attempt) for r in hello.running]
         if listed:
-            for row in await self._store.adopt(session.worker_id, listed):
-                session.in_flight[row["id"]] = attempt_of(row)
+            for attempt in await self._store.adopt(session.worker_id, listed):
+                session.in_flight[attempt.task_id] = attempt
         await self._end_orphans(session, replaced=old is not None)
         self._registry.add(session)
         if self.drain_message is not None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from lowtide.db import Database, load_queries
 from signal_service.domain import Point, Reading, SignalForecast, SignalState, is_stale
+from signal_service.rows import ForecastRow, FreshSignal, HistoryValue, ListedSignal, SignalRow
 
 Q = load_queries("signal_service.sql")
 
@@ -15,30 +16,6 @@ Q = load_queries("signal_service.sql")
 # of a signal, whichever is less, so a fast replay cannot grow the table without bound.
 HISTORY_VERSIONS = 10_000
 HISTORY_AGE = timedelta(days=7)
-
-
-def state_of(row: Mapping[str, Any]) -> SignalState:
-    return SignalState(
-        name=row["name"],
-        unit=row["unit"],
-        threshold=row["threshold"],
-        value=row["value"],
-        observed_at=row["observed_at"],
-        source=row["source"],
-        version=row["version"],
-        stale=row["stale"],
-    )
-
-
-def forecast_of(row: Mapping[str, Any]) -> SignalForecast:
-    points = tuple(Point(at, value) for at, value in zip(row["forecast_at"], row["forecast_value"], strict=True))
-    return SignalForecast(
-        name=row["name"],
-        points=points,
-        source=row["forecast_source"],
-        version=row["forecast_version"],
-        issued_at=row["forecast_issued_at"],
-    )
 
 
 # The feed runs on one replica at a time: the holder of this lease.
@@ -56,20 +33,20 @@ class SignalStore:
         """Creates the signal if needed and applies the configured unit and threshold, so every
         replica (and every subscriber) agrees on what `high` means."""
         async with self.db.transaction() as tx:
-            changed = await tx.fetch(Q["ensure_signal"], {"name": name, "unit": unit, "threshold": threshold})
-            if changed:
+            params = {"name": name, "unit": unit, "threshold": threshold}
+            if await tx.execute(Q["ensure_signal"], params) > 0:
                 await tx.execute(Q["notify_signal"], {"name": name})
 
     async def get(self, name: str) -> SignalState | None:
-        row = await self.db.fetch_one(Q["get_signal"], {"name": name})
-        return None if row is None else state_of(row)
+        row = await self.db.fetch_one_as(SignalRow, Q["get_signal"], {"name": name})
+        return None if row is None else row.state()
 
     async def states(self) -> list[SignalState]:
         return [state for state, _ in await self.snapshot()]
 
     async def snapshot(self) -> list[tuple[SignalState, int]]:
         """Every signal's state with the version of its forecast (0: none yet), in one read."""
-        return [(state_of(row), row["forecast_version"]) for row in await self.db.fetch(Q["list_signals"])]
+        return [(row.state(), row.forecast_version) for row in await self.db.fetch_as(ListedSignal, Q["list_signals"])]
 
     async def record(self, name: str, reading: Reading, *, source: str) -> SignalState | None:
         """Stores a validated reading as the latest value, appends it to the history and tells
@@ -81,35 +58,35 @@ class SignalStore:
             "source": source,
         }
         async with self.db.transaction() as tx:
-            row = await tx.fetch_one(Q["record_value"], params)
+            row = await tx.fetch_one_as(SignalRow, Q["record_value"], params)
             if row is None:
                 return None
-            await tx.execute(Q["record_history"], {**params, "version": row["version"]})
+            await tx.execute(Q["record_history"], {**params, "version": row.version})
             await tx.execute(
                 Q["trim_history"],
-                {"name": name, "version": row["version"], **self._keep},
+                {"name": name, "version": row.version, **self._keep},
             )
             await tx.execute(Q["notify_signal"], {"name": name})
-        return state_of(row)
+        return row.state()
 
     async def mark_stale(self, stale_after: timedelta) -> list[str]:
         """Marks stale the signals with no update for stale_after (the rule is the domain's,
         timed by the database's clock); returns their names. Any replica may run this: a
         signal already marked, or updated meanwhile, is not marked (nor announced) again."""
         async with self.db.transaction() as tx:
-            rows = await tx.fetch(Q["fresh_signals"])
+            rows = await tx.fetch_as(FreshSignal, Q["fresh_signals"])
             marked = []
             for row in rows:
-                if not is_stale(row["updated_at"], stale_after, row["now"]):
+                if not is_stale(row.updated_at, stale_after, row.now):
                     continue
-                if await tx.fetch_one(Q["mark_stale"], {"name": row["name"], "version": row["version"]}):
-                    await tx.execute(Q["notify_signal"], {"name": row["name"]})
-                    marked.append(row["name"])
+                if await tx.execute(Q["mark_stale"], {"name": row.name, "version": row.version}) > 0:
+                    await tx.execute(Q["notify_signal"], {"name": row.name})
+                    marked.append(row.name)
         return marked
 
     async def history(self, name: str, *, since: datetime | None, limit: int) -> list[Point]:
-        rows = await self.db.fetch(Q["history"], {"name": name, "since": since, "limit": limit})
-        return [Point(row["observed_at"], row["value"]) for row in rows]
+        rows = await self.db.fetch_as(HistoryValue, Q["history"], {"name": name, "since": since, "limit": limit})
+        return [Point(row.observed_at, row.value) for row in rows]
 
     async def set_forecast(self, name: str, points: Sequence[Point], *, source: str) -> SignalForecast | None:
         """Stores a forecast and tells the other replicas, when it differs from the stored one;
@@ -121,20 +98,20 @@ class SignalStore:
             "source": source,
         }
         async with self.db.transaction() as tx:
-            row = await tx.fetch_one(Q["set_forecast"], params)
+            row = await tx.fetch_one_as(ForecastRow, Q["set_forecast"], params)
             if row is None:
                 return None
             await tx.execute(Q["notify_forecast"], {"name": name})
-        return forecast_of(row)
+        return row.forecast()
 
     async def forecast(self, name: str) -> SignalForecast | None:
-        row = await self.db.fetch_one(Q["get_forecast"], {"name": name})
-        return None if row is None else forecast_of(row)
+        row = await self.db.fetch_one_as(ForecastRow, Q["get_forecast"], {"name": name})
+        return None if row is None else row.forecast()
 
     async def hold_feed_lease(self, holder: str, ttl: timedelta) -> bool:
         """Takes or renews the feed's lease; False while another replica holds it."""
-        row = await self.db.fetch_one(Q["hold_feed_lease"], {"name": FEED_LEASE, "holder": holder, "ttl": ttl})
-        return row is not None
+        params = {"name": FEED_LEASE, "holder": holder, "ttl": ttl}
+        return await self.db.execute(Q["hold_feed_lease"], params) > 0
 
     async def release_feed_lease(self, holder: str) -> None:
         await self.db.execute(Q["release_feed_lease"], {"name": FEED_LEASE, "holder": holder})

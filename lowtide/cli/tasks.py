@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 from datetime import timedelta
-from typing import Any
 
 from lowtide import output
 from lowtide.cli.common import (
@@ -25,7 +24,7 @@ from lowtide.cli.common import (
 )
 from lowtide.config import Config
 from lowtide.errors import InvalidArgument
-from lowtide_client import Client, TaskKind, TaskState, task_spec
+from lowtide_client import Client, TaskKind, TaskOptions, TaskState, task_spec
 
 _STATES = {name.removeprefix("TASK_STATE_").lower(): value for name, value in TaskState.items() if value}
 
@@ -54,8 +53,9 @@ def _payload(args: argparse.Namespace, config: Config) -> bytes | str:
     return data
 
 
-def _submit_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {
+def _submit_options(args: argparse.Namespace, idempotency_key: str | None) -> TaskOptions:
+    options: TaskOptions = {
+        "idempotency_key": idempotency_key,
         "queue": args.queue,
         "priority": args.priority,
         "kind": TaskKind.Value("TASK_KIND_WORKFLOW") if args.workflow else TaskKind.Value("TASK_KIND_ACTIVITY"),
@@ -72,32 +72,29 @@ def _submit_options(args: argparse.Namespace) -> dict[str, Any]:
         "start_at": args.start_at,
         "start_in": args.start_in,
         "start_tolerance": args.tolerance,
-        "on_miss": args.on_miss.replace("-", "_") if args.on_miss else 0,
         "estimated_duration": args.estimated_duration,
         "deadline": args.deadline,
         "latest_start": args.latest_start,
     }
+    if args.on_miss:
+        options["on_miss"] = args.on_miss.replace("-", "_")
+    return options
 
 
 async def _task_submit(args: argparse.Namespace, config: Config) -> int:
-    options = _submit_options(args)
     payload = _payload(args, config)
+    key = args.idempotency_key
     async with Client(target(args, config), **security()) as client:
         if args.count > 1:
             specs = [
-                task_spec(
-                    args.type,
-                    payload,
-                    idempotency_key=f"{args.idempotency_key}-{i}" if args.idempotency_key else None,
-                    **options,
-                )
+                task_spec(args.type, payload, **_submit_options(args, f"{key}-{i}" if key else None))
                 for i in range(args.count)
             ]
             submitted = await client.submit_many(specs)
             for item in submitted:
                 show(args, item, f"task {item.id} {'submitted' if item.created else 'exists already'}")
             return 0
-        task = await client.submit(args.type, payload, idempotency_key=args.idempotency_key, **options)
+        task = await client.submit(args.type, payload, **_submit_options(args, key))
         if args.wait and not task.HasField("start_at"):
             task = await client.wait(task.id, timeout=args.wait_timeout)
         show(args, task, output.task_line(task))

@@ -27,9 +27,11 @@ from lowtide.config.rules import (
     within,
 )
 from lowtide.config.schema import (
+    EMISSION_FACTORS,
     FEEDS,
     ROLES,
     SECTIONS,
+    WATTTIME_SIGNALS,
     AuthConfig,
     Config,
     CostConfig,
@@ -46,11 +48,13 @@ from lowtide.config.schema import (
 )
 
 __all__ = [
+    "EMISSION_FACTORS",
     "FEEDS",
     "MARGINS",
     "OTHER_VARIABLES",
     "ROLES",
     "SECTIONS",
+    "WATTTIME_SIGNALS",
     "AuthConfig",
     "Config",
     "CostConfig",

@@ -117,6 +117,11 @@ class QueueConfig:
 
 # The feeds signal_service.feeds.make_feed knows.
 FEEDS = ("static", "replay", "uk-carbon-intensity", "electricitymaps", "watttime")
+# Electricity Maps' emissionFactorType values; the first is the API's default and ours.
+EMISSION_FACTORS = ("lifecycle", "direct")
+# WattTime's signals: its index (a percentile, no forecast) or its marginal emissions (MOER, in
+# lbs/MWh, with the forecast; subscribers only). The first is the default.
+WATTTIME_SIGNALS = ("index", "moer")
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,8 @@ class SignalConfig:
     metrics_listen: str = key("127.0.0.1:9465", listen_address_or_off)
     # static (SetSignal only), replay, uk-carbon-intensity, electricitymaps or watttime.
     feed: str = key("static", one_of(*FEEDS))
-    # The default signal's unit; empty means the feed's own (gCO2/kWh, or percentile for watttime).
+    # The default signal's unit; empty means the feed's own (gCO2/kWh; for watttime percentile,
+    # or lbs/MWh with watttime_signal = "moer").
     unit: str = ""
     # With no update for this long the signal is marked stale and subscribers are told.
     stale_after: timedelta = key(1 * H, within(1 * S, LONGEST))
@@ -151,6 +157,13 @@ class SignalConfig:
     password: str = ""
     # UK Carbon Intensity region id, Electricity Maps zone or WattTime region.
     region: str = ""
+    # Electricity Maps' emission factor (its emissionFactorType): lifecycle (construction and
+    # fuel supply included, the API's default) or direct (combustion only).
+    emission_factor: str = key(EMISSION_FACTORS[0], one_of(*EMISSION_FACTORS))
+    # WattTime's signal: index (/v3/signal-index, a percentile; WattTime has no forecast of it,
+    # so none) or moer (/v3/forecast: the current value and the forecast, both in lbs/MWh; a
+    # plan with forecasts). Never converted into one another.
+    watttime_signal: str = key(WATTTIME_SIGNALS[0], one_of(*WATTTIME_SIGNALS))
     timeout: timedelta = key(10 * S, within(100 * MS, 10 * MIN))
 
 

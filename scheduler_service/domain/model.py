@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -65,6 +65,8 @@ class NewTask:
     planned_release_at: datetime | None = None
     planned_intensity: float | None = None
     plan_reason: str | None = None
+    # Sent to the worker of every attempt (a trace context, say); validated by convert.headers.
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

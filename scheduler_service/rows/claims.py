@@ -35,6 +35,7 @@ class ClaimedRow:
     start_tolerance_ms: int | None
     start_hit: bool | None
     pool: str
+    headers: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)

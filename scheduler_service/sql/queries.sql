@@ -6,7 +6,7 @@ INSERT INTO lowtide.tasks (
     schedule_to_start_ms, start_to_close_ms, heartbeat_ms, schedule_to_start_deadline,
     max_defer_ms, hold_deadline, signal_at_submit,
     pool, start_at, start_tolerance_ms, on_miss, estimated_duration_ms, run_at, deps_pending, resources,
-    latest_start, planned_release_at, planned_intensity, plan_reason, submitted_by
+    latest_start, planned_release_at, planned_intensity, plan_reason, submitted_by, headers
 )
 SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_key,
        n.max_attempts, n.initial_backoff_ms, n.backoff_coefficient, n.max_backoff_ms,
@@ -25,7 +25,8 @@ SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_ke
        CASE WHEN n.deps_pending > 0 THEN '9999-01-01 00:00:00+00'::timestamptz
             ELSE COALESCE(n.start_at, GREATEST(n.planned_release_at, now()), now()) END,
        n.deps_pending, n.resources::jsonb,
-       n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason, %(submitted_by)s::text
+       n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason, %(submitted_by)s::text,
+       n.headers::jsonb
 FROM unnest(
     %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
     %(priorities)s::int[], %(idempotency_keys)s::text[], %(max_attempts)s::int[],
@@ -35,12 +36,12 @@ FROM unnest(
     %(start_ats)s::timestamptz[], %(start_tolerance_ms)s::bigint[], %(on_miss)s::text[],
     %(estimated_duration_ms)s::bigint[], %(deps_pending)s::int[], %(resources)s::text[],
     %(latest_starts)s::timestamptz[], %(planned_release_ats)s::timestamptz[], %(planned_intensities)s::float8[],
-    %(plan_reasons)s::text[]
+    %(plan_reasons)s::text[], %(headers)s::text[]
 ) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, idempotency_key, max_attempts,
                       initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable,
                       schedule_to_start_ms, start_to_close_ms, heartbeat_ms, max_defer_ms, pool,
                       start_at, start_tolerance_ms, on_miss, estimated_duration_ms, deps_pending, resources,
-                      latest_start, planned_release_at, planned_intensity, plan_reason, ord)
+                      latest_start, planned_release_at, planned_intensity, plan_reason, headers, ord)
 ORDER BY n.ord
 ON CONFLICT (idempotency_key, submitted_by) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, idempotency_key
@@ -55,31 +56,35 @@ WHERE idempotency_key = ANY(%(keys)s::text[]) AND submitted_by IS NOT DISTINCT F
 -- pairs, so a replica can park a wake-up whose types are all held.
 SELECT pg_notify('lowtide_wake', %(payload)s)
 
+-- _task_row --
+-- A task whole (a TaskRow, scheduler_service/rows/tasks.py) but for its payload and result, which
+-- a listing leaves out: every column of lowtide.tasks, and what the task depends on.
+t.id, t.queue, t.kind, t.activity_type, t.priority, t.idempotency_key, t.state, t.attempt,
+       t.max_attempts, t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms,
+       t.non_retryable_error_types, t.schedule_to_start_ms, t.start_to_close_ms, t.heartbeat_ms,
+       t.created_at, t.run_at, t.schedule_to_start_deadline, t.started_at, t.finished_at, t.worker_id,
+       t.close_deadline, t.heartbeat_deadline, t.error_type, t.error_message, t.error_non_retryable,
+       t.cancel_requested, t.max_defer_ms, t.hold_deadline, t.released_by, t.signal_at_submit,
+       t.signal_at_dispatch, t.pool, t.start_at, t.start_tolerance_ms, t.on_miss, t.estimated_duration_ms,
+       t.missed, t.miss_reason, t.start_hit, t.deps_pending, t.has_dependents, t.shed_reason, t.resources,
+       t.latest_start, t.planned_release_at, t.planned_intensity, t.plan_reason, t.submitted_by,
+       t.headers, (SELECT array_agg(d.depends_on ORDER BY d.depends_on) FROM lowtide.task_dependencies d
+        WHERE d.task_id = t.id) AS depends_on
+
 -- get_task --
 -- One task, whole, with what it depends on.
-SELECT t.*, (SELECT array_agg(d.depends_on ORDER BY d.depends_on) FROM lowtide.task_dependencies d
-             WHERE d.task_id = t.id) AS depends_on
+SELECT {{_task_row}}, t.payload, t.result
 FROM lowtide.tasks t WHERE t.id = %(id)s
-
--- get_tasks --
--- Several tasks, whole.
-SELECT * FROM lowtide.tasks WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id
 
 -- list_tasks --
 -- A page of tasks, newest first, without payloads and results.
-SELECT id, queue, kind, activity_type, ''::bytea AS payload, priority, idempotency_key, state, attempt,
-       max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms,
-       non_retryable_error_types, schedule_to_start_ms, start_to_close_ms, heartbeat_ms, created_at,
-       run_at, started_at, finished_at, NULL::bytea AS result, error_type, error_message,
-       error_non_retryable, worker_id, cancel_requested, max_defer_ms, hold_deadline, released_by,
-       signal_at_submit, signal_at_dispatch, pool, start_at, start_tolerance_ms, on_miss,
-       estimated_duration_ms, missed, miss_reason, start_hit
-FROM lowtide.tasks
-WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(state)s::text IS NULL OR state = %(state)s::text)
-  AND (%(activity_type)s::text IS NULL OR activity_type = %(activity_type)s::text)
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
-ORDER BY id DESC
+SELECT {{_task_row}}, ''::bytea AS payload, NULL::bytea AS result
+FROM lowtide.tasks t
+WHERE (%(queue)s::text IS NULL OR t.queue = %(queue)s::text)
+  AND (%(state)s::text IS NULL OR t.state = %(state)s::text)
+  AND (%(activity_type)s::text IS NULL OR t.activity_type = %(activity_type)s::text)
+  AND (%(before_id)s::bigint IS NULL OR t.id < %(before_id)s::bigint)
+ORDER BY t.id DESC
 LIMIT %(limit)s
 
 -- lock_types --
@@ -116,7 +121,7 @@ state = 'running',
 t.id, t.attempt, t.worker_id, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
           t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
           t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
-          t.start_hit, t.pool
+          t.start_hit, t.pool, t.headers
 
 -- _claim_slots --
 -- The free slots a claim fills, in the order rows are handed out: one entry of %(slot_workers)s
@@ -261,7 +266,7 @@ RETURNING t.id, t.attempt, t.state, t.has_dependents
 -- The attempts a worker runs, locked, to end them when the worker is gone; none when the worker
 -- has connected to another replica meanwhile (that replica's stream holds them now).
 SELECT id, attempt, max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms,
-       non_retryable_error_types
+       non_retryable_error_types, start_at
 FROM lowtide.tasks
 WHERE state = 'running' AND worker_id = %(worker_id)s
   AND NOT EXISTS (
@@ -272,7 +277,7 @@ FOR UPDATE SKIP LOCKED
 -- adopt_attempts --
 -- The attempts a reconnecting worker says it still runs and that are still its own.
 SELECT id, attempt, max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms,
-       non_retryable_error_types, activity_type
+       non_retryable_error_types, start_at
 FROM lowtide.tasks t
 JOIN unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt) USING (id, attempt)
 WHERE t.state = 'running' AND t.worker_id = %(worker_id)s
@@ -280,7 +285,7 @@ WHERE t.state = 'running' AND t.worker_id = %(worker_id)s
 -- expired_attempts --
 -- Running attempts past a deadline or whose worker's lease is gone, locked, with the reason.
 SELECT t.id, t.attempt, t.max_attempts, t.initial_backoff_ms, t.backoff_coefficient,
-       t.max_backoff_ms, t.non_retryable_error_types, t.worker_id,
+       t.max_backoff_ms, t.non_retryable_error_types, t.start_at, t.worker_id,
        CASE WHEN t.close_deadline < now() THEN 'StartToCloseTimeout'
             WHEN t.heartbeat_deadline < now() THEN 'HeartbeatTimeout'
             ELSE 'WorkerLost' END AS reason
@@ -329,7 +334,7 @@ SET cancel_requested = true,
     schedule_to_start_deadline = NULL
 FROM old
 WHERE t.id = old.id
-RETURNING t.*, old.state AS previous_state
+RETURNING {{_task_row}}, t.payload, t.result, old.state AS previous_state
 
 -- notify_cancel --
 -- Tells every replica to stop an attempt on its worker (payload: id:attempt:worker).
@@ -400,7 +405,7 @@ SELECT now() AS now
 INSERT INTO lowtide.queues (name, paused, paused_at) VALUES (%(name)s, true, now())
 ON CONFLICT (name) DO UPDATE
 SET paused = true, paused_at = COALESCE(lowtide.queues.paused_at, now())
-RETURNING name, paused, paused_at
+RETURNING name, paused_at
 
 -- resume_queue --
 -- Resumes a queue; returns how long it was paused (NULL when it was not).

@@ -1,3 +1,9 @@
+-- _schedule_columns --
+-- What every query that returns a schedule returns: the fields of rows.schedules.ScheduleRow.
+id, name, cron, time_zone, activity_type, queue, pool, payload, priority, start_tolerance_ms, on_miss,
+estimated_duration_ms, paused, generation, next_fire_at, last_fire_at, last_task_id, last_conflict,
+last_conflict_at, conflicts, created_at
+
 -- insert_schedule --
 -- Stores a new schedule; returns nothing when the name is taken.
 INSERT INTO lowtide.schedules (
@@ -9,34 +15,34 @@ VALUES (
     %(start_tolerance_ms)s, %(on_miss)s, %(estimated_duration_ms)s, %(next_fire_at)s
 )
 ON CONFLICT (name) DO NOTHING
-RETURNING *
+RETURNING {{_schedule_columns}}
 
 -- list_schedules --
 -- Every schedule, by name.
-SELECT * FROM lowtide.schedules ORDER BY name
+SELECT {{_schedule_columns}} FROM lowtide.schedules ORDER BY name
 
 -- get_schedule --
 -- One schedule by id.
-SELECT * FROM lowtide.schedules WHERE id = %(id)s
+SELECT {{_schedule_columns}} FROM lowtide.schedules WHERE id = %(id)s
 
 -- get_schedule_by_name --
 -- One schedule by name.
-SELECT * FROM lowtide.schedules WHERE name = %(name)s
+SELECT {{_schedule_columns}} FROM lowtide.schedules WHERE name = %(name)s
 
 -- pause_schedule --
 -- Pauses a schedule (pausing a paused one changes nothing).
-UPDATE lowtide.schedules SET paused = true WHERE name = %(name)s RETURNING *
+UPDATE lowtide.schedules SET paused = true WHERE name = %(name)s RETURNING {{_schedule_columns}}
 
 -- resume_schedule --
 -- Resumes a paused schedule from its next fire time after now, in a new generation.
 UPDATE lowtide.schedules
 SET paused = false, generation = generation + 1, next_fire_at = %(next_fire_at)s
 WHERE id = %(id)s AND paused
-RETURNING *
+RETURNING {{_schedule_columns}}
 
 -- lock_schedule --
 -- One schedule by name, locked until the transaction ends (the materializer waits).
-SELECT * FROM lowtide.schedules WHERE name = %(name)s FOR UPDATE
+SELECT {{_schedule_columns}} FROM lowtide.schedules WHERE name = %(name)s FOR UPDATE
 
 -- delete_schedule --
 -- Deletes a schedule (its task links go with it; its tasks stay).
@@ -52,7 +58,7 @@ ORDER BY t.id
 
 -- due_schedules --
 -- Active schedules whose next fire time is at or before the horizon, soonest first.
-SELECT * FROM lowtide.schedules
+SELECT {{_schedule_columns}} FROM lowtide.schedules
 WHERE NOT paused AND next_fire_at <= %(horizon)s
 ORDER BY next_fire_at, id
 LIMIT %(limit)s

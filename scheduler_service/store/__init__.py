@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lowtide.db import Database
-from lowtide.db.connector import Row
+from scheduler_service.rows.tasks import UnblockedRow
 from scheduler_service.store.base import Q, attempt_of, retry_policy_of
 from scheduler_service.store.claims import ClaimStore
 from scheduler_service.store.fixed import FixedStore
@@ -23,7 +23,7 @@ __all__ = ["Q", "Store", "SubmissionWrites", "attempt_of", "retry_policy_of"]
 
 
 class Store(TaskStore, ClaimStore, SubmissionStore, FixedStore, QueueStore, WorkerStore, WaitStore):
-    def __init__(self, db: Database, *, on_unblocked: Callable[[list[Row]], None]) -> None:
+    def __init__(self, db: Database, *, on_unblocked: Callable[[list[UnblockedRow]], None]) -> None:
         self.db = db
         self.on_unblocked = on_unblocked
         self.registered_queues: set[str] = set()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from datetime import timedelta
-from typing import Any
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Protocol
 
 from lowtide.db import Database, load_queries
-from lowtide.db.connector import Row
 from scheduler_service.domain.model import Attempt, RetryPolicy
+from scheduler_service.rows.tasks import UnblockedRow
 
 Q = load_queries("scheduler_service.sql")
 
@@ -19,18 +19,39 @@ def ms(value: timedelta | None) -> int | None:
     return None if value is None else int(value.total_seconds() * 1000)
 
 
-def retry_policy_of(row: Mapping[str, Any]) -> RetryPolicy:
+class AttemptColumns(Protocol):
+    """The columns of a row that make an Attempt: a started claim's, an AttemptRow's, an ExpiredRow's."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def initial_backoff_ms(self) -> int: ...
+    @property
+    def backoff_coefficient(self) -> float: ...
+    @property
+    def max_backoff_ms(self) -> int: ...
+    @property
+    def non_retryable_error_types(self) -> list[str]: ...
+    @property
+    def start_at(self) -> datetime | None: ...
+
+
+def retry_policy_of(row: AttemptColumns) -> RetryPolicy:
     return RetryPolicy(
-        max_attempts=row["max_attempts"],
-        initial_backoff=timedelta(milliseconds=row["initial_backoff_ms"]),
-        backoff_coefficient=row["backoff_coefficient"],
-        max_backoff=timedelta(milliseconds=row["max_backoff_ms"]),
-        non_retryable_error_types=tuple(row["non_retryable_error_types"]),
+        max_attempts=row.max_attempts,
+        initial_backoff=timedelta(milliseconds=row.initial_backoff_ms),
+        backoff_coefficient=row.backoff_coefficient,
+        max_backoff=timedelta(milliseconds=row.max_backoff_ms),
+        non_retryable_error_types=tuple(row.non_retryable_error_types),
     )
 
 
-def attempt_of(row: Mapping[str, Any]) -> Attempt:
-    return Attempt(row["id"], row["attempt"], retry_policy_of(row), fixed=row.get("start_at") is not None)
+def attempt_of(row: AttemptColumns) -> Attempt:
+    return Attempt(row.id, row.attempt, retry_policy_of(row), fixed=row.start_at is not None)
 
 
 class StoreBase:
@@ -38,6 +59,6 @@ class StoreBase:
 
     db: Database
     # Told (after commit) about tasks whose last dependency completed, so dispatch wakes.
-    on_unblocked: Callable[[list[Row]], None]
+    on_unblocked: Callable[[list[UnblockedRow]], None]
     # Queues this replica has recorded in lowtide.queues (see SubmissionStore.submitting).
     registered_queues: set[str]

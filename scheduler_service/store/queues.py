@@ -5,54 +5,67 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from lowtide.db.connector import Row
 from scheduler_service.domain.planning import RELEASE_LEAD
+from scheduler_service.rows.fleet import (
+    CarbonByType,
+    PausedQueue,
+    PendingGroup,
+    PlannableTask,
+    PoolWorkers,
+    QueueName,
+    QueueRunning,
+    ReleaseDue,
+    ResumedQueue,
+    TypeRunning,
+    WorkerCount,
+)
 from scheduler_service.store.base import Q, StoreBase
 
 
 class QueueStore(StoreBase):
-    async def pause_queue(self, name: str) -> Row:
-        row = await self.db.fetch_one(Q["pause_queue"], {"name": name})
+    async def pause_queue(self, name: str) -> PausedQueue:
+        row = await self.db.fetch_one_as(PausedQueue, Q["pause_queue"], {"name": name})
         assert row is not None
         return row
 
     async def resume_queue(self, name: str) -> bool:
         """Resumes the queue and moves its schedule_to_start deadlines past the pause."""
         async with self.db.transaction() as tx:
-            row = await tx.fetch_one(Q["resume_queue"], {"name": name})
+            row = await tx.fetch_one_as(ResumedQueue, Q["resume_queue"], {"name": name})
             if row is None:
                 return False
-            await tx.execute(Q["shift_schedule_to_start"], {"name": name, "paused_for": row["paused_for"]})
+            await tx.execute(Q["shift_schedule_to_start"], {"name": name, "paused_for": row.paused_for})
             return True
 
     async def paused_queues(self) -> dict[str, datetime]:
-        return {r["name"]: r["paused_at"] for r in await self.db.fetch(Q["paused_queues"])}
+        return {q.name: q.paused_at for q in await self.db.fetch_as(PausedQueue, Q["paused_queues"])}
 
-    async def pending_by_queue_and_type(self) -> list[Row]:
-        return await self.db.fetch(Q["pending_by_queue_and_type"])
+    async def pending_by_queue_and_type(self) -> list[PendingGroup]:
+        return await self.db.fetch_as(PendingGroup, Q["pending_by_queue_and_type"])
 
     async def known_queues(self) -> set[str]:
-        return {r["name"] for r in await self.db.fetch(Q["known_queues"])}
+        return {q.name for q in await self.db.fetch_as(QueueName, Q["known_queues"])}
 
     async def running_by_queue(self) -> dict[str, int]:
-        return {r["queue"]: r["running"] for r in await self.db.fetch(Q["running_by_queue"])}
+        return {q.queue: q.running for q in await self.db.fetch_as(QueueRunning, Q["running_by_queue"])}
 
-    async def pools(self) -> list[Row]:
-        return await self.db.fetch(Q["pools"])
+    async def pools(self) -> list[PoolWorkers]:
+        return await self.db.fetch_as(PoolWorkers, Q["pools"])
 
-    async def carbon_by_type(self, types: Sequence[str]) -> list[Row]:
-        return await self.db.fetch(Q["carbon_by_type"], {"types": list(types)})
+    async def carbon_by_type(self, types: Sequence[str]) -> list[CarbonByType]:
+        return await self.db.fetch_as(CarbonByType, Q["carbon_by_type"], {"types": list(types)})
 
     async def workers_for_type(self, queue: str, activity_type: str) -> int:
-        row = await self.db.fetch_one(Q["workers_for_type"], {"queue": queue, "activity_type": activity_type})
-        return int(row["workers"]) if row else 0
+        params = {"queue": queue, "activity_type": activity_type}
+        row = await self.db.fetch_one_as(WorkerCount, Q["workers_for_type"], params)
+        return row.workers if row else 0
 
     async def running_of_type(self, activity_type: str) -> int:
-        rows = await self.db.fetch(Q["count_running_by_type"], {"types": [activity_type]})
-        return int(rows[0]["running"]) if rows else 0
+        rows = await self.db.fetch_as(TypeRunning, Q["count_running_by_type"], {"types": [activity_type]})
+        return rows[0].running if rows else 0
 
-    async def plannable_tasks(self) -> list[Row]:
-        return await self.db.fetch(Q["plannable_tasks"])
+    async def plannable_tasks(self) -> list[PlannableTask]:
+        return await self.db.fetch_as(PlannableTask, Q["plannable_tasks"])
 
     async def apply_plans(self, plans: Sequence[tuple[int, datetime | None, float | None, str]]) -> None:
         """Stores the plans and tells every replica (NOTIFY, at commit) to time its wake-ups."""
@@ -70,4 +83,4 @@ class QueueStore(StoreBase):
             await tx.execute(Q["notify_plans"])
 
     async def upcoming_releases(self, horizon: timedelta) -> list[datetime]:
-        return [row["due"] for row in await self.db.fetch(Q["upcoming_releases"], {"horizon": horizon})]
+        return [r.due for r in await self.db.fetch_as(ReleaseDue, Q["upcoming_releases"], {"horizon": horizon})]

@@ -15,6 +15,7 @@ from scheduler_service.domain.fixed import Interval, Reservation
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.domain.submission import Overload
+from scheduler_service.rows.tasks import DepthRow, EndedRow, KeyedRow, ReservationRow, StateRow
 from scheduler_service.store.base import SEPARATOR, Q, StoreBase, ms
 from scheduler_service.store.tasks import settle
 
@@ -51,6 +52,7 @@ def _task_columns(tasks: Sequence[NewTask]) -> dict[str, list[Any]]:
         "planned_release_ats": [t.planned_release_at for t in tasks],
         "planned_intensities": [t.planned_intensity for t in tasks],
         "plan_reasons": [t.plan_reason for t in tasks],
+        "headers": [json.dumps(dict(t.headers)) for t in tasks],
     }
 
 
@@ -64,13 +66,14 @@ class SubmissionWrites:
 
     async def existing(self, keys: Sequence[str], submitted_by: str | None) -> dict[str, int]:
         """The ids of the tasks this submitter stored before under these idempotency keys."""
-        rows = await self._tx.fetch(Q["tasks_by_idempotency_key"], {"keys": list(keys), "submitted_by": submitted_by})
-        return {r["idempotency_key"]: r["id"] for r in rows}
+        params = {"keys": list(keys), "submitted_by": submitted_by}
+        rows = await self._tx.fetch_as(KeyedRow, Q["tasks_by_idempotency_key"], params)
+        return {r.idempotency_key: r.id for r in rows if r.idempotency_key is not None}
 
     async def dependency_states(self, ids: Sequence[int]) -> dict[int, str]:
         """The states of these tasks, locked until commit so none ends unseen meanwhile."""
-        rows = await self._tx.fetch(Q["lock_dependencies"], {"ids": list(ids)})
-        return {r["id"]: r["state"] for r in rows}
+        rows = await self._tx.fetch_as(StateRow, Q["lock_dependencies"], {"ids": list(ids)})
+        return {r.id: r.state for r in rows}
 
     async def lock_pools(self, pools: Sequence[str]) -> None:
         await self._tx.execute(Q["lock_pools"], {"pools": list(pools)})
@@ -78,16 +81,17 @@ class SubmissionWrites:
     async def booked(self, pool: str, span: Interval) -> list[Reservation]:
         """The pool's reservations overlapping the span (its pool locked first)."""
         params = {"pool": pool, "window_start": span.start, "window_end": span.end}
-        rows = await self._tx.fetch(Q["overlapping_reservations"], params)
-        return [Reservation(r["task_id"], Interval(r["window_start"], r["window_end"])) for r in rows]
+        rows = await self._tx.fetch_as(ReservationRow, Q["overlapping_reservations"], params)
+        return [Reservation(r.task_id, Interval(r.window_start, r.window_end)) for r in rows]
 
     async def queue_depths(self, limited: Mapping[str, Overload]) -> dict[str, int]:
         """Claimable pending tasks of each limited queue (held types not counted), the queues locked."""
         await self._tx.execute(Q["lock_queues"], {"queues": sorted(limited)})
         depths = {}
         for queue, limit in limited.items():
-            row = await self._tx.fetch_one(Q["claimable_depth"], {"queue": queue, "held": sorted(limit.held)})
-            depths[queue] = int(row["depth"]) if row else 0
+            params = {"queue": queue, "held": sorted(limit.held)}
+            row = await self._tx.fetch_one_as(DepthRow, Q["claimable_depth"], params)
+            depths[queue] = row.depth if row else 0
         return depths
 
     async def register_queues(self, queues: Iterable[str]) -> None:
@@ -113,8 +117,8 @@ class SubmissionWrites:
             "signal": signal,
             "release_lead": RELEASE_LEAD,
         }
-        rows = await self._tx.fetch(Q["insert_tasks"], params)
-        return [(r["id"], r["idempotency_key"]) for r in rows]
+        rows = await self._tx.fetch_as(KeyedRow, Q["insert_tasks"], params)
+        return [(r.id, r.idempotency_key) for r in rows]
 
     async def reserve(self, fixed: Sequence[tuple[int, NewTask]]) -> None:
         """Books the windows of the fixed starts just created."""
@@ -130,7 +134,7 @@ class SubmissionWrites:
     async def shed(self, queue: str, limit: Overload, count: int) -> None:
         """Ends `count` claimable tasks of the queue by its policy (and fails their dependents)."""
         params = {"queue": queue, "held": sorted(limit.held), "count": count, "reason": limit.shed_reason(queue)}
-        shed = await self._tx.fetch(Q[limit.policy], params)
+        shed = await self._tx.fetch_as(EndedRow, Q[limit.policy], params)
         await settle(self._tx, shed)
 
     async def link_dependencies(self, pairs: Sequence[tuple[int, int]]) -> None:

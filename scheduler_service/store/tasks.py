@@ -3,23 +3,43 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from lowtide.db.connector import Row, Transaction
+from lowtide.db.connector import Transaction
 from scheduler_service.domain.model import Attempt, Outcome
 from scheduler_service.domain.submission import ENDED_UNCOMPLETED
+from scheduler_service.rows.tasks import (
+    AttemptRow,
+    CancelledRow,
+    EndedRow,
+    ExpiredRow,
+    FinishedRow,
+    TaskRow,
+    UnblockedRow,
+)
 from scheduler_service.store.base import Q, StoreBase, attempt_of
 
 
-async def settle(tx: Transaction, ended: Sequence[Row]) -> list[Row]:
+class Ended(Protocol):
+    """What settling needs of a task that just ended: an EndedRow, a TaskRow, a marked miss."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def has_dependents(self) -> bool: ...
+
+
+async def settle(tx: Transaction, ended: Sequence[Ended]) -> list[UnblockedRow]:
     """Dependents of tasks that just ended: released when their last dependency completed,
     failed (transitively) when one ended otherwise. Returns the released ones."""
-    completed = [r["id"] for r in ended if r.get("has_dependents") and r["state"] == "completed"]
-    failed = [r["id"] for r in ended if r.get("has_dependents") and r["state"] in ENDED_UNCOMPLETED]
-    released: list[Row] = []
+    completed = [r.id for r in ended if r.has_dependents and r.state == "completed"]
+    failed = [r.id for r in ended if r.has_dependents and r.state in ENDED_UNCOMPLETED]
+    released: list[UnblockedRow] = []
     if completed:
-        rows = await tx.fetch(Q["release_dependents"], {"ids": completed})
-        released = [r for r in rows if r["deps_pending"] <= 0]
+        rows = await tx.fetch_as(UnblockedRow, Q["release_dependents"], {"ids": completed})
+        released = [r for r in rows if r.deps_pending <= 0]
         if released:
             await tx.execute(Q["notify_wake"], {"payload": "*"})
     if failed:
@@ -28,11 +48,8 @@ async def settle(tx: Transaction, ended: Sequence[Row]) -> list[Row]:
 
 
 class TaskStore(StoreBase):
-    async def get_task(self, task_id: int) -> Row | None:
-        return await self.db.fetch_one(Q["get_task"], {"id": task_id})
-
-    async def get_tasks(self, task_ids: Sequence[int]) -> list[Row]:
-        return await self.db.fetch(Q["get_tasks"], {"ids": list(task_ids)})
+    async def get_task(self, task_id: int) -> TaskRow | None:
+        return await self.db.fetch_one_as(TaskRow, Q["get_task"], {"id": task_id})
 
     async def list_tasks(
         self,
@@ -42,7 +59,8 @@ class TaskStore(StoreBase):
         activity_type: str | None,
         before_id: int | None,
         limit: int,
-    ) -> list[Row]:
+    ) -> list[TaskRow]:
+        """A page of tasks, newest first, whole but for their payloads and results (left empty)."""
         params = {
             "queue": queue,
             "state": state,
@@ -50,9 +68,9 @@ class TaskStore(StoreBase):
             "before_id": before_id,
             "limit": limit,
         }
-        return await self.db.fetch(Q["list_tasks"], params)
+        return await self.db.fetch_as(TaskRow, Q["list_tasks"], params)
 
-    def _unblocked(self, rows: list[Row]) -> None:
+    def _unblocked(self, rows: list[UnblockedRow]) -> None:
         if rows:
             self.on_unblocked(rows)
 
@@ -82,29 +100,28 @@ class TaskStore(StoreBase):
             params["non_retryable"].append(failure.non_retryable if failure else None)
             params["run_ats"].append(outcome.run_at)
         async with self.db.transaction() as tx:
-            rows = await tx.fetch(Q["finish_attempts"], params)
-            released = await settle(tx, rows) if any(r["has_dependents"] for r in rows) else []
+            rows = await tx.fetch_as(FinishedRow, Q["finish_attempts"], params)
+            released = await settle(tx, rows) if any(r.has_dependents for r in rows) else []
         self._unblocked(released)
-        return {(r["id"], r["attempt"]) for r in rows}
+        return {(r.id, r.attempt) for r in rows}
 
     async def running_attempts_of(self, worker_id: str, scheduler_id: str) -> list[Attempt]:
         """The attempts the worker runs, unless it is connected to another replica than this one."""
         params = {"worker_id": worker_id, "scheduler_id": scheduler_id}
-        rows = await self.db.fetch(Q["running_attempts_of_worker"], params)
+        rows = await self.db.fetch_as(AttemptRow, Q["running_attempts_of_worker"], params)
         return [attempt_of(r) for r in rows]
 
-    async def adopt(self, worker_id: str, refs: Sequence[tuple[int, int]]) -> list[Row]:
-        return await self.db.fetch(
-            Q["adopt_attempts"],
-            {"worker_id": worker_id, "ids": [r[0] for r in refs], "attempts": [r[1] for r in refs]},
-        )
+    async def adopt(self, worker_id: str, refs: Sequence[tuple[int, int]]) -> list[Attempt]:
+        """The attempts of `refs` that still run on the worker (a reconnect takes them back)."""
+        params = {"worker_id": worker_id, "ids": [r[0] for r in refs], "attempts": [r[1] for r in refs]}
+        return [attempt_of(r) for r in await self.db.fetch_as(AttemptRow, Q["adopt_attempts"], params)]
 
-    async def expired_attempts(self, limit: int = 1000) -> list[Row]:
-        return await self.db.fetch(Q["expired_attempts"], {"limit": limit})
+    async def expired_attempts(self, limit: int = 1000) -> list[ExpiredRow]:
+        return await self.db.fetch_as(ExpiredRow, Q["expired_attempts"], {"limit": limit})
 
     async def expire_schedule_to_start(self, limit: int = 1000) -> int:
         async with self.db.transaction() as tx:
-            rows = await tx.fetch(Q["expire_schedule_to_start"], {"limit": limit})
+            rows = await tx.fetch_as(EndedRow, Q["expire_schedule_to_start"], {"limit": limit})
             await settle(tx, rows)
         return len(rows)
 
@@ -114,12 +131,11 @@ class TaskStore(StoreBase):
             {"worker_id": worker_id, "ids": [r[0] for r in refs], "attempts": [r[1] for r in refs]},
         )
 
-    async def cancel(self, task_id: int) -> Row | None:
+    async def cancel(self, task_id: int) -> CancelledRow | None:
         async with self.db.transaction() as tx:
-            row = await tx.fetch_one(Q["cancel_task"], {"id": task_id})
-            if row is not None and row["previous_state"] == "running" and row["worker_id"]:
-                payload = f"{row['id']}:{row['attempt']}:{row['worker_id']}"
-                await tx.execute(Q["notify_cancel"], {"payload": payload})
-            if row is not None and row["previous_state"] in ("pending", "running"):
+            row = await tx.fetch_one_as(CancelledRow, Q["cancel_task"], {"id": task_id})
+            if row is not None and row.previous_state == "running" and row.worker_id:
+                await tx.execute(Q["notify_cancel"], {"payload": f"{row.id}:{row.attempt}:{row.worker_id}"})
+            if row is not None and row.previous_state in ("pending", "running"):
                 await settle(tx, [row])
             return row

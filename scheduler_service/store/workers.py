@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
+from scheduler_service.rows.fleet import DatabaseClock
 from scheduler_service.rows.leases import RenewedWorker
 from scheduler_service.store.base import Q, StoreBase, ms
 
@@ -52,8 +53,7 @@ class WorkerStore(StoreBase):
         await self.db.execute(Q["delete_expired_workers"])
 
     async def try_lead(self, name: str, holder: str, ttl: timedelta) -> bool:
-        row = await self.db.fetch_one(Q["try_lead"], {"name": name, "holder": holder, "ttl_ms": ms(ttl)})
-        return row is not None
+        return await self.db.execute(Q["try_lead"], {"name": name, "holder": holder, "ttl_ms": ms(ttl)}) > 0
 
     async def resign(self, name: str, holder: str) -> None:
         await self.db.execute(Q["resign"], {"name": name, "holder": holder})
@@ -68,7 +68,6 @@ class WorkerStore(StoreBase):
         await self.db.execute(Q["forget_replicas"])
 
     async def now(self) -> datetime:
-        row = await self.db.fetch_one(Q["now"])
+        row = await self.db.fetch_one_as(DatabaseClock, Q["now"])
         assert row is not None
-        value: datetime = row["now"]
-        return value
+        return row.now

@@ -21,7 +21,7 @@ __all__ = ["FEEDS", "Feed", "FeedError", "feed_unit", "make_feed"]
 
 def feed_unit(config: SignalConfig) -> str:
     """The unit of the values the configured feed gives (the default signal's unit)."""
-    return WattTime.unit if config.feed == "watttime" else "gCO2/kWh"
+    return watttime.UNITS[config.watttime_signal] if config.feed == "watttime" else "gCO2/kWh"
 
 
 def make_feed(config: SignalConfig) -> Feed | None:
@@ -48,8 +48,14 @@ def make_feed(config: SignalConfig) -> Feed | None:
         return UkCarbonIntensity(http, region=config.region)
     if config.feed == "electricitymaps":
         http = HttpJson(config.base_url or electricitymaps.PUBLIC_URL, timeout=timeout)
-        return ElectricityMaps(http, zone=config.region, token=config.token)
+        return ElectricityMaps(http, zone=config.region, token=config.token, emission_factor=config.emission_factor)
     if config.feed == "watttime":
         http = HttpJson(config.base_url or watttime.PUBLIC_URL, timeout=timeout)
-        return WattTime(http, username=config.username, password=config.password, region=config.region)
+        return WattTime(
+            http,
+            username=config.username,
+            password=config.password,
+            region=config.region,
+            signal=config.watttime_signal,
+        )
     raise ConfigError(f"[signal] feed: {config.feed!r} is not one of {', '.join(FEEDS)}")

@@ -64,6 +64,7 @@ def load_trace(path: str = "") -> list[Point]:
 class Replay:
     source = "replay"
     unit = "gCO2/kWh"
+    has_forecast = True
 
     def __init__(
         self,

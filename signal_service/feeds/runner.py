@@ -7,6 +7,13 @@ signal flip between two points of the trace. Another replica takes over when the
 A failed poll (FeedError), a refused value (InvalidArgument: NaN, negative, wrong unit) or an
 unreachable database is logged and counted and the loop goes on: the last good value stays, and
 the stale check tells subscribers if failures last longer than stale_after.
+
+An API's Retry-After is obeyed: the next poll comes no earlier (the feed's `interval` says so),
+the lease is kept for at least that long so another replica does not ask in its place, and a
+call the feed did not send while waiting (Waiting) is no failed answer and is not counted. A
+plan without forecasts (ForecastUnavailable) is logged once and asked again once a day, not
+every refresh: the value keeps coming, and an upgraded plan is noticed without a restart. A feed
+with no forecast in its unit (`has_forecast` false: WattTime's index) is never asked for one.
 """
 
 from __future__ import annotations
@@ -19,10 +26,13 @@ from datetime import timedelta
 
 from lowtide.errors import DatabaseUnavailable, InvalidArgument
 from signal_service.domain import Reading
-from signal_service.feeds.base import Feed, FeedError
+from signal_service.feeds.base import Feed, FeedError, ForecastUnavailable, Waiting
 from signal_service.signals import Signals
 
 log = logging.getLogger("lowtide.signal.feed")
+
+# How long a feed whose plan has no forecast goes unasked for one.
+FORECAST_UNAVAILABLE_RETRY = 24 * 3600.0
 
 
 @dataclass
@@ -30,6 +40,8 @@ class FeedStats:
     fetches: int = 0
     errors: int = 0
     forecast_errors: int = 0
+    # False once the feed said its plan gives no forecast (until a later try gets one).
+    forecast_available: bool = True
 
 
 def _repeats(signals: Signals, name: str, reading: Reading, source: str) -> bool:
@@ -47,13 +59,17 @@ def _repeats(signals: Signals, name: str, reading: Reading, source: str) -> bool
 
 async def poll_once(feed: Feed, signals: Signals, name: str, stats: FeedStats) -> bool:
     """One poll; True when a new value was stored."""
-    stats.fetches += 1
     try:
+        stats.fetches += 1
         reading = await feed.current()
         if _repeats(signals, name, reading, feed.source):
             return False
         await signals.set(name, reading.value, unit=reading.unit, observed_at=reading.observed_at, source=feed.source)
         return True
+    except Waiting as waiting:
+        # Nothing was asked: not a poll, and not a failure.
+        stats.fetches -= 1
+        log.debug("feed.waiting", extra={"feed": feed.source, "error": str(waiting)})
     except (FeedError, InvalidArgument) as error:
         stats.errors += 1
         log.warning("feed.bad_answer", extra={"feed": feed.source, "error": str(error), "errors": stats.errors})
@@ -68,10 +84,24 @@ async def poll_once(feed: Feed, signals: Signals, name: str, stats: FeedStats) -
     return False
 
 
-async def refresh_forecast(feed: Feed, signals: Signals, name: str, stats: FeedStats) -> None:
+async def refresh_forecast(feed: Feed, signals: Signals, name: str, stats: FeedStats) -> bool:
+    """Stores the feed's forecast; False when the feed's plan has none (ask again much later)."""
     try:
         points = await feed.forecast()
         await signals.set_forecast(name, points, source=feed.source)
+        if not stats.forecast_available:
+            stats.forecast_available = True
+            log.info("feed.forecast_available", extra={"feed": feed.source})
+    except Waiting as waiting:
+        log.debug("feed.waiting", extra={"feed": feed.source, "error": str(waiting)})
+    except ForecastUnavailable as error:
+        stats.forecast_errors += 1
+        # Once, loudly; the daily tries after it only at debug.
+        level = logging.WARNING if stats.forecast_available else logging.DEBUG
+        stats.forecast_available = False
+        retry = f"asked again in {FORECAST_UNAVAILABLE_RETRY / 3600:g}h; planned release falls back to the threshold"
+        log.log(level, "feed.forecast_unavailable", extra={"feed": feed.source, "error": str(error), "retry": retry})
+        return False
     except (FeedError, InvalidArgument, DatabaseUnavailable) as error:
         # Some plans have no forecast; the current value matters far more, so this is quieter.
         stats.forecast_errors += 1
@@ -79,6 +109,7 @@ async def refresh_forecast(feed: Feed, signals: Signals, name: str, stats: FeedS
     except Exception:
         stats.forecast_errors += 1
         log.exception("feed.forecast_failed", extra={"feed": feed.source})
+    return True
 
 
 def lease_ttl(interval: float) -> timedelta:
@@ -95,24 +126,29 @@ async def _leading(signals: Signals, holder: str, ttl: timedelta) -> bool:
 
 async def run_feed(feed: Feed, signals: Signals, name: str, *, refresh: float, stats: FeedStats, holder: str) -> None:
     """Polls while this replica holds the feed's lease, until cancelled; the forecast is
-    refreshed at most once per `refresh`."""
+    refreshed at most once per `refresh` (once a day while the feed's plan has none)."""
     loop = asyncio.get_running_loop()
     forecast_due = loop.time()
-    interval = feed.interval(refresh)
     leading = False
     try:
         while True:
+            interval = feed.interval(refresh)
             now_leading = await _leading(signals, holder, lease_ttl(interval))
             if now_leading != leading:
                 leading = now_leading
                 log.info("feed.leading" if leading else "feed.following", extra={"feed": feed.source, "signal": name})
             if leading:
                 await poll_once(feed, signals, name, stats)
-                if loop.time() >= forecast_due:
-                    await refresh_forecast(feed, signals, name, stats)
-                    forecast_due = loop.time() + refresh
-            await asyncio.sleep(interval)
-            interval = feed.interval(refresh)
+                if feed.has_forecast and loop.time() >= forecast_due:
+                    available = await refresh_forecast(feed, signals, name, stats)
+                    forecast_due = loop.time() + (refresh if available else FORECAST_UNAVAILABLE_RETRY)
+            wait = feed.interval(refresh)
+            if leading and wait > interval:
+                # The API asked for a longer wait (Retry-After): the lease is kept through it and
+                # the poll after it, so no other replica asks in this one's place meanwhile, and
+                # one takes over as soon as ever if this one dies.
+                await _leading(signals, holder, timedelta(seconds=wait) + lease_ttl(interval))
+            await asyncio.sleep(wait)
     finally:
         if leading:
             with contextlib.suppress(DatabaseUnavailable):

@@ -26,6 +26,7 @@ def _now() -> datetime:
 class UkCarbonIntensity:
     source = "uk-carbon-intensity"
     unit = "gCO2/kWh"
+    has_forecast = True
 
     def __init__(self, http: HttpJson, *, region: str = "", now: Callable[[], datetime] = _now) -> None:
         self._http = http
@@ -66,7 +67,7 @@ class UkCarbonIntensity:
             raise FeedError(f"{path}: unexpected answer ({error!r})") from None
 
     def interval(self, refresh: float) -> float:
-        return refresh
+        return max(refresh, self._http.blocked_for())
 
     async def aclose(self) -> None:
         await self._http.aclose()

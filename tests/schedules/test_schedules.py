@@ -86,6 +86,16 @@ async def test_replicas_ticking_at_once_create_each_fire_time_once(scheduled: Sc
         await client.create_schedule("busy", "*/2 * * * *", "sync", pool="ten", estimated_duration=MINUTE)
         replicas = [materializer(scheduled) for _ in range(4)]
         now = datetime.now(UTC)
+        # The running leader first creates what its real clock's lookahead covers. Until it is
+        # done, replicas ticking at a later `now` would see its next fire time as passed, which
+        # no two replicas sharing one clock ever do.
+        lookahead = replicas[0].lookahead("ten")
+
+        async def led() -> bool:
+            [schedule] = await client.list_schedules()
+            return schedule.next_fire_at.ToDatetime(tzinfo=UTC) > now + lookahead
+
+        await eventually(led)
         for offset in (0, 6, 12):
             await asyncio.gather(*(r.tick(now + offset * MINUTE) for r in replicas))
         tasks = await tasks_of(client, "sync")

@@ -1,5 +1,6 @@
 """A real HTTP server on 127.0.0.1:0 that plays a grid-data API: each path answers what the test
-put there (a status, a body, an optional delay), and every request is recorded."""
+put there (a status, a body, headers, an optional delay), and every request is recorded with
+when it came."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class Answer:
     body: Any
     status: int = 200
     delay: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
     # A body given as str is sent as is (malformed JSON); anything else is JSON-encoded.
 
 
@@ -27,6 +29,8 @@ class Request:
     path: str
     query: str
     headers: dict[str, str]
+    # time.monotonic() when the request arrived.
+    at: float = 0.0
 
 
 @dataclass
@@ -52,12 +56,16 @@ class GridApi:
     def paths(self) -> list[str]:
         return [r.path for r in self.requests]
 
+    def to(self, path: str) -> list[Request]:
+        return [r for r in self.requests if r.path == path]
+
 
 def _handler(api: GridApi) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             parts = urlsplit(self.path)
-            api.requests.append(Request(parts.path, parts.query, {k.lower(): v for k, v in self.headers.items()}))
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            api.requests.append(Request(parts.path, parts.query, headers, time.monotonic()))
             answer = api.take(parts.path)
             if answer.delay:
                 time.sleep(answer.delay)
@@ -67,6 +75,8 @@ def _handler(api: GridApi) -> type[BaseHTTPRequestHandler]:
                 self.send_response(answer.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in answer.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):

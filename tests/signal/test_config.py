@@ -9,7 +9,7 @@ import pytest
 
 from lowtide.config import load_config
 from lowtide.errors import ConfigError
-from signal_service.feeds import make_feed
+from signal_service.feeds import feed_unit, make_feed
 from signal_service.signals import Definition, definitions
 
 
@@ -18,6 +18,8 @@ def test_defaults() -> None:
     assert config.signal.listen == "127.0.0.1:50052"
     assert config.signal.feed == "static"
     assert (config.cost.signal, config.cost.defer_threshold) == ("grid", 400.0)
+    assert config.signal.emission_factor == "lifecycle"
+    assert config.signal.watttime_signal == "index"
     assert definitions(config, feed_unit="gCO2/kWh") == {"grid": Definition("grid", "gCO2/kWh", 400.0)}
 
 
@@ -32,6 +34,11 @@ def test_toml_and_environment(tmp_path: Path) -> None:
     assert config.signal.stale_after == timedelta(minutes=10)
     assert config.signal.replay_loop
     assert not load_config(env={"LOWTIDE_SIGNAL_REPLAY_LOOP": "false"}).signal.replay_loop
+    assert load_config(env={"LOWTIDE_SIGNAL_EMISSION_FACTOR": "direct"}).signal.emission_factor == "direct"
+    moer = load_config(path, env={"LOWTIDE_SIGNAL_WATTTIME_SIGNAL": "moer"})
+    assert moer.signal.watttime_signal == "moer"
+    assert feed_unit(moer.signal) == "lbs/MWh"
+    assert feed_unit(config.signal) == "percentile"
     assert definitions(config, feed_unit="percentile") == {
         "carbon": Definition("carbon", "percentile", 70.0),
         "price": Definition("price", "EUR/MWh", 120.0),

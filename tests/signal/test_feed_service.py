@@ -162,6 +162,7 @@ class FaultyOnceFeed:
 
     source = "faulty-once"
     unit = "gCO2/kWh"
+    has_forecast = True
 
     def __init__(self) -> None:
         self.calls = 0

@@ -102,6 +102,8 @@ BAD_VALUES = [
     ("LOWTIDE_SIGNAL_REPLAY_FORECAST_ERROR", "-0.1", "[signal] replay_forecast_error): must be between 0 and 1"),
     ("LOWTIDE_SIGNAL_TIMEOUT", "0s", "[signal] timeout): must be between 100ms and 10m"),
     ("LOWTIDE_SIGNAL_REPLAY_LOOP", "sometimes", "[signal] replay_loop): not a boolean: 'sometimes'"),
+    ("LOWTIDE_SIGNAL_EMISSION_FACTOR", "LCA", "[signal] emission_factor): must be one of 'lifecycle', 'direct'"),
+    ("LOWTIDE_SIGNAL_WATTTIME_SIGNAL", "percent", "[signal] watttime_signal): must be one of 'index', 'moer'"),
 ]
 
 
@@ -141,6 +143,8 @@ BAD_TOML = [
     ("auth = 5\n", "[auth]: must be a table of keys, not 5"),
     ("[scheduler]\nlisten = [1]\n", "[scheduler] listen: must be a string"),
     ("[scheduler\n", "not valid TOML: Expected ']'"),
+    ('[signal]\nemission_factor = "operational"\n', "[signal] emission_factor: must be one of 'lifecycle', 'direct'"),
+    ('[signal]\nwatttime_signal = "MOER"\n', "[signal] watttime_signal: must be one of 'index', 'moer', not 'MOER'"),
 ]
 
 

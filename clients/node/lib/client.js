@@ -27,6 +27,7 @@ class SchedulerClient {
     };
     if (options.maxAttempts) task.retry_policy = { max_attempts: options.maxAttempts };
     if (options.heartbeatTimeoutMs) task.heartbeat_timeout = fromMillis(options.heartbeatTimeoutMs);
+    if (options.headers) task.headers = options.headers;
     const response = await this._call('SubmitTask', { task });
     return response.task;
   }

@@ -223,6 +223,8 @@ class Worker extends EventEmitter {
       attempt: ref.attempt,
       activityType: assignment.activity_type,
       queue: assignment.queue,
+      // The task's headers as submitted ({ traceparent: '00-…' }, say); {} for none.
+      headers: { ...assignment.headers },
       // Aborted when the scheduler cancels the attempt; its result would not be applied.
       signal: controller.signal,
       heartbeat: () => this._heartbeat(),

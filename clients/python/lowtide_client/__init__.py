@@ -10,7 +10,7 @@ from lowtide_client._client import FINISHED_STATES, Client, reservation_conflict
 from lowtide_client._errors import NonRetryableError
 from lowtide_client._holds import CostHold
 from lowtide_client._signal import SignalClient
-from lowtide_client._spec import task_spec
+from lowtide_client._spec import TaskOptions, task_spec
 from lowtide_client._worker import Worker
 from lowtide_proto.durations import format_duration, parse_duration
 from lowtide_proto.lowtide.v1.task_pb2 import RetryPolicy, Task, TaskKind, TaskSpec, TaskState
@@ -24,6 +24,7 @@ __all__ = [
     "SignalClient",
     "Task",
     "TaskKind",
+    "TaskOptions",
     "TaskSpec",
     "TaskState",
     "Worker",

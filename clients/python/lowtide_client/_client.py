@@ -7,24 +7,21 @@ already handles gRPC errors needs nothing new.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import itertools
-import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Iterable
+from datetime import timedelta
 from types import TracebackType
-from typing import Any
+from typing import Unpack
 
 import grpc
 
-from lowtide_client._log import log_event
-from lowtide_client._spec import _MISS_POLICIES, _duration, task_spec
-from lowtide_proto.backoff import Backoff
-from lowtide_proto.channel import Security, open_channel
-from lowtide_proto.durations import duration_to_proto, format_duration
-from lowtide_proto.lowtide.v1 import schedule_pb2, scheduler_pb2, scheduler_pb2_grpc, task_pb2
+from lowtide_client._calls import Calls
+from lowtide_client._spec import TaskOptions, _duration, _miss_policy, task_spec
+from lowtide_proto.channel import Security
+from lowtide_proto.durations import duration_to_proto
+from lowtide_proto.lowtide.v1 import schedule_pb2, scheduler_pb2, task_pb2
 
 __all__ = ["FINISHED_STATES", "Client"]
 
@@ -39,11 +36,6 @@ FINISHED_STATES: frozenset[task_pb2.TaskState.ValueType] = frozenset(
         task_pb2.TASK_STATE_SHED,
     }
 )
-
-# Retrying UNAVAILABLE: 50 ms doubling to 2 s, giving up once about 10 s have been spent.
-_RETRY_INITIAL = 0.05
-_RETRY_MAX = 2.0
-_RETRY_BUDGET = 10.0
 
 # WaitTask holds the call open on the server; one call waits at most this long (the server
 # allows 5 minutes, but shorter slices survive proxies with idle timeouts).
@@ -76,14 +68,10 @@ class Client:
         key: str | bytes | None = None,
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
-        self._target = target
         # token: sent as `authorization: Bearer` (auth on); ca, or cert and key for mutual TLS,
         # or credentials: TLS. Ignored when you pass your own channel.
-        self._security = Security(token=token, ca=ca, cert=cert, key=key, credentials=credentials)
-        self._channel: Any = channel
-        self._owns_channel = channel is None
-        self._stub: Any = None
-        self._closed = False
+        security = Security(token=token, ca=ca, cert=cert, key=key, credentials=credentials)
+        self._calls = Calls(target, security, channel)
 
     async def __aenter__(self) -> Client:
         return self
@@ -98,73 +86,18 @@ class Client:
 
     async def close(self) -> None:
         """Close the channel if this client opened it. Safe to call more than once."""
-        self._closed = True
-        channel, self._channel, self._stub = self._channel, None, None
-        if channel is not None and self._owns_channel:
-            await channel.close()
+        await self._calls.close()
 
     async def submit(
-        self,
-        activity_type: str,
-        payload: bytes | str = b"",
-        *,
-        queue: str = "default",
-        kind: task_pb2.TaskKind.ValueType | int = task_pb2.TASK_KIND_ACTIVITY,
-        priority: int = 0,
-        idempotency_key: str | None = None,
-        max_attempts: int | None = None,
-        initial_backoff: timedelta | None = None,
-        backoff_coefficient: float | None = None,
-        max_backoff: timedelta | None = None,
-        non_retryable_error_types: Sequence[str] = (),
-        schedule_to_start_timeout: timedelta | None = None,
-        start_to_close_timeout: timedelta | None = None,
-        heartbeat_timeout: timedelta | None = None,
-        max_defer: timedelta | None = None,
-        pool: str = "",
-        start_at: datetime | None = None,
-        start_in: timedelta | None = None,
-        start_tolerance: timedelta | None = None,
-        on_miss: str | task_pb2.MissPolicy.ValueType = task_pb2.MISS_POLICY_UNSPECIFIED,
-        estimated_duration: timedelta | None = None,
-        depends_on: Sequence[int] = (),
-        resources: Mapping[str, int] | None = None,
-        deadline: datetime | None = None,
-        latest_start: datetime | None = None,
+        self, activity_type: str, payload: bytes | str = b"", **options: Unpack[TaskOptions]
     ) -> task_pb2.Task:
         """Submit one task and return it as stored.
 
-        The options are those of ``task_spec``. With an ``idempotency_key`` that names an
-        existing task, that task is returned instead of a new one.
+        The options are those of ``task_spec`` (``TaskOptions``). With an ``idempotency_key``
+        that names an existing task, that task is returned instead of a new one.
         """
-        spec = task_spec(
-            activity_type,
-            payload,
-            queue=queue,
-            kind=kind,
-            priority=priority,
-            idempotency_key=idempotency_key,
-            max_attempts=max_attempts,
-            initial_backoff=initial_backoff,
-            backoff_coefficient=backoff_coefficient,
-            max_backoff=max_backoff,
-            non_retryable_error_types=non_retryable_error_types,
-            schedule_to_start_timeout=schedule_to_start_timeout,
-            start_to_close_timeout=start_to_close_timeout,
-            heartbeat_timeout=heartbeat_timeout,
-            max_defer=max_defer,
-            pool=pool,
-            start_at=start_at,
-            start_in=start_in,
-            start_tolerance=start_tolerance,
-            on_miss=on_miss,
-            estimated_duration=estimated_duration,
-            depends_on=depends_on,
-            resources=resources,
-            deadline=deadline,
-            latest_start=latest_start,
-        )
-        response: scheduler_pb2.SubmitTaskResponse = await self._call(
+        spec = task_spec(activity_type, payload, **options)
+        response: scheduler_pb2.SubmitTaskResponse = await self._calls.call(
             "SubmitTask", scheduler_pb2.SubmitTaskRequest(task=spec)
         )
         return response.task
@@ -184,7 +117,7 @@ class Client:
         submitted: builtins.list[scheduler_pb2.SubmittedTask] = []
         iterator = iter(specs)
         while batch := builtins.list(itertools.islice(iterator, batch_size)):
-            response: scheduler_pb2.SubmitTasksResponse = await self._call(
+            response: scheduler_pb2.SubmitTasksResponse = await self._calls.call(
                 "SubmitTasks", scheduler_pb2.SubmitTasksRequest(tasks=batch)
             )
             submitted.extend(response.tasks)
@@ -192,12 +125,14 @@ class Client:
 
     async def get(self, task_id: int) -> task_pb2.Task:
         """Return the task with this id (NOT_FOUND when there is none)."""
-        response: scheduler_pb2.GetTaskResponse = await self._call("GetTask", scheduler_pb2.GetTaskRequest(id=task_id))
+        response: scheduler_pb2.GetTaskResponse = await self._calls.call(
+            "GetTask", scheduler_pb2.GetTaskRequest(id=task_id)
+        )
         return response.task
 
     async def cancel(self, task_id: int) -> task_pb2.Task:
         """Cancel a task: a pending one ends at once, a running one's worker is told to stop."""
-        response: scheduler_pb2.CancelTaskResponse = await self._call(
+        response: scheduler_pb2.CancelTaskResponse = await self._calls.call(
             "CancelTask", scheduler_pb2.CancelTaskRequest(id=task_id)
         )
         return response.task
@@ -223,32 +158,34 @@ class Client:
             page_size=page_size,
             page_token=page_token,
         )
-        response: scheduler_pb2.ListTasksResponse = await self._call("ListTasks", request)
+        response: scheduler_pb2.ListTasksResponse = await self._calls.call("ListTasks", request)
         return response
 
     async def explain(self, task_id: int) -> scheduler_pb2.ExplainTaskResponse:
         """Why is it pending? The task, a sentence, and the reasons as short codes."""
-        response: scheduler_pb2.ExplainTaskResponse = await self._call(
+        response: scheduler_pb2.ExplainTaskResponse = await self._calls.call(
             "ExplainTask", scheduler_pb2.ExplainTaskRequest(id=task_id)
         )
         return response
 
     async def pause_queue(self, queue: str) -> scheduler_pb2.QueueStatus:
         """No worker claims from a paused queue, and its schedule_to_start timers stop."""
-        response: scheduler_pb2.PauseQueueResponse = await self._call(
+        response: scheduler_pb2.PauseQueueResponse = await self._calls.call(
             "PauseQueue", scheduler_pb2.PauseQueueRequest(queue=queue)
         )
         return response.queue
 
     async def resume_queue(self, queue: str) -> scheduler_pb2.QueueStatus:
-        response: scheduler_pb2.ResumeQueueResponse = await self._call(
+        response: scheduler_pb2.ResumeQueueResponse = await self._calls.call(
             "ResumeQueue", scheduler_pb2.ResumeQueueRequest(queue=queue)
         )
         return response.queue
 
     async def status(self) -> scheduler_pb2.GetStatusResponse:
         """Queues (claimable and held apart), pools, the cost hold and carbon accounting."""
-        response: scheduler_pb2.GetStatusResponse = await self._call("GetStatus", scheduler_pb2.GetStatusRequest())
+        response: scheduler_pb2.GetStatusResponse = await self._calls.call(
+            "GetStatus", scheduler_pb2.GetStatusRequest()
+        )
         return response
 
     # The timeout is part of the request (the scheduler does the waiting), hence the noqa.
@@ -269,7 +206,7 @@ class Client:
             # Time passes between the check below and here; never ask for a zero or negative
             # wait, which the scheduler could take for "unset" (30 s) or refuse.
             wait_for = max(wait_for, timedelta(milliseconds=1))
-            response: scheduler_pb2.WaitTaskResponse = await self._call(
+            response: scheduler_pb2.WaitTaskResponse = await self._calls.call(
                 "WaitTask",
                 scheduler_pb2.WaitTaskRequest(id=task_id, timeout=duration_to_proto(wait_for)),
                 rpc_timeout=wait_for.total_seconds() + _WAIT_MARGIN,
@@ -278,48 +215,6 @@ class Client:
                 return response.task
             if time.monotonic() >= deadline:
                 return response.task
-
-    def _stubs(self) -> Any:
-        if self._closed:
-            raise RuntimeError("the client is closed")
-        if self._stub is None:
-            if self._channel is None:
-                self._channel = open_channel(self._target, self._security)
-            self._stub = scheduler_pb2_grpc.SchedulerServiceStub(self._channel)
-        return self._stub
-
-    async def _call(self, method: str, request: Any, *, rpc_timeout: float | None = None) -> Any:
-        """Make one unary call, retrying UNAVAILABLE with jittered exponential backoff.
-
-        Every call is retried on UNAVAILABLE, submits without an idempotency key included.
-        UNAVAILABLE is what gRPC reports when the connection could not be made or the
-        scheduler is not serving (starting, restarting, failing over), and in those cases
-        the request was never processed, so retrying cannot create a duplicate. The rare
-        exception is a connection lost after the request was sent; a submit may then have
-        been applied, and the retry creates a second task. Callers for whom that matters
-        pass an idempotency key, which makes any retry (ours or theirs) safe. Other status
-        codes mean the scheduler answered, and are raised at once.
-        """
-        backoff = Backoff(initial=_RETRY_INITIAL, maximum=_RETRY_MAX)
-        give_up_at = time.monotonic() + _RETRY_BUDGET
-        while True:
-            rpc = getattr(self._stubs(), method)
-            try:
-                return await rpc(request, timeout=rpc_timeout)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise
-                delay = backoff.next_delay()
-                if time.monotonic() + delay > give_up_at:
-                    raise
-                log_event(
-                    logging.DEBUG,
-                    "client.retrying",
-                    method=method,
-                    delay=format_duration(timedelta(milliseconds=round(delay * 1000))),
-                    details=exc.details(),
-                )
-                await asyncio.sleep(delay)
 
     async def create_schedule(
         self,
@@ -351,23 +246,19 @@ class Client:
             priority=priority,
         )
         # The same checks and names as a task's fixed start (``task_spec``).
-        if isinstance(on_miss, str):
-            if on_miss not in _MISS_POLICIES:
-                raise ValueError(f"on_miss must be one of {', '.join(_MISS_POLICIES)}, not {on_miss!r}")
-            on_miss = _MISS_POLICIES[on_miss]
-        spec.on_miss = on_miss
+        spec.on_miss = _miss_policy(on_miss)
         if start_tolerance is not None:
             spec.start_tolerance.CopyFrom(_duration("start_tolerance", start_tolerance))
         if estimated_duration is not None:
             spec.estimated_duration.CopyFrom(_duration("estimated_duration", estimated_duration))
-        response: schedule_pb2.CreateScheduleResponse = await self._call(
+        response: schedule_pb2.CreateScheduleResponse = await self._calls.call(
             "CreateSchedule", schedule_pb2.CreateScheduleRequest(schedule=spec)
         )
         return response.schedule
 
     async def list_schedules(self) -> builtins.list[schedule_pb2.Schedule]:
         """Every schedule, by name."""
-        response: schedule_pb2.ListSchedulesResponse = await self._call(
+        response: schedule_pb2.ListSchedulesResponse = await self._calls.call(
             "ListSchedules", schedule_pb2.ListSchedulesRequest()
         )
         return builtins.list(response.schedules)
@@ -375,21 +266,21 @@ class Client:
     async def pause_schedule(self, name: str) -> schedule_pb2.PauseScheduleResponse:
         """Stop a schedule creating tasks; the tasks it created whose start is still ahead are
         cancelled (their ids are in the response)."""
-        response: schedule_pb2.PauseScheduleResponse = await self._call(
+        response: schedule_pb2.PauseScheduleResponse = await self._calls.call(
             "PauseSchedule", schedule_pb2.PauseScheduleRequest(name=name)
         )
         return response
 
     async def resume_schedule(self, name: str) -> schedule_pb2.Schedule:
         """Resume a paused schedule from its next fire time after now."""
-        response: schedule_pb2.ResumeScheduleResponse = await self._call(
+        response: schedule_pb2.ResumeScheduleResponse = await self._calls.call(
             "ResumeSchedule", schedule_pb2.ResumeScheduleRequest(name=name)
         )
         return response.schedule
 
     async def delete_schedule(self, name: str) -> schedule_pb2.DeleteScheduleResponse:
         """Delete a schedule; the tasks it created whose start is still ahead are cancelled."""
-        response: schedule_pb2.DeleteScheduleResponse = await self._call(
+        response: schedule_pb2.DeleteScheduleResponse = await self._calls.call(
             "DeleteSchedule", schedule_pb2.DeleteScheduleRequest(name=name)
         )
         return response

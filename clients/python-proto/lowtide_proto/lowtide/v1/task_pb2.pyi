@@ -161,6 +161,26 @@ class TaskSpec(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class HeadersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     QUEUE_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     ACTIVITY_TYPE_FIELD_NUMBER: _builtins.int
@@ -182,6 +202,7 @@ class TaskSpec(_message.Message):
     RESOURCES_FIELD_NUMBER: _builtins.int
     DEADLINE_FIELD_NUMBER: _builtins.int
     LATEST_START_FIELD_NUMBER: _builtins.int
+    HEADERS_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """"default" when empty"""
     kind: Global___TaskKind.ValueType
@@ -252,6 +273,14 @@ class TaskSpec(_message.Message):
 
     @_builtins.property
     def latest_start(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def headers(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Metadata carried with the task to every attempt's worker (a W3C trace context, say:
+        "traceparent", "tracestate"). At most 32; a key is 1 to 128 letters, digits, '-', '_' or '.'
+        starting with a letter or digit; a value at most 1024 bytes without control characters;
+        keys and values together at most 8192 bytes.
+        """
+
     def __init__(
         self,
         *,
@@ -276,10 +305,11 @@ class TaskSpec(_message.Message):
         resources: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         deadline: _timestamp_pb2.Timestamp | None = ...,
         latest_start: _timestamp_pb2.Timestamp | None = ...,
+        headers: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "latest_start", b"latest_start", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "deadline", b"deadline", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "latest_start", b"latest_start", "max_defer", b"max_defer", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "resources", b"resources", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "deadline", b"deadline", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "headers", b"headers", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "latest_start", b"latest_start", "max_defer", b"max_defer", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "resources", b"resources", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -387,6 +417,26 @@ class Task(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class HeadersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ID_FIELD_NUMBER: _builtins.int
     QUEUE_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
@@ -428,6 +478,7 @@ class Task(_message.Message):
     PLANNED_RELEASE_AT_FIELD_NUMBER: _builtins.int
     PLANNED_INTENSITY_FIELD_NUMBER: _builtins.int
     PLAN_REASON_FIELD_NUMBER: _builtins.int
+    HEADERS_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     queue: _builtins.str
     kind: Global___TaskKind.ValueType
@@ -497,6 +548,8 @@ class Task(_message.Message):
     def planned_release_at(self) -> _timestamp_pb2.Timestamp:
         """When the scheduler plans to release the task, the forecast mean over its run then, and why."""
 
+    @_builtins.property
+    def headers(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
         self,
         *,
@@ -541,10 +594,11 @@ class Task(_message.Message):
         planned_release_at: _timestamp_pb2.Timestamp | None = ...,
         planned_intensity: _builtins.float | None = ...,
         plan_reason: _builtins.str = ...,
+        headers: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity", "_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "created_at", b"created_at", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "last_failure", b"last_failure", "latest_start", b"latest_start", "max_defer", b"max_defer", "planned_intensity", b"planned_intensity", "planned_release_at", b"planned_release_at", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity", "_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "dependencies_pending", b"dependencies_pending", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "latest_start", b"latest_start", "max_defer", b"max_defer", "miss_reason", b"miss_reason", "missed", b"missed", "on_miss", b"on_miss", "payload", b"payload", "plan_reason", b"plan_reason", "planned_intensity", b"planned_intensity", "planned_release_at", b"planned_release_at", "pool", b"pool", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "resources", b"resources", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "shed_reason", b"shed_reason", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity", "_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "dependencies_pending", b"dependencies_pending", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "headers", b"headers", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "latest_start", b"latest_start", "max_defer", b"max_defer", "miss_reason", b"miss_reason", "missed", b"missed", "on_miss", b"on_miss", "payload", b"payload", "plan_reason", b"plan_reason", "planned_intensity", b"planned_intensity", "planned_release_at", b"planned_release_at", "pool", b"pool", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "resources", b"resources", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "shed_reason", b"shed_reason", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__planned_intensity: _TypeAlias = _typing.Literal["planned_intensity"]  # noqa: Y015
     _WhichOneofArgType__planned_intensity: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity"]  # noqa: Y015

@@ -379,6 +379,26 @@ Global___Assignments: _TypeAlias = Assignments  # noqa: Y015
 class Assignment(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class HeadersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TASK_FIELD_NUMBER: _builtins.int
     QUEUE_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
@@ -386,6 +406,7 @@ class Assignment(_message.Message):
     PAYLOAD_FIELD_NUMBER: _builtins.int
     START_TO_CLOSE_DEADLINE_FIELD_NUMBER: _builtins.int
     HEARTBEAT_TIMEOUT_FIELD_NUMBER: _builtins.int
+    HEADERS_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     kind: _task_pb2.TaskKind.ValueType
     activity_type: _builtins.str
@@ -402,6 +423,10 @@ class Assignment(_message.Message):
     def heartbeat_timeout(self) -> _duration_pb2.Duration:
         """Heartbeat the attempt at least this often (unset: no per-attempt heartbeat needed)."""
 
+    @_builtins.property
+    def headers(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The task's headers as submitted (TaskSpec.headers), the same on every attempt."""
+
     def __init__(
         self,
         *,
@@ -412,10 +437,11 @@ class Assignment(_message.Message):
         payload: _builtins.bytes = ...,
         start_to_close_deadline: _timestamp_pb2.Timestamp | None = ...,
         heartbeat_timeout: _duration_pb2.Duration | None = ...,
+        headers: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_timeout", b"heartbeat_timeout", "start_to_close_deadline", b"start_to_close_deadline", "task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "heartbeat_timeout", b"heartbeat_timeout", "kind", b"kind", "payload", b"payload", "queue", b"queue", "start_to_close_deadline", b"start_to_close_deadline", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "headers", b"headers", "heartbeat_timeout", b"heartbeat_timeout", "kind", b"kind", "payload", b"payload", "queue", b"queue", "start_to_close_deadline", b"start_to_close_deadline", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

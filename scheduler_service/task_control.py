@@ -1,0 +1,90 @@
+"""One task after its submission: read, cancelled, explained. Between the servicer and the store.
+
+`TaskControl` answers GetTask, CancelTask and ExplainTask: who may cancel what, the stop sent to
+the worker that runs a cancelled attempt, and the facts and surroundings the pure `explain` reads.
+"""
+
+from __future__ import annotations
+
+from lowtide import errors
+from lowtide.auth import SUBMITTER
+from lowtide.config import Config, TokenEntry
+from lowtide.errors import InvalidArgument, NotFound
+from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
+from scheduler_service.rows.tasks import CancelledRow, TaskRow
+from scheduler_service.sessions import Registry
+from scheduler_service.store import Store
+
+
+def facts_of(row: TaskRow) -> TaskFacts:
+    return TaskFacts(
+        state=row.state,
+        queue=row.queue,
+        kind=row.kind,
+        activity_type=row.activity_type,
+        attempt=row.attempt,
+        run_at=row.run_at,
+        created_at=row.created_at,
+        worker_id=row.worker_id,
+        started_at=row.started_at,
+        hold_deadline=row.hold_deadline,
+        released_by=row.released_by,
+        dependencies_pending=max(0, row.deps_pending),
+        planned_release_at=row.planned_release_at,
+        planned_intensity=row.planned_intensity,
+        plan_reason=row.plan_reason,
+    )
+
+
+class TaskControl:
+    def __init__(self, *, config: Config, store: Store, registry: Registry, dispatcher: Dispatcher) -> None:
+        self._config = config
+        self._store = store
+        self._registry = registry
+        self._dispatcher = dispatcher
+
+    async def get(self, task_id: int) -> TaskRow:
+        if task_id <= 0:
+            raise InvalidArgument("id", "must be a positive task id")
+        row = await self._store.get_task(task_id)
+        if row is None:
+            raise NotFound(f"task {task_id} not found")
+        return row
+
+    async def cancel(self, task_id: int, who: TokenEntry | None) -> CancelledRow:
+        """Ends a pending or running task as cancelled and stops its attempt on the worker (a
+        submitter may cancel only what it submitted; admins anything)."""
+        if task_id <= 0:
+            raise InvalidArgument("id", "must be a positive task id")
+        if who is not None and who.role == SUBMITTER:
+            owner = (await self.get(task_id)).submitted_by
+            if owner != who.name:
+                raise errors.PermissionDenied(f"task {task_id} was not submitted by token {who.name!r}")
+        row = await self._store.cancel(task_id)
+        if row is None:
+            raise NotFound(f"task {task_id} not found")
+        if row.previous_state == "running" and row.worker_id:
+            session = self._registry.get(row.worker_id)
+            if session is not None:
+                session.cancel([(row.id, row.attempt)])
+        return row
+
+    async def explain(self, task_id: int) -> tuple[TaskRow, str, list[str]]:
+        """The task, why it is where it is (a sentence) and the reasons as codes."""
+        row = await self.get(task_id)
+        holds = self._dispatcher.holds
+        limit_config = self._config.types.get(row.activity_type)
+        limit = limit_config.max_concurrency if limit_config else None
+        pending = row.state == "pending"
+        env = Surroundings(
+            now=await self._store.now(),
+            queue_paused_since=(await self._store.paused_queues()).get(row.queue),
+            held=row.activity_type in holds.held_for(row.queue),
+            hold=holds.state,
+            limit=limit,
+            running_of_type=await self._store.running_of_type(row.activity_type) if pending and limit else 0,
+            workers_for_type=await self._store.workers_for_type(row.queue, row.activity_type) if pending else 0,
+        )
+        text, codes = explain(facts_of(row), env)
+        return row, text, codes
