@@ -32,6 +32,7 @@ BENCHMARKS = (
     "carbon",
     "hostile",
     "idle",
+    "drain",
 )
 PEERS = ("procrastinate", "pgqueuer")
 
@@ -119,6 +120,10 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
         from bench.hostile_bench import hostile
 
         return await hostile(args.database_url)
+    if name == "drain":
+        from bench.drain_bench import drain
+
+        return await drain(args.database_url, timeout_s=args.timeout)
     if name == "idle":
         from bench.idle_bench import idle_cost
 
