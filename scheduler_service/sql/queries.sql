@@ -124,16 +124,18 @@ t.id, t.attempt, t.worker_id, t.queue, t.kind, t.activity_type, t.payload, t.max
           t.start_hit, t.pool, t.headers
 
 -- _claim_slots --
--- The free slots a claim fills, in the order rows are handed out: one entry of %(slot_workers)s
--- per slot (the dispatcher interleaves the workers fairly), numbered from 1, leaving out every
--- worker whose lease has run out, so none of them gets a row until it is heard from again.
+-- The free slots a claim fills, in the order rows are handed out (domain.dispatch.hand_out): one
+-- slot of every worker of %(workers)s in turn (the dispatcher rotates who is first), while each
+-- has one of its %(free)s left, numbered from 1. Workers whose lease has run out are left out,
+-- so none of them gets a row until it is heard from again.
 live AS (
     SELECT w.id FROM lowtide.workers w
-    WHERE w.id = ANY(%(slot_workers)s::text[]) AND w.lease_expires_at > now()
+    WHERE w.id = ANY(%(workers)s::text[]) AND w.lease_expires_at > now()
 ),
 slots AS (
-    SELECT s.worker_id, row_number() OVER (ORDER BY s.ord) AS nth
-    FROM unnest(%(slot_workers)s::text[]) WITH ORDINALITY AS s(worker_id, ord)
+    SELECT s.worker_id, row_number() OVER (ORDER BY k.turn, s.ord) AS nth
+    FROM unnest(%(workers)s::text[], %(free)s::int[]) WITH ORDINALITY AS s(worker_id, free, ord)
+    CROSS JOIN LATERAL generate_series(1, s.free) AS k(turn)
     WHERE s.worker_id IN (SELECT id FROM live)
 )
 
@@ -370,8 +372,14 @@ DELETE FROM lowtide.workers w
 WHERE w.lease_expires_at < now()
   AND NOT EXISTS (SELECT 1 FROM lowtide.tasks t WHERE t.state = 'running' AND t.worker_id = w.id)
 
--- try_lead --
--- Takes or keeps the named leader lease; returns a row only when this holder has it.
+-- seen_and_lead --
+-- Records that this scheduler replica runs (its start, then a sign of life every maintenance
+-- interval) and takes or keeps the named leader lease, in one statement; returns a row only when
+-- this holder has the lease.
+WITH seen AS (
+    INSERT INTO lowtide.scheduler_replicas (id) VALUES (%(holder)s)
+    ON CONFLICT (id) DO UPDATE SET seen_at = now(), stopped = false
+)
 INSERT INTO lowtide.leader (name, holder, expires_at)
 VALUES (%(name)s, %(holder)s, now() + %(ttl_ms)s * interval '1 millisecond')
 ON CONFLICT (name) DO UPDATE
@@ -382,11 +390,6 @@ RETURNING holder
 -- resign --
 -- Gives up the named leader lease.
 DELETE FROM lowtide.leader WHERE name = %(name)s AND holder = %(holder)s
-
--- replica_seen --
--- Records that this scheduler replica runs: its start, then a sign of life every maintenance interval.
-INSERT INTO lowtide.scheduler_replicas (id) VALUES (%(id)s)
-ON CONFLICT (id) DO UPDATE SET seen_at = now(), stopped = false
 
 -- replica_stopped --
 -- Records that this scheduler replica stopped (cleanly) now.
