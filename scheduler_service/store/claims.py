@@ -65,8 +65,7 @@ class ClaimStore(StoreBase):
         if not slots:
             return []
         params = {
-            "workers": [worker for worker, _ in slots],
-            "free": [free for _, free in slots],
+            **_slot_params(slots),
             "pool": pool,
             "queues": list(queues),
             "types": list(worker_types),
@@ -142,8 +141,7 @@ class ClaimStore(StoreBase):
 
 def _claim_params(slots: Sequence[tuple[str, int]], plan: ClaimPlan, signal: float | None) -> dict[str, object]:
     return {
-        "workers": [worker for worker, _ in slots],
-        "free": [free for _, free in slots],
+        **_slot_params(slots),
         "queues": [p[0] for p in plan.open],
         "types": [p[1] for p in plan.open],
         "caps": [p[2] for p in plan.open],
@@ -151,6 +149,14 @@ def _claim_params(slots: Sequence[tuple[str, int]], plan: ClaimPlan, signal: flo
         "held_types": [p[1] for p in plan.held],
         "held_caps": [p[2] for p in plan.held],
         "signal": signal,
+    }
+
+
+def _slot_params(slots: Sequence[tuple[str, int]]) -> dict[str, str]:
+    """The workers and their free slots as _claim_slots (queries.sql) takes them: one string each."""
+    return {
+        "workers": SEPARATOR.join(worker for worker, _ in slots),
+        "free": ",".join(str(free) for _, free in slots),
     }
 
 

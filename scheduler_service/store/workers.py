@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from scheduler_service.rows.fleet import DatabaseClock
 from scheduler_service.rows.leases import RenewedWorker
-from scheduler_service.store.base import Q, StoreBase, ms
+from scheduler_service.store.base import SEPARATOR, Q, StoreBase, ms
 
 
 class WorkerStore(StoreBase):
@@ -39,8 +39,8 @@ class WorkerStore(StoreBase):
         """Extends the leases of these workers (id -> its slots now) in one statement; returns the
         ids renewed. The others had run out (or the worker is another replica's)."""
         params = {
-            "ids": list(slots),
-            "slots": list(slots.values()),
+            "ids": SEPARATOR.join(slots),
+            "slots": ",".join(str(n) for n in slots.values()),
             "lease_ms": ms(lease),
             "scheduler_id": scheduler_id,
         }

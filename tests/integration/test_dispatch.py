@@ -194,8 +194,8 @@ async def test_a_claim_locks_only_the_rows_it_takes(database_url: str) -> None:
             store = Store(db, on_unblocked=lambda rows: None)
             async with db.transaction() as open_claim:
                 params = {
-                    "workers": ["first"],
-                    "free": [2],
+                    "workers": "first",
+                    "free": "2",
                     "queues": ["default", "default"],
                     "types": ["a", "b"],
                     "caps": [4, 4],
