@@ -31,6 +31,8 @@ BENCHMARKS = (
     "live_carbon",
     "carbon",
     "hostile",
+    "idle",
+    "drain",
 )
 PEERS = ("procrastinate", "pgqueuer")
 
@@ -118,6 +120,14 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
         from bench.hostile_bench import hostile
 
         return await hostile(args.database_url)
+    if name == "drain":
+        from bench.drain_bench import drain
+
+        return await drain(args.database_url, timeout_s=args.timeout)
+    if name == "idle":
+        from bench.idle_bench import idle_cost
+
+        return await idle_cost(args.database_url)
     if name == "carbon":
         from bench.carbon_bench import carbon_evaluation
 

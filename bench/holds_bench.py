@@ -107,24 +107,28 @@ async def _claim_latency(url: str, held_rows: int) -> list[float]:
             " SELECT 'default', 'activity', 'echo', ''::bytea, 3, 1000, 2, 60000 FROM generate_series(1, %s)",
             (CLAIMABLE_ROWS,),
         )
+        # The claims are for a connected worker: one whose lease runs.
+        await conn.execute(
+            "INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at)"
+            " VALUES ('bench', 'default', '{default}', '{echo,train}', 10, 'bench', now() + interval '1 hour')"
+        )
         await conn.execute("VACUUM ANALYZE lowtide.tasks")
     db = Database(url, min_size=1, max_size=2)
     await db.open()
     store = Store(db, on_unblocked=lambda rows: None)
     timings: list[float] = []
     try:
-        for i in range(CLAIMS):
+        for _ in range(CLAIMS):
             t0 = time.perf_counter()
             rows = await store.claim(
-                worker_id=f"bench-{i}",
+                slot_workers=["bench"] * 10,
                 queues=["default"],
                 worker_types=["echo", "train"],
-                limit=10,
                 limits={},
                 held={"default": frozenset({"train"})},
             )
             timings.append((time.perf_counter() - t0) * 1000)
-            if len(rows) != 10 or any(r["activity_type"] != "echo" for r in rows):
+            if len(rows) != 10 or any(r.activity_type != "echo" for r in rows):
                 raise RuntimeError("the claim took held work or came back short")
     finally:
         await db.close()

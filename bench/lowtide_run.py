@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -32,6 +33,7 @@ from lowtide_client import Client, task_spec
 WORKERS = 4
 SLOTS = 64
 LATENCY_SAMPLES = 200
+_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def _free_port() -> int:
@@ -130,25 +132,44 @@ async def _throughput(database_url: str, tasks: int) -> dict[str, float]:
     }
 
 
-async def _drain(database_url: str, tasks: int) -> dict[str, float]:
+async def drain(
+    database_url: str, tasks: int, *, processes: int = WORKERS, per_process: int = 1, slots: int = SLOTS
+) -> dict[str, float]:
+    """Submits `tasks` with no worker connected, then starts `processes` worker processes: the
+    demo worker (one stream each) when `per_process` is 1, else `bench.drain_workers` with
+    `per_process` streams each; `slots` per stream."""
     async with (
-        _services(database_url) as (target, env, processes),
+        _services(database_url) as (target, env, processes_run),
         await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn,
     ):
         async with Client(target) as client:
             specs = [task_spec("echo", b"") for _ in range(tasks)]
             for i in range(0, tasks, 1000):
                 await client.submit_many(specs[i : i + 1000])
-        workers = [
-            await _spawn(env, "demo-worker", "--target", target, "--types", "echo", "--slots", str(SLOTS))
-            for _ in range(WORKERS)
-        ]
-        processes.extend(workers)
+        for _ in range(processes):
+            if per_process == 1:
+                worker = await _spawn(env, "demo-worker", "--target", target, "--types", "echo", "--slots", str(slots))
+            else:
+                worker = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "bench.drain_workers",
+                    target,
+                    str(per_process),
+                    str(slots),
+                    env=_bench_env(env),
+                )
+            processes_run.append(worker)
         # The clock starts when the first worker has connected (process start-up excluded).
         await _wait_for(conn, "SELECT count(*) FROM lowtide.workers", 1, 60)
         started = time.perf_counter()
         done = await _wait_for(conn, "SELECT count(*) FROM lowtide.tasks WHERE state = 'completed'", tasks, 600)
     return {"drain_tasks_per_s": round(tasks / (done - started)), "drain_seconds": round(done - started, 3)}
+
+
+def _bench_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the parent of the `bench` package on the path, for `python -m bench.<module>`."""
+    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, [_ROOT, env.get("PYTHONPATH")])))
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -194,7 +215,7 @@ async def run(server_url: str, tasks: int) -> dict[str, Any]:
     async with throwaway_database(server_url, "bench_lowtide") as url:
         result.update(await _throughput(url, tasks))
     async with throwaway_database(server_url, "bench_lowtide") as url:
-        result.update(await _drain(url, tasks))
+        result.update(await drain(url, tasks))
     async with throwaway_database(server_url, "bench_lowtide") as url:
         result.update(await _latency(url))
     return result

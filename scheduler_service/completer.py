@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
-from scheduler_service.domain.model import Outcome
+from scheduler_service.domain.model import Outcome, State
 from scheduler_service.sessions import WorkerSession
 from scheduler_service.store import Store
 
@@ -27,7 +27,7 @@ MAX_BATCH = 2000
 
 
 class Completer:
-    def __init__(self, store: Store, *, metrics: SchedulerMetrics, on_applied: Callable[[int], None]) -> None:
+    def __init__(self, store: Store, *, metrics: SchedulerMetrics, on_applied: Callable[[list[int]], None]) -> None:
         self._store = store
         self._pending: list[tuple[Outcome, WorkerSession | None]] = []
         self._ready = asyncio.Event()
@@ -68,7 +68,10 @@ class Completer:
                 self._count(batch, applied)
                 for session, refs in stale.values():
                     session.reject(refs, "the attempt is no longer this worker's (lease lost, cancelled or timed out)")
-                self._on_applied(len(applied))
+                # The tasks this batch finished (not those that go back to wait for a retry).
+                self._on_applied(
+                    [o.task_id for o, _ in batch if o.state is not State.PENDING and (o.task_id, o.attempt) in applied]
+                )
             self._idle.set()
 
     async def _write(self, batch: list[tuple[Outcome, WorkerSession | None]]) -> set[tuple[int, int]]:

@@ -1,33 +1,40 @@
-"""Dispatch: each connected worker has a loop that claims up to its free slots and pushes the
-claimed tasks down its stream in one message.
+"""Central dispatch: one dispatcher per replica claims for the work, not for each worker.
 
-A loop sleeps until woken — by a submit (in this process or, through NOTIFY, in another), by a
-freed slot, by a cancel — or until the poll interval passes, which is only the fallback.
+Sessions that may run the same work form a group (sessions.Registry, domain.dispatch). When a
+group is asked for a claim — by a submit (in this process or, through NOTIFY, in another), by a
+freed slot, by a cancel — the dispatcher claims for all of it at once: due fixed starts first (on
+held slots or any free one), then work that needs resources, then regular work, each in one
+statement up to the group's free slots, every row recorded for the worker it is handed to. Each
+group has at most one claim running, in a task of its own, so groups do not wait for each other.
+Every poll_interval each group claims once anyway: the fallback, per replica, not per worker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2
 
-from lowtide.db.connector import Row
 from lowtide.errors import DatabaseUnavailable
+from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.convert import KIND_TO_PROTO
 from scheduler_service.cost import CostHolds
+from scheduler_service.domain.dispatch import GroupKey, hand_out
+from scheduler_service.domain.model import Kind
+from scheduler_service.rows.claims import ClaimedRow
+from scheduler_service.sessions import Group, Registry, WorkerSession
+from scheduler_service.store import Store, attempt_of
 
 if TYPE_CHECKING:
     from scheduler_service.fixed_starts import FixedStarts
     from scheduler_service.metrics import SchedulerMetrics
-from lowtide_proto.backoff import Backoff
-from scheduler_service.domain.model import Kind
-from scheduler_service.sessions import Registry, WorkerSession
-from scheduler_service.store import Store, attempt_of
 
 log = logging.getLogger("lowtide.scheduler.dispatcher")
 
@@ -45,7 +52,7 @@ class Parked:
         return len(self.entries)
 
     def release(self) -> None:
-        """The hold ended: every parked reference goes back at once, and every worker is woken."""
+        """The hold ended: every parked reference goes back at once, and every group is woken."""
         for handle, _ in self.entries.values():
             handle.cancel()
         self.entries.clear()
@@ -79,31 +86,33 @@ class Dispatcher:
         self.fixed = fixed
         # Capacities of named resources ([resources]); empty: no task can ask for any.
         self.resources = dict(resources)
+        self._claims: set[asyncio.Task[None]] = set()
+        # Claim statements run, for tests and metrics (no claim may run for an idle fleet
+        # between the replica's polls).
+        self.claims_run = 0
+        self.polls = 0
 
-    def held_map(self, session: WorkerSession) -> dict[str, frozenset[str]]:
-        """Per queue, the types the cost hold holds for this worker now (read from memory)."""
+    def held_map(self, key: GroupKey) -> dict[str, frozenset[str]]:
+        """Per queue, the types the cost hold holds for the group's workers now (read from memory)."""
         return {
-            queue: self.holds.held_for(
-                queue, worker_deferrable=session.cost_deferrable, worker_held=session.predicate_held
-            )
-            for queue in session.queues
+            queue: self.holds.held_for(queue, worker_deferrable=key.cost_deferrable, worker_held=key.predicate_held)
+            for queue in key.queues
         }
 
     def wake_for(self, pairs: Iterable[tuple[str, str]]) -> None:
-        """Routes a dispatch reference to each worker: wake it, park it, or leave it alone."""
+        """Routes a dispatch reference to each group: wake it, park it, or leave it alone."""
         pairs = list(pairs)
-        for session in self._registry:
-            runnable = [(q, t) for q, t in pairs if q in session.queues and t in session.activity_types]
+        for group in self._registry.groups():
+            key = group.key
+            runnable = [(q, t) for q, t in pairs if q in key.queues and t in key.activity_types]
             if not runnable:
                 continue
-            if self._all_held(session, runnable):
-                self._park(session, runnable)
+            held = self.held_map(key)
+            if all(t in held.get(q, frozenset()) for q, t in runnable):
+                for session in list(group.members.values()):
+                    self._park(session, runnable)
             else:
-                session.wake.set()
-
-    def _all_held(self, session: WorkerSession, pairs: list[tuple[str, str]]) -> bool:
-        held = self.held_map(session)
-        return all(t in held.get(q, frozenset()) for q, t in pairs)
+                self._registry.want_group(group)
 
     def _park(self, session: WorkerSession, pairs: list[tuple[str, str]]) -> None:
         parked = self.parked.entries.get(session.worker_id)
@@ -121,11 +130,12 @@ class Dispatcher:
         if session.closed:
             return
         session.wake.set()
-        if pairs and self._all_held(session, sorted(pairs)):
+        held = self.held_map(session.key())
+        if pairs and all(t in held.get(q, frozenset()) for q, t in pairs):
             self._park(session, sorted(pairs))
 
     def wake_at(self, when: datetime) -> None:
-        """Wakes every dispatcher at `when` (a planned release or a latest start), so the work due
+        """Wakes every group at `when` (a planned release or a latest start), so the work due
         then is claimed on time rather than at the next poll. Timers are shared per 10 ms."""
         bucket = int(when.timestamp() * 100)
         if bucket in self._wake_timers:
@@ -140,125 +150,177 @@ class Dispatcher:
         self._wake_timers.add(bucket)
         loop.call_later(delay, fire)
 
-    async def run(self, session: WorkerSession) -> None:
-        """Feeds one worker until its session closes: due fixed starts first (on held slots or
-        any free one), then regular work into the slots that are neither busy nor held."""
-        backoff = Backoff(initial=0.05, maximum=2.0)
-        while not session.closed:
-            polled = False
-            try:
-                await asyncio.wait_for(session.wake.wait(), self._poll)
-            except TimeoutError:
-                polled = True
-            session.wake.clear()
-            try:
-                fixed_full = await self._claim_fixed(session, polled)
-                self.fixed.offer_slots(session)
-                resources_full = await self._claim_with_resources(session)
-                free = session.free
-                rows: list[Row] = []
-                if free > 0:
-                    rows = await self._store.claim(
-                        worker_id=session.worker_id,
-                        queues=session.queues,
-                        worker_types=session.activity_types,
-                        limit=free,
-                        limits=self._limits,
-                        held=self.held_map(session),
-                        signal=self.holds.value,
-                    )
-            except DatabaseUnavailable as error:
-                log.warning("dispatch.claim_failed", extra={"error": str(error)})
-                await asyncio.sleep(backoff.next_delay())
-                continue
-            backoff.reset()
-            sent_full = bool(rows) and await self._send(session, rows) and len(rows) == free
-            if sent_full or fixed_full or resources_full:
-                # A full batch: more may be waiting, so claim again without sleeping.
-                session.wake.set()
+    async def run(self) -> None:
+        """The replica's dispatch loop, until cancelled: starts a claim for each group that asked
+        for one (and is not claiming already), and every poll_interval asks every group once."""
+        loop = asyncio.get_running_loop()
+        changed = self._registry.changed
+        next_poll = loop.time() + self._poll
+        try:
+            while True:
+                left = next_poll - loop.time()
+                if left > 0 and not changed.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), left)
+                changed.clear()
+                if loop.time() >= next_poll:
+                    next_poll = loop.time() + self._poll
+                    self.polls += 1
+                    self._registry.poll()
+                for group in self._registry.take_wanted():
+                    if not group.busy:
+                        group.busy = True
+                        claim = loop.create_task(self._serve(group), name="dispatch-claim")
+                        self._claims.add(claim)
+                        claim.add_done_callback(self._claims.discard)
+        finally:
+            for claim in list(self._claims):
+                claim.cancel()
 
-    async def _claim_fixed(self, session: WorkerSession, polled: bool) -> bool:
-        """Claims due fixed-start tasks of the worker's pool into its busy-or-held room; True
+    async def _serve(self, group: Group) -> None:
+        """Claims for the group while it asks for claims (or a claim came back full)."""
+        backoff = Backoff(initial=0.05, maximum=2.0)
+        try:
+            while group.wanted:
+                group.wanted = False
+                polled, group.polled = group.polled, False
+                try:
+                    again = await self._claim_for(group, polled)
+                except DatabaseUnavailable as error:
+                    log.warning("dispatch.claim_failed", extra={"error": str(error)})
+                    group.polled = group.polled or polled
+                    await asyncio.sleep(backoff.next_delay())
+                    group.wanted = True
+                    continue
+                backoff.reset()
+                if again:
+                    # A full batch: more may be waiting, so claim again at once.
+                    group.wanted = True
+        finally:
+            group.busy = False
+
+    async def _claim_for(self, group: Group, polled: bool) -> bool:
+        """One round for the group: due fixed starts, slot holds, resources, regular work.
+        True when a claim came back full (more may be waiting)."""
+        members = self._registry.members(group)
+        if not members:
+            return False
+        fixed_full = await self._claim_fixed(group.key, members, polled)
+        for session in members:
+            self.fixed.offer_slots(session)
+        resources_full = await self._claim_with_resources(group.key, members)
+        owners = hand_out([(s.worker_id, s.free) for s in members], group.turn)
+        group.turn += 1
+        if not owners:
+            return fixed_full or resources_full
+        key = group.key
+        self.claims_run += 1
+        rows = await self._store.claim(
+            slot_workers=owners,
+            queues=key.queues,
+            worker_types=key.activity_types,
+            limits=self._limits,
+            held=self.held_map(key),
+            signal=self.holds.value,
+        )
+        sent = await self._send(members, rows)
+        return fixed_full or resources_full or (sent and len(rows) == len(owners))
+
+    async def _claim_fixed(self, key: GroupKey, members: list[WorkerSession], polled: bool) -> bool:
+        """Claims due fixed-start tasks of the group's pool into its busy-or-held room; True
         when the batch came back full (more may be due)."""
-        if not (polled or session.pool in self.fixed.due):
+        if not (polled or key.pool in self.fixed.due):
             return False
-        room = session.slots - len(session.in_flight)
-        if room <= 0 or session.closed or session.draining:
+        owners = hand_out([(s.worker_id, s.room) for s in members])
+        if not owners:
             return False
-        self.fixed.due.discard(session.pool)
+        self.fixed.due.discard(key.pool)
+        self.claims_run += 1
         rows = await self._store.claim_fixed_due(
-            worker_id=session.worker_id,
-            pool=session.pool,
-            queues=session.queues,
-            worker_types=session.activity_types,
-            limit=room,
+            slot_workers=owners,
+            pool=key.pool,
+            queues=key.queues,
+            worker_types=key.activity_types,
             signal=self.holds.value,
         )
         if not rows:
             return False
-        self.fixed.dispatched([r["id"] for r in rows])
-        await self._send(session, rows)
+        self.fixed.dispatched([r.id for r in rows])
+        await self._send(members, rows)
         self.metrics.fixed_started(rows)
-        if len(rows) == room:
-            self.fixed.due.add(session.pool)
+        if len(rows) == len(owners):
+            self.fixed.due.add(key.pool)
             return True
         return False
 
-    async def _claim_with_resources(self, session: WorkerSession) -> bool:
+    async def _claim_with_resources(self, key: GroupKey, members: list[WorkerSession]) -> bool:
         """Tasks that need named resources go their own way: as many as fit in what is free.
-        Due fixed starts among them may use the worker's held slots."""
+        Due fixed starts among them may use the workers' held slots."""
         if not self.resources:
             return False
-        room = session.slots - len(session.in_flight)
-        if room <= 0 or session.closed or session.draining:
+        fixed_slots = hand_out([(s.worker_id, s.room) for s in members])
+        if not fixed_slots:
             return False
+        self.claims_run += 1
         rows = await self._store.claim_with_resources(
-            worker_id=session.worker_id,
-            pool=session.pool,
-            queues=session.queues,
-            worker_types=session.activity_types,
-            held=self.held_map(session),
+            fixed_slots=fixed_slots,
+            free_slots=hand_out([(s.worker_id, s.free) for s in members]),
+            pool=key.pool,
+            queues=key.queues,
+            worker_types=key.activity_types,
+            held=self.held_map(key),
             capacities=self.resources,
-            limit=session.free,
-            room=room,
             signal=self.holds.value,
         )
         if not rows:
             return False
-        self.fixed.dispatched([r["id"] for r in rows])
-        await self._send(session, rows)
-        return len(rows) == room
+        self.fixed.dispatched([r.id for r in rows])
+        await self._send(members, rows)
+        return len(rows) == len(fixed_slots)
 
-    async def _send(self, session: WorkerSession, rows: list[Row]) -> bool:
-        if session.closed or session.draining:
-            # The worker left (or was told to drain) while the claim ran: hand the attempts back
-            # untouched. Nothing is assigned after a Drain.
-            await self._store.unclaim(session.worker_id, [(r["id"], r["attempt"]) for r in rows])
-            return False
-        now = asyncio.get_running_loop().time()
-        assignments = []
+    async def _send(self, members: list[WorkerSession], rows: list[ClaimedRow]) -> bool:
+        """Hands each row to the session it was claimed for, in one message per session. Rows of a
+        session that left (or was told to drain) while the claim ran go back untouched: nothing is
+        assigned after a Drain. False when any went back."""
+        if not rows:
+            return True
+        sessions = {s.worker_id: s for s in members}
+        by_worker: dict[str, list[ClaimedRow]] = defaultdict(list)
         for row in rows:
-            session.in_flight[row["id"]] = attempt_of(row)
-            session.sent_at[row["id"]] = now
-            assignments.append(assignment(row))
-        session.send(worker_pb2.SchedulerMessage(assignments=worker_pb2.Assignments(assignments=assignments)))
-        self.metrics.dispatched.add(len(rows), {"pool": session.pool})
+            by_worker[row.worker_id].append(row)
+        now = asyncio.get_running_loop().time()
+        back: list[ClaimedRow] = []
+        for worker_id, claimed in by_worker.items():
+            session = sessions[worker_id]
+            if session.closed or session.draining:
+                back.extend(claimed)
+                continue
+            for row in claimed:
+                session.in_flight[row.id] = attempt_of(row)
+                session.sent_at[row.id] = now
+            message = worker_pb2.Assignments(assignments=[assignment(row) for row in claimed])
+            session.send(worker_pb2.SchedulerMessage(assignments=message))
+            self.metrics.dispatched.add(len(claimed), {"pool": session.pool})
+        if back:
+            await self._store.unclaim(back)
+            self._registry.wake_all()
+            return False
         return True
 
 
-def assignment(row: Row) -> worker_pb2.Assignment:
+def assignment(row: ClaimedRow) -> worker_pb2.Assignment:
     message = worker_pb2.Assignment(
-        task=task_pb2.TaskRef(task_id=row["id"], attempt=row["attempt"]),
-        queue=row["queue"],
-        kind=KIND_TO_PROTO[Kind(row["kind"])],
-        activity_type=row["activity_type"],
-        payload=row["payload"],
-        headers=row["headers"],
+        task=task_pb2.TaskRef(task_id=row.id, attempt=row.attempt),
+        queue=row.queue,
+        kind=KIND_TO_PROTO[Kind(row.kind)],
+        activity_type=row.activity_type,
+        payload=row.payload,
+        headers=row.headers,
     )
-    if row["close_deadline"] is not None:
-        message.start_to_close_deadline.FromDatetime(row["close_deadline"])
-    if row["heartbeat_ms"] is not None:
-        message.heartbeat_timeout.CopyFrom(_duration_ms(int(row["heartbeat_ms"])))
+    if row.close_deadline is not None:
+        message.start_to_close_deadline.FromDatetime(row.close_deadline)
+    if row.heartbeat_ms is not None:
+        message.heartbeat_timeout.CopyFrom(_duration_ms(row.heartbeat_ms))
     return message
 
 

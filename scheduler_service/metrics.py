@@ -23,7 +23,6 @@ from datetime import timedelta
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from lowtide.config import Config
-from lowtide.db.connector import Row
 from lowtide.errors import DatabaseUnavailable
 from lowtide.metrics import Metrics
 from lowtide_proto.lowtide.v1 import scheduler_pb2
@@ -31,6 +30,7 @@ from scheduler_service.cost import CostHolds
 from scheduler_service.domain.capacity import desired_workers
 from scheduler_service.domain.fixed import reservation_capacity
 from scheduler_service.fixed_starts import FixedStarts
+from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.fleet import PendingGroup
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
@@ -155,10 +155,10 @@ class SchedulerMetrics:
 
         return observe
 
-    def fixed_started(self, rows: Iterable[Row]) -> None:
+    def fixed_started(self, rows: Iterable[ClaimedRow]) -> None:
         for row in rows:
-            if row["attempt"] == 1:
-                self.fixed_starts.add(1, {"pool": row["pool"], "hit": str(bool(row["start_hit"])).lower()})
+            if row.attempt == 1:
+                self.fixed_starts.add(1, {"pool": row.pool, "hit": str(bool(row.start_hit)).lower()})
 
     def _known_queues(self) -> set[str]:
         served = {queue for session in self._registry for queue in session.queues}

@@ -31,6 +31,7 @@ from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 from scheduler_service.submission import Submission
 from scheduler_service.task_control import TaskControl
+from scheduler_service.waiters import Waiters
 
 if TYPE_CHECKING:
     from scheduler_service.metrics import SchedulerMetrics
@@ -55,6 +56,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         metrics: SchedulerMetrics,
         submission: Submission,
         tasks: TaskControl,
+        waiters: Waiters,
     ) -> None:
         self._config = config
         self._store = store
@@ -62,13 +64,8 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         self._dispatcher = dispatcher
         self._submission = submission
         self._tasks = tasks
-        self._finished = asyncio.Condition()
+        self._waiters = waiters
         self.metrics = metrics
-
-    async def task_finished(self) -> None:
-        """Called when attempts were applied, so waiters look again at once."""
-        async with self._finished:
-            self._finished.notify_all()
 
     def _validate(self, spec: Any) -> Any:
         return convert.new_task(
@@ -132,6 +129,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         self, request: scheduler_pb2.CancelTaskRequest, context: Context
     ) -> scheduler_pb2.CancelTaskResponse:
         row = await self._tasks.cancel(request.id, self._who(context))
+        self._waiters.finished([row.id])
         return scheduler_pb2.CancelTaskResponse(task=convert.task_message(row))
 
     @handles_errors
@@ -169,17 +167,14 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             timeout = convert.duration("timeout", request.timeout)
         if timeout > MAX_WAIT:
             raise InvalidArgument("timeout", "must be at most 5m")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout.total_seconds()
-        while True:
+        with self._waiters.waiter(request.id) as finished:
             row = await self._tasks.get(request.id)
-            left = deadline - loop.time()
-            if row.state in FINISHED or left <= 0:
-                return scheduler_pb2.WaitTaskResponse(task=convert.task_message(row), finished=row.state in FINISHED)
-            # Woken when this replica applies results; the short cap covers other replicas.
-            async with self._finished:
+            if row.state not in FINISHED:
+                # Resolved by whatever finishes the task (see waiters.py); no polling here.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._finished.wait(), min(left, 0.25))
+                    await asyncio.wait_for(asyncio.shield(finished), timeout.total_seconds())
+                row = await self._tasks.get(request.id)
+        return scheduler_pb2.WaitTaskResponse(task=convert.task_message(row), finished=row.state in FINISHED)
 
     @handles_errors
     async def ExplainTask(

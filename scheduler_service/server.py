@@ -37,6 +37,7 @@ from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale, loca
 from scheduler_service.fixed_starts import DuePools, FixedStarts
 from scheduler_service.keda import SERVICE_NAME as KEDA_SERVICE
 from scheduler_service.keda import add_keda_scaler
+from scheduler_service.leases import Leases
 from scheduler_service.maintenance import Maintenance
 from scheduler_service.metrics import SchedulerMetrics
 from scheduler_service.release_planning import ReleasePlanner
@@ -46,6 +47,7 @@ from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 from scheduler_service.submission import Submission
 from scheduler_service.task_control import TaskControl
+from scheduler_service.waiters import Waiters
 from scheduler_service.worker_stream import WorkerStream
 
 log = logging.getLogger("lowtide.scheduler")
@@ -70,6 +72,8 @@ class Parts:
     api: SchedulerApi
     completer: Completer
     stream: WorkerStream
+    leases: Leases
+    waiters: Waiters
     maintenance: Maintenance
 
 
@@ -163,13 +167,17 @@ def _wake_pairs(payload: str) -> list[tuple[str, str]] | None:
 
 
 async def _listen(
-    db: Database, registry: Registry, dispatcher: Dispatcher, planned: Callable[[], Awaitable[None]]
+    db: Database,
+    registry: Registry,
+    dispatcher: Dispatcher,
+    waiters: Waiters,
+    planned: Callable[[], Awaitable[None]],
 ) -> None:
     """Wake-ups, cancels and new plans from other replicas (and this one), through LISTEN/NOTIFY."""
     backoff = Backoff(initial=0.1, maximum=5.0)
     while True:
         try:
-            async with db.listen("lowtide_wake", "lowtide_cancel", "lowtide_plan") as notifications:
+            async with db.listen("lowtide_wake", "lowtide_cancel", "lowtide_plan", "lowtide_done") as notifications:
                 backoff.reset()
                 # Plans made before this replica listened were never announced here.
                 await planned()
@@ -188,6 +196,8 @@ async def _listen(
                             session.cancel([(int(task_id), int(attempt))])
                     elif channel == "lowtide_plan":
                         await planned()
+                    elif channel == "lowtide_done":
+                        waiters.finished(int(task_id) for task_id in payload.split(","))
         except DatabaseUnavailable as error:
             log.warning("listen.reconnecting", extra={"error": str(error)})
         await asyncio.sleep(backoff.next_delay())
@@ -246,6 +256,7 @@ def _build_parts(config: Config, db: Database, hold_config: HoldConfig, exported
     )
     planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
     submission = Submission(config=config, store=store, dispatcher=dispatcher, fixed=fixed, planner=planner)
+    waiters = Waiters(store)
     api = SchedulerApi(
         config=config,
         store=store,
@@ -254,13 +265,9 @@ def _build_parts(config: Config, db: Database, hold_config: HoldConfig, exported
         metrics=metrics,
         submission=submission,
         tasks=TaskControl(config=config, store=store, registry=registry, dispatcher=dispatcher),
+        waiters=waiters,
     )
-
-    def applied(count: int) -> None:
-        if count:
-            asyncio.get_running_loop().create_task(api.task_finished())
-
-    completer = Completer(store, metrics=metrics, on_applied=applied)
+    completer = Completer(store, metrics=metrics, on_applied=waiters.applied)
     stream = WorkerStream(
         store=store,
         registry=registry,
@@ -271,6 +278,13 @@ def _build_parts(config: Config, db: Database, hold_config: HoldConfig, exported
         lease_timeout=cfg.lease_timeout,
         fixed=fixed,
         metrics=metrics,
+    )
+    leases = Leases(
+        store,
+        registry,
+        scheduler_id=scheduler_id,
+        lease_timeout=cfg.lease_timeout,
+        heartbeat_interval=cfg.heartbeat_interval,
     )
     maintenance = Maintenance(
         store,
@@ -284,7 +298,21 @@ def _build_parts(config: Config, db: Database, hold_config: HoldConfig, exported
         schedules=ScheduleMaterializer(store, config),
         planner=planner,
     )
-    return Parts(store, registry, holds, fixed, metrics, dispatcher, planner, api, completer, stream, maintenance)
+    return Parts(
+        store,
+        registry,
+        holds,
+        fixed,
+        metrics,
+        dispatcher,
+        planner,
+        api,
+        completer,
+        stream,
+        leases,
+        waiters,
+        maintenance,
+    )
 
 
 def _reserved_within_horizon(config: Config, store: Store) -> Callable[[str], Awaitable[int]]:
@@ -322,10 +350,14 @@ def _background(
     config: Config, db: Database, parts: Parts, health_servicer: health.aio.HealthServicer
 ) -> list[asyncio.Task[None]]:
     cfg = config.scheduler
-    listen = _listen(db, parts.registry, parts.dispatcher, parts.planner.wake_for_upcoming)
+    listen = _listen(db, parts.registry, parts.dispatcher, parts.waiters, parts.planner.wake_for_upcoming)
     database = follow_database(db, health_servicer, ("", *SERVICES), interval=cfg.heartbeat_interval)
     return [
         asyncio.create_task(parts.completer.run(), name="completer"),
+        asyncio.create_task(parts.dispatcher.run(), name="dispatcher"),
+        asyncio.create_task(parts.leases.run(), name="leases"),
+        asyncio.create_task(parts.waiters.announce(), name="waiters-announce"),
+        asyncio.create_task(parts.waiters.check(), name="waiters-check"),
         asyncio.create_task(parts.maintenance.run(), name="maintenance"),
         asyncio.create_task(listen, name="listen"),
         asyncio.create_task(parts.holds.run(), name="signal"),

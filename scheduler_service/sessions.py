@@ -1,12 +1,18 @@
-"""Connected workers, one session per Connect stream, and the registry that finds them."""
+"""Connected workers, one session per Connect stream, and the registry that finds them.
+
+The registry also keeps the sessions in dispatch groups (sessions that may run the same work,
+see domain.dispatch) and which groups asked for a claim: a session's `wake.set()` asks for one
+for its group, and the replica's one dispatcher (dispatcher.py) claims for the group.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from lowtide.errors import LowtideError
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
+from scheduler_service.domain.dispatch import GroupKey
 from scheduler_service.domain.model import Attempt
 
 # Messages waiting for a worker that does not read its stream: assignments never exceed its
@@ -15,6 +21,21 @@ from scheduler_service.domain.model import Attempt
 # rejection for each attempt it may hold, which a reading worker can meet in a burst) its stream
 # is ended.
 MAX_OUTBOX = 1000
+
+
+class Wake:
+    """A session's call for a claim (its slots freed, a task it may run arrived): `set()` asks the
+    replica's dispatcher to claim for the session's group. Does nothing until the session is
+    registered."""
+
+    __slots__ = ("notify",)
+
+    def __init__(self) -> None:
+        self.notify: Callable[[], None] | None = None
+
+    def set(self) -> None:
+        if self.notify is not None:
+            self.notify()
 
 
 class WorkerSession:
@@ -48,9 +69,13 @@ class WorkerSession:
         # When each in-flight attempt was sent (loop time), for the pool's run-time samples.
         self.sent_at: dict[int, float] = {}
         self.outbox: asyncio.Queue[worker_pb2.SchedulerMessage] = asyncio.Queue()
-        self.wake = asyncio.Event()
+        self.wake = Wake()
+        # The dispatch group it is in while registered.
+        self.group: Group | None = None
         self.closed = False
         self.draining = False
+        # A heartbeat came since the replica last renewed the leases (see leases.py).
+        self.heard = False
         # Set once its unreported attempts have been ended, so that is never done twice.
         self.released = False
         # Set when the scheduler shuts down: the stream ends and the worker reconnects elsewhere.
@@ -70,6 +95,17 @@ class WorkerSession:
             self.end_error = error
         self.draining = True
         self.ended.set()
+
+    def key(self) -> GroupKey:
+        """What it may run now: sessions with equal keys share every claim."""
+        return GroupKey(self.pool, self.queues, self.activity_types, self.cost_deferrable, self.predicate_held)
+
+    @property
+    def room(self) -> int:
+        """Slots not busy (held ones included): what due fixed starts may take."""
+        if self.closed or self.draining:
+            return 0
+        return max(0, self.slots - len(self.in_flight))
 
     @property
     def free(self) -> int:
@@ -107,9 +143,29 @@ class WorkerSession:
         self.send(worker_pb2.SchedulerMessage(rejected=worker_pb2.ReportsRejected(reports=reports)))
 
 
+class Group:
+    """The sessions of one replica that may run the same work (equal keys): one claim serves them
+    all, and at most one runs for them at a time."""
+
+    def __init__(self, key: GroupKey) -> None:
+        self.key = key
+        self.members: dict[str, WorkerSession] = {}
+        # Where the next claim's hand-out starts (rotated each claim, see domain.dispatch.hand_out).
+        self.turn = 0
+        # A claim was asked for since the last one began; the replica's poll came since then.
+        self.wanted = False
+        self.polled = False
+        # A claim runs for the group now.
+        self.busy = False
+
+
 class Registry:
     def __init__(self) -> None:
         self._sessions: dict[str, WorkerSession] = {}
+        self._groups: dict[GroupKey, Group] = {}
+        # Groups that asked for a claim since the dispatcher last looked, and its wake-up.
+        self.wanted: dict[GroupKey, Group] = {}
+        self.changed = asyncio.Event()
 
     def __iter__(self) -> Iterator[WorkerSession]:
         return iter(list(self._sessions.values()))
@@ -122,14 +178,73 @@ class Registry:
 
     def add(self, session: WorkerSession) -> None:
         self._sessions[session.worker_id] = session
+        self._join(session)
+        session.wake.notify = lambda: self.want(session)
 
     def remove(self, session: WorkerSession) -> None:
         if self._sessions.get(session.worker_id) is session:
             del self._sessions[session.worker_id]
+        self._leave(session)
+        session.wake.notify = None
+
+    def groups(self) -> list[Group]:
+        return list(self._groups.values())
+
+    def want(self, session: WorkerSession) -> None:
+        """Asks for a claim for the session's group."""
+        if session.group is not None:
+            self.want_group(session.group)
+
+    def want_group(self, group: Group) -> None:
+        group.wanted = True
+        self.wanted[group.key] = group
+        self.changed.set()
 
     def wake_all(self) -> None:
-        for session in self._sessions.values():
-            session.wake.set()
+        for group in self._groups.values():
+            self.want_group(group)
+
+    def poll(self) -> None:
+        """The replica's poll: every group claims once (due fixed starts included)."""
+        for group in self._groups.values():
+            group.polled = True
+            self.want_group(group)
+
+    def take_wanted(self) -> list[Group]:
+        groups = list(self.wanted.values())
+        self.wanted.clear()
+        return groups
+
+    def members(self, group: Group) -> list[WorkerSession]:
+        """The group's sessions that can take work now. A session whose key changed since it
+        joined (its own held types did) moves to its new group first, which is asked to claim."""
+        out = []
+        for session in list(group.members.values()):
+            if session.key() != group.key:
+                self._leave(session)
+                self._join(session)
+                self.want(session)
+            elif not (session.closed or session.draining):
+                out.append(session)
+        return out
+
+    def _join(self, session: WorkerSession) -> None:
+        key = session.key()
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = Group(key)
+        group.members[session.worker_id] = session
+        session.group = group
+
+    def _leave(self, session: WorkerSession) -> None:
+        group = session.group
+        if group is None:
+            return
+        session.group = None
+        if group.members.get(session.worker_id) is session:
+            del group.members[session.worker_id]
+        if not group.members and self._groups.get(group.key) is group:
+            del self._groups[group.key]
 
     def holder_of(self, task_id: int, attempt: int) -> WorkerSession | None:
         for session in self._sessions.values():

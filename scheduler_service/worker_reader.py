@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument, Unavailable
-from lowtide_proto.durations import format_duration
+from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument
 from lowtide_proto.lowtide.v1 import worker_pb2
 from scheduler_service.completer import Completer
 from scheduler_service.convert import name, stored_text
@@ -43,15 +42,11 @@ class WorkerReader:
         *,
         store: Store,
         completer: Completer,
-        scheduler_id: str,
-        lease_timeout: timedelta,
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
     ) -> None:
         self._store = store
         self._completer = completer
-        self._scheduler_id = scheduler_id
-        self._lease = lease_timeout
         self.fixed = fixed
         self.metrics = metrics
 
@@ -82,28 +77,14 @@ class WorkerReader:
                 raise InvalidArgument("message", "empty or unknown worker message")
 
     async def _on_heartbeat(self, session: WorkerSession, heartbeat: worker_pb2.Heartbeat) -> None:
-        refs = [(r.task_id, r.attempt) for r in heartbeat.running]
-        worker_id = session.worker_id
-        try:
-            renewed = await self._store.renew_worker(worker_id, session.slots, self._lease, self._scheduler_id)
-        except DatabaseUnavailable as error:
-            # A busy pool or a database restart is not the worker's fault: the stream
-            # stays, and the next heartbeat renews the lease (or finds it gone).
-            log.warning("worker.heartbeat_deferred", extra={"worker_id": worker_id, "error": str(error)})
-            return
-        if not renewed:
-            lease = format_duration(self._lease)
-            session.lost_reason = f"the worker's lease ran out (nothing heard from it for {lease})"
-            raise Unavailable(
-                f"worker {session.worker_id}: its lease ran out before this heartbeat (nothing heard from it "
-                f"for {lease}), so its attempts were given up; connect again with a new Hello"
-            )
-        held = [ref for ref in refs if holds(session, ref)]
+        # The lease is renewed with every other session's on the replica's next tick (leases.py).
+        session.heard = True
+        held = [(r.task_id, r.attempt) for r in heartbeat.running if holds(session, (r.task_id, r.attempt))]
         if held:
             try:
                 await self._store.heartbeat(session.worker_id, held)
             except DatabaseUnavailable as error:
-                log.warning("worker.heartbeat_deferred", extra={"worker_id": worker_id, "error": str(error)})
+                log.warning("worker.heartbeat_deferred", extra={"worker_id": session.worker_id, "error": str(error)})
 
     def on_results(self, session: WorkerSession, results: worker_pb2.Results) -> None:
         now = datetime.now(UTC)

@@ -75,8 +75,6 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._reader = WorkerReader(
             store=store,
             completer=completer,
-            scheduler_id=scheduler_id,
-            lease_timeout=lease_timeout,
             fixed=fixed,
             metrics=metrics,
         )
@@ -111,7 +109,6 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._live.add(session)
         self._none_live.clear()
         reader = asyncio.create_task(self._reader.read(session, request_iterator))
-        feeder = asyncio.create_task(self._dispatcher.run(session))
         try:
             welcome = worker_pb2.Welcome(
                 worker_id=session.worker_id,
@@ -127,7 +124,6 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             await self._close(session, reader, context)
         finally:
             reader.cancel()
-            feeder.cancel()
             self._live.discard(session)
             if not self._live:
                 self._none_live.set()

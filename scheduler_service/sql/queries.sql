@@ -100,11 +100,12 @@ WHERE state = 'running' AND activity_type = ANY(%(types)s::text[])
 GROUP BY activity_type
 
 -- _start_attempt --
--- What every claim sets on the attempts it starts (regular, fixed-due and chosen by id alike);
--- a fixed start's first attempt records whether it started within its tolerance.
+-- What every claim sets on the attempts it starts (regular, fixed-due and chosen by id alike),
+-- each for the worker of its `slot`; a fixed start's first attempt records whether it started
+-- within its tolerance.
 state = 'running',
     attempt = t.attempt + 1,
-    worker_id = %(worker_id)s,
+    worker_id = slot.worker_id,
     started_at = now(),
     close_deadline = now() + t.start_to_close_ms * interval '1 millisecond',
     heartbeat_deadline = now() + t.heartbeat_ms * interval '1 millisecond',
@@ -115,35 +116,53 @@ state = 'running',
     signal_at_dispatch = %(signal)s::float8
 
 -- _started_attempt --
--- What every claim returns of each attempt it started: what the worker is sent, and its timing.
-t.id, t.attempt, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
+-- What every claim returns of each attempt it started (a ClaimedRow, scheduler_service/rows/claims.py):
+-- what the worker is sent, its worker, and its timing.
+t.id, t.attempt, t.worker_id, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
           t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
           t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
           t.start_hit, t.pool, t.headers
 
--- claim_tasks --
--- Takes up to %(limit)s due pending tasks for one worker: best priority first, FIFO within a
--- priority, each type capped at its room, paused queues left alone. Open (queue, type) pairs
--- are walked on the pending index; held pairs only for workflow tasks (never held) and for
--- tasks past their max_defer, each on its own small index. So held rows are never read, and a
--- claim costs the same with a million of them waiting. A worker whose lease has run out gets
--- nothing (and no row is read) until it is heard from again.
-WITH paused AS (
-    SELECT name FROM lowtide.queues WHERE paused
+-- _claim_slots --
+-- The free slots a claim fills, in the order rows are handed out: one entry of %(slot_workers)s
+-- per slot (the dispatcher interleaves the workers fairly), numbered from 1, leaving out every
+-- worker whose lease has run out, so none of them gets a row until it is heard from again.
+live AS (
+    SELECT w.id FROM lowtide.workers w
+    WHERE w.id = ANY(%(slot_workers)s::text[]) AND w.lease_expires_at > now()
 ),
-leased AS (
-    SELECT 1 FROM lowtide.workers WHERE id = %(worker_id)s AND lease_expires_at > now()
+slots AS (
+    SELECT s.worker_id, row_number() OVER (ORDER BY s.ord) AS nth
+    FROM unnest(%(slot_workers)s::text[]) WITH ORDINALITY AS s(worker_id, ord)
+    WHERE s.worker_id IN (SELECT id FROM live)
+)
+
+-- claim_tasks --
+-- Takes due pending tasks for the workers of one dispatch group (sessions that may run the same
+-- work) up to their free slots, in one statement that also records each attempt for its worker:
+-- the n-th row taken goes to the n-th slot. Best priority first, FIFO within a priority, each
+-- type capped at its room, paused queues left alone. Open (queue, type) pairs are walked on the
+-- pending index; held pairs only for workflow tasks (never held) and for tasks past their
+-- max_defer, each on its own small index. So held rows are never read, and a claim costs the same
+-- with a million of them waiting. Twice as many candidates as slots are read without locks, then
+-- locked in order, skipping those another claimer is taking, until every slot has one: a claim
+-- locks only the rows it takes, and concurrent claimers (other groups, other replicas) do not
+-- come back empty while work is waiting. %(caps)s are planned for twice the slots for the same
+-- reason; a type's cap never exceeds its room under its concurrency limit.
+WITH {{_claim_slots}},
+paused AS (
+    SELECT name FROM lowtide.queues WHERE paused
 ),
 open_pairs AS (
     SELECT p.queue, p.activity_type, p.cap
     FROM unnest(%(queues)s::text[], %(types)s::text[], %(caps)s::int[]) AS p(queue, activity_type, cap)
-    WHERE p.queue NOT IN (SELECT name FROM paused) AND EXISTS (SELECT 1 FROM leased)
+    WHERE p.queue NOT IN (SELECT name FROM paused) AND EXISTS (SELECT 1 FROM live)
 ),
 held_pairs AS (
     SELECT p.queue, p.activity_type, p.cap
     FROM unnest(%(held_queues)s::text[], %(held_types)s::text[], %(held_caps)s::int[])
          AS p(queue, activity_type, cap)
-    WHERE p.queue NOT IN (SELECT name FROM paused) AND EXISTS (SELECT 1 FROM leased)
+    WHERE p.queue NOT IN (SELECT name FROM paused) AND EXISTS (SELECT 1 FROM live)
 ),
 candidates AS (
     SELECT c.id, c.priority, c.run_at, p.activity_type, p.cap, NULL::text AS released_by
@@ -155,7 +174,6 @@ candidates AS (
           AND t.activity_type = p.activity_type AND t.run_at <= now()
         ORDER BY t.priority DESC, t.run_at, t.id
         LIMIT p.cap
-        FOR UPDATE SKIP LOCKED
     ) c
     UNION ALL
     SELECT c.id, c.priority, c.run_at, p.activity_type, p.cap, NULL::text
@@ -168,7 +186,6 @@ candidates AS (
           AND t.activity_type = p.activity_type AND t.run_at <= now()
         ORDER BY t.priority DESC, t.run_at, t.id
         LIMIT p.cap
-        FOR UPDATE SKIP LOCKED
     ) c
     UNION ALL
     SELECT c.id, c.priority, c.run_at, p.activity_type, p.cap, 'max_defer'
@@ -180,7 +197,6 @@ candidates AS (
           AND t.activity_type = p.activity_type AND t.hold_deadline <= now() AND t.run_at <= now()
         ORDER BY t.hold_deadline
         LIMIT p.cap
-        FOR UPDATE SKIP LOCKED
     ) c
 ),
 ranked AS (
@@ -189,15 +205,27 @@ ranked AS (
     FROM candidates
 ),
 chosen AS (
-    SELECT id, released_by FROM ranked WHERE nth <= cap
+    SELECT id, released_by, row_number() OVER (ORDER BY priority DESC, run_at, id) AS ord
+    FROM ranked WHERE nth <= cap
     ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
+    LIMIT 2 * (SELECT count(*) FROM slots)
+),
+locked AS (
+    SELECT t.id, c.released_by, c.ord
+    FROM chosen c JOIN lowtide.tasks t ON t.id = c.id
+    WHERE t.state = 'pending'
+    ORDER BY c.ord
+    LIMIT (SELECT count(*) FROM slots)
+    FOR UPDATE OF t SKIP LOCKED
+),
+taken AS (
+    SELECT id, released_by, row_number() OVER (ORDER BY ord) AS nth FROM locked
 )
 UPDATE lowtide.tasks t
 SET {{_start_attempt}},
-    released_by = chosen.released_by
-FROM chosen
-WHERE t.id = chosen.id
+    released_by = taken.released_by
+FROM taken JOIN slots slot USING (nth)
+WHERE t.id = taken.id
 RETURNING {{_started_attempt}}
 
 -- unclaim_tasks --
@@ -206,8 +234,8 @@ UPDATE lowtide.tasks t
 SET state = 'pending', attempt = t.attempt - 1, worker_id = NULL, started_at = NULL,
     close_deadline = NULL, heartbeat_deadline = NULL,
     schedule_to_start_deadline = t.run_at + t.schedule_to_start_ms * interval '1 millisecond'
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt)
-WHERE t.id = u.id AND t.attempt = u.attempt AND t.state = 'running' AND t.worker_id = %(worker_id)s
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(worker_ids)s::text[]) AS u(id, attempt, worker_id)
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.state = 'running' AND t.worker_id = u.worker_id
 
 -- finish_attempts --
 -- Applies what follows a batch of attempts, fenced by (id, attempt, running, worker): a report
@@ -322,12 +350,15 @@ SET pool = EXCLUDED.pool, queues = EXCLUDED.queues, activity_types = EXCLUDED.ac
     slots = EXCLUDED.slots, scheduler_id = EXCLUDED.scheduler_id, connected_at = now(),
     lease_expires_at = EXCLUDED.lease_expires_at
 
--- renew_worker_lease --
--- Extends a worker's lease (on each heartbeat), only while it still runs and the worker is this
--- replica's: no row means the lease ran out (or the worker went elsewhere) and is not renewed.
-UPDATE lowtide.workers SET lease_expires_at = now() + %(lease_ms)s * interval '1 millisecond',
-    slots = %(slots)s
-WHERE id = %(id)s AND scheduler_id = %(scheduler_id)s AND lease_expires_at > now()
+-- renew_worker_leases --
+-- Extends the leases of the workers this replica heard a heartbeat from since its last renewal,
+-- one statement per tick for all of them, each only while it still runs and the worker is this
+-- replica's: a worker left out of RETURNING lost its lease (or went elsewhere) and is not renewed.
+UPDATE lowtide.workers w
+SET lease_expires_at = now() + %(lease_ms)s * interval '1 millisecond', slots = r.slots
+FROM unnest(%(ids)s::text[], %(slots)s::int[]) AS r(id, slots)
+WHERE w.id = r.id AND w.scheduler_id = %(scheduler_id)s AND w.lease_expires_at > now()
+RETURNING w.id
 
 -- delete_worker --
 -- Forgets a worker whose stream has closed, unless it has connected to another replica meanwhile.
@@ -462,25 +493,30 @@ INSERT INTO lowtide.reservations (task_id, pool, window_start, window_end)
 SELECT * FROM unnest(%(task_ids)s::bigint[], %(pools)s::text[], %(starts)s::timestamptz[], %(ends)s::timestamptz[])
 
 -- claim_fixed_due --
--- Takes due fixed-start tasks of a pool (at their start, retries, late runs) for one worker,
--- earliest first, ahead of regular work. Cost holds never apply: the start was promised.
--- Nothing for a worker whose lease has run out.
-WITH chosen AS (
-    SELECT t.id
+-- Takes due fixed-start tasks of a pool (at their start, retries, late runs) for the workers of
+-- one dispatch group, earliest first, ahead of regular work, each recorded for the worker of its
+-- slot (see _claim_slots; the slots here include held ones). Cost holds never apply: the start
+-- was promised. Only the rows taken are locked.
+WITH {{_claim_slots}},
+due AS (
+    SELECT t.id, t.run_at
     FROM lowtide.tasks t
     WHERE t.state = 'pending' AND t.start_at IS NOT NULL AND t.pool = %(pool)s AND t.run_at <= now()
       AND t.resources IS NULL
-      AND EXISTS (SELECT 1 FROM lowtide.workers w WHERE w.id = %(worker_id)s AND w.lease_expires_at > now())
+      AND EXISTS (SELECT 1 FROM live)
       AND t.queue = ANY(%(queues)s::text[]) AND t.activity_type = ANY(%(types)s::text[])
       AND t.queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
     ORDER BY t.run_at, t.id
-    LIMIT %(limit)s
+    LIMIT (SELECT count(*) FROM slots)
     FOR UPDATE SKIP LOCKED
+),
+taken AS (
+    SELECT id, row_number() OVER (ORDER BY run_at, id) AS nth FROM due
 )
 UPDATE lowtide.tasks t
 SET {{_start_attempt}}
-FROM chosen
-WHERE t.id = chosen.id
+FROM taken JOIN slots slot USING (nth)
+WHERE t.id = taken.id
 RETURNING {{_started_attempt}}
 
 -- upcoming_fixed --
@@ -670,12 +706,14 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- claim_by_ids --
--- Marks chosen tasks running for one worker (the resource path picks them in Python); nothing
--- for a worker whose lease has run out.
+-- Marks chosen tasks running, each for its worker (the resource path picks them and their
+-- workers in Python); nothing for a worker whose lease has run out.
 UPDATE lowtide.tasks t
 SET {{_start_attempt}}
-WHERE t.id = ANY(%(ids)s::bigint[]) AND t.state = 'pending'
-  AND EXISTS (SELECT 1 FROM lowtide.workers w WHERE w.id = %(worker_id)s AND w.lease_expires_at > now())
+FROM unnest(%(ids)s::bigint[], %(slot_workers)s::text[]) AS slot(id, worker_id)
+WHERE t.id = slot.id AND t.state = 'pending'
+  AND slot.worker_id IN (SELECT w.id FROM lowtide.workers w
+                         WHERE w.id = ANY(%(slot_workers)s::text[]) AND w.lease_expires_at > now())
 RETURNING {{_started_attempt}}
 
 -- plannable_tasks --
@@ -719,3 +757,14 @@ SELECT r.window_start, r.window_end
 FROM lowtide.reservations r
 JOIN lowtide.tasks t ON t.id = r.task_id AND t.state IN ('pending', 'running')
 WHERE r.window_end > now()
+
+-- finished_among --
+-- Which of these tasks have finished (WaitTask's one check per replica for every waiter).
+SELECT id FROM lowtide.tasks
+WHERE id = ANY(%(ids)s::bigint[])
+  AND state IN ('completed', 'failed', 'cancelled', 'timed_out', 'skipped', 'shed')
+
+-- notify_finished --
+-- Tells every replica which tasks a batch of reports finished (payload: their ids, comma
+-- separated), so each resolves its WaitTask waiters at once.
+SELECT pg_notify('lowtide_done', %(payload)s)

@@ -16,12 +16,13 @@ from scheduler_service.store.fixed import FixedStore
 from scheduler_service.store.queues import QueueStore
 from scheduler_service.store.submissions import SubmissionStore, SubmissionWrites
 from scheduler_service.store.tasks import TaskStore
+from scheduler_service.store.waits import WaitStore
 from scheduler_service.store.workers import WorkerStore
 
 __all__ = ["Q", "Store", "SubmissionWrites", "attempt_of", "retry_policy_of"]
 
 
-class Store(TaskStore, ClaimStore, SubmissionStore, FixedStore, QueueStore, WorkerStore):
+class Store(TaskStore, ClaimStore, SubmissionStore, FixedStore, QueueStore, WorkerStore, WaitStore):
     def __init__(self, db: Database, *, on_unblocked: Callable[[list[UnblockedRow]], None]) -> None:
         self.db = db
         self.on_unblocked = on_unblocked

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from lowtide.db import Database, load_queries
 from scheduler_service.domain.model import Attempt, RetryPolicy
@@ -50,17 +50,7 @@ def retry_policy_of(row: AttemptColumns) -> RetryPolicy:
     )
 
 
-def attempt_of(row: AttemptColumns | Mapping[str, Any]) -> Attempt:
-    if isinstance(row, Mapping):
-        # The claims (store/claims.py) still return dicts; this path goes once they are typed.
-        policy = RetryPolicy(
-            max_attempts=row["max_attempts"],
-            initial_backoff=timedelta(milliseconds=row["initial_backoff_ms"]),
-            backoff_coefficient=row["backoff_coefficient"],
-            max_backoff=timedelta(milliseconds=row["max_backoff_ms"]),
-            non_retryable_error_types=tuple(row["non_retryable_error_types"]),
-        )
-        return Attempt(row["id"], row["attempt"], policy, fixed=row.get("start_at") is not None)
+def attempt_of(row: AttemptColumns) -> Attempt:
     return Attempt(row.id, row.attempt, retry_policy_of(row), fixed=row.start_at is not None)
 
 

@@ -1,12 +1,15 @@
-"""Claims: regular work within concurrency limits and holds, due fixed starts, and work that needs resources."""
+"""Claims: regular work within concurrency limits and holds, due fixed starts, and work that
+needs resources. Each claims for several workers at once (a dispatch group's free slots) and
+records every attempt for its own worker in the statement that starts it."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from lowtide.db.connector import Row
 from scheduler_service.domain.resources import free, pick
-from scheduler_service.domain.skiplist import plan_claim
+from scheduler_service.domain.skiplist import ClaimPlan, plan_claim
+from scheduler_service.rows.claims import ClaimedRow, ResourceCandidate, ResourceUse, RunningCount
 from scheduler_service.store.base import SEPARATOR, Q, StoreBase
 
 
@@ -14,102 +17,148 @@ class ClaimStore(StoreBase):
     async def claim(
         self,
         *,
-        worker_id: str,
+        slot_workers: Sequence[str],
         queues: Sequence[str],
         worker_types: Sequence[str],
-        limit: int,
         limits: Mapping[str, int],
         held: Mapping[str, frozenset[str]] | None = None,
         signal: float | None = None,
-    ) -> list[Row]:
-        """Claims up to `limit` tasks for one worker in one transaction.
+    ) -> list[ClaimedRow]:
+        """Claims up to one task per entry of `slot_workers` (a worker id per free slot, in the
+        order rows go to them; see domain.dispatch.hand_out) in one statement. Candidates are
+        planned for twice the slots (see claim_tasks in queries.sql), so a claim that meets
+        another still fills its slots.
 
         Types with a concurrency limit are locked and counted inside the same transaction, so
         replicas claiming at once never overshoot a limit together. `held` maps a queue to the
         types a cost hold holds on it; `signal` is recorded on each claimed task.
         """
+        limit = len(slot_workers)
+        if limit == 0:
+            return []
+        limited = sorted(t for t in worker_types if t in limits)
+        if not limited:
+            # Nothing to count first: one statement, committed on its own (no BEGIN and COMMIT
+            # round trips around it).
+            plan = plan_claim(queues, worker_types, 2 * limit, limits=limits, running={}, held=held)
+            return await self.db.fetch_as(ClaimedRow, Q["claim_tasks"], _claim_params(slot_workers, plan, signal))
         async with self.db.transaction() as tx:
-            limited = sorted(t for t in worker_types if t in limits)
-            running: dict[str, int] = {}
-            if limited:
-                await tx.execute(Q["lock_types"], {"types": limited})
-                rows = await tx.fetch(Q["count_running_by_type"], {"types": limited})
-                running = {r["activity_type"]: r["running"] for r in rows}
-            plan = plan_claim(queues, worker_types, limit, limits=limits, running=running, held=held)
+            await tx.execute(Q["lock_types"], {"types": limited})
+            counts = await tx.fetch_as(RunningCount, Q["count_running_by_type"], {"types": limited})
+            running = {r.activity_type: r.running for r in counts}
+            plan = plan_claim(queues, worker_types, 2 * limit, limits=limits, running=running, held=held)
             if plan.empty:
                 return []
-            params = {
-                "worker_id": worker_id,
-                "queues": [p[0] for p in plan.open],
-                "types": [p[1] for p in plan.open],
-                "caps": [p[2] for p in plan.open],
-                "held_queues": [p[0] for p in plan.held],
-                "held_types": [p[1] for p in plan.held],
-                "held_caps": [p[2] for p in plan.held],
-                "limit": limit,
-                "signal": signal,
-            }
-            return await tx.fetch(Q["claim_tasks"], params)
+            return await tx.fetch_as(ClaimedRow, Q["claim_tasks"], _claim_params(slot_workers, plan, signal))
 
     async def claim_fixed_due(
         self,
         *,
-        worker_id: str,
+        slot_workers: Sequence[str],
         pool: str,
         queues: Sequence[str],
         worker_types: Sequence[str],
-        limit: int,
         signal: float | None = None,
-    ) -> list[Row]:
+    ) -> list[ClaimedRow]:
+        """Claims due fixed starts of the pool, one per entry of `slot_workers` at most."""
+        if not slot_workers:
+            return []
         params = {
-            "worker_id": worker_id,
+            "slot_workers": list(slot_workers),
             "pool": pool,
             "queues": list(queues),
             "types": list(worker_types),
-            "limit": limit,
             "signal": signal,
         }
-        return await self.db.fetch(Q["claim_fixed_due"], params)
+        return await self.db.fetch_as(ClaimedRow, Q["claim_fixed_due"], params)
 
     async def claim_with_resources(
         self,
         *,
-        worker_id: str,
+        fixed_slots: Sequence[str],
+        free_slots: Sequence[str],
         pool: str,
         queues: Sequence[str],
         worker_types: Sequence[str],
         held: Mapping[str, frozenset[str]],
         capacities: Mapping[str, int],
-        limit: int,
-        room: int,
         signal: float | None = None,
-    ) -> list[Row]:
+    ) -> list[ClaimedRow]:
         """Claims due tasks that need resources, as many as fit in what is free now, in order.
-        One lock for all resources keeps replicas from granting the same amount twice."""
+        Due fixed starts among them may use held slots (`fixed_slots`: a worker id per busy-or-held
+        room), other tasks only free ones (`free_slots`). One lock for all resources keeps replicas
+        from granting the same amount twice."""
+        room = len(fixed_slots)
+        if room == 0:
+            return []
         held_pairs = [f"{queue}{SEPARATOR}{name}" for queue, names in held.items() for name in names]
         async with self.db.transaction() as tx:
             await tx.execute(Q["lock_resources"])
-            used = {r["name"]: r["used"] for r in await tx.fetch(Q["resources_in_use"])}
-            candidates = await tx.fetch(
+            used = {r.name: r.used for r in await tx.fetch_as(ResourceUse, Q["resources_in_use"])}
+            candidates = await tx.fetch_as(
+                ResourceCandidate,
                 Q["resource_candidates"],
                 {
                     "pool": pool,
                     "queues": list(queues),
                     "types": list(worker_types),
                     "held": held_pairs,
-                    "limit": max(room, 1) * 4,
+                    "limit": room * 4,
                 },
             )
-            # Due fixed starts may use held slots (room); other tasks only free ones (limit).
             available = free(capacities, used)
-            amounts = [(r["id"], {k: int(v) for k, v in r["resources"].items()}, r["fixed"]) for r in candidates]
-            chosen = pick([(i, a) for i, a, fixed in amounts if fixed], available, room)
+            amounts = [(c.id, {k: int(v) for k, v in c.resources.items()}, c.fixed) for c in candidates]
+            chosen_fixed = pick([(i, a) for i, a, fixed in amounts if fixed], available, room)
             for task_id, wants, fixed in amounts:
-                if fixed and task_id in chosen:
+                if fixed and task_id in chosen_fixed:
                     for name, amount in wants.items():
                         available[name] -= amount
+            # Fixed starts take slots first (held ones included); regular tasks the free ones left.
+            owners = list(fixed_slots[: len(chosen_fixed)])
+            left = _without(free_slots, owners)
             regular = [(i, a) for i, a, fixed in amounts if not fixed]
-            chosen += pick(regular, available, min(limit, room - len(chosen)))
+            chosen_regular = pick(regular, available, min(len(left), room - len(chosen_fixed)))
+            chosen = chosen_fixed + chosen_regular
             if not chosen:
                 return []
-            return await tx.fetch(Q["claim_by_ids"], {"ids": chosen, "worker_id": worker_id, "signal": signal})
+            params = {
+                "ids": chosen,
+                "slot_workers": owners + left[: len(chosen_regular)],
+                "signal": signal,
+            }
+            return await tx.fetch_as(ClaimedRow, Q["claim_by_ids"], params)
+
+    async def unclaim(self, rows: Sequence[ClaimedRow]) -> None:
+        """Hands claimed attempts back untouched (their worker left before they were sent)."""
+        params = {
+            "ids": [r.id for r in rows],
+            "attempts": [r.attempt for r in rows],
+            "worker_ids": [r.worker_id for r in rows],
+        }
+        await self.db.execute(Q["unclaim_tasks"], params)
+
+
+def _claim_params(slot_workers: Sequence[str], plan: ClaimPlan, signal: float | None) -> dict[str, object]:
+    return {
+        "slot_workers": list(slot_workers),
+        "queues": [p[0] for p in plan.open],
+        "types": [p[1] for p in plan.open],
+        "caps": [p[2] for p in plan.open],
+        "held_queues": [p[0] for p in plan.held],
+        "held_types": [p[1] for p in plan.held],
+        "held_caps": [p[2] for p in plan.held],
+        "signal": signal,
+    }
+
+
+def _without(slots: Sequence[str], taken: Sequence[str]) -> list[str]:
+    """`slots` less one entry of its worker for each slot in `taken` (a fixed start placed there
+    uses one of that worker's free slots)."""
+    counts = Counter(taken)
+    left = []
+    for worker in slots:
+        if counts[worker] > 0:
+            counts[worker] -= 1
+        else:
+            left.append(worker)
+    return left

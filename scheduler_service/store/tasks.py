@@ -74,12 +74,6 @@ class TaskStore(StoreBase):
         if rows:
             self.on_unblocked(rows)
 
-    async def unclaim(self, worker_id: str, attempts: Sequence[tuple[int, int]]) -> None:
-        await self.db.execute(
-            Q["unclaim_tasks"],
-            {"worker_id": worker_id, "ids": [a[0] for a in attempts], "attempts": [a[1] for a in attempts]},
-        )
-
     async def finish(self, outcomes: Sequence[tuple[Outcome, str | None]]) -> set[tuple[int, int]]:
         """Applies outcomes (each with the worker that reported it, or None for the scheduler's own
         verdicts); returns the (id, attempt) pairs that were applied. The rest were stale."""

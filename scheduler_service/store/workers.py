@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from scheduler_service.rows.fleet import DatabaseClock
+from scheduler_service.rows.leases import RenewedWorker
 from scheduler_service.store.base import Q, StoreBase, ms
 
 
@@ -34,10 +35,16 @@ class WorkerStore(StoreBase):
             },
         )
 
-    async def renew_worker(self, worker_id: str, slots: int, lease: timedelta, scheduler_id: str) -> bool:
-        """Extends the worker's lease; False when it had run out (or the worker is another replica's)."""
-        params = {"id": worker_id, "slots": slots, "lease_ms": ms(lease), "scheduler_id": scheduler_id}
-        return await self.db.execute(Q["renew_worker_lease"], params) > 0
+    async def renew_workers(self, slots: Mapping[str, int], lease: timedelta, scheduler_id: str) -> set[str]:
+        """Extends the leases of these workers (id -> its slots now) in one statement; returns the
+        ids renewed. The others had run out (or the worker is another replica's)."""
+        params = {
+            "ids": list(slots),
+            "slots": list(slots.values()),
+            "lease_ms": ms(lease),
+            "scheduler_id": scheduler_id,
+        }
+        return {row.id for row in await self.db.fetch_as(RenewedWorker, Q["renew_worker_leases"], params)}
 
     async def delete_worker(self, worker_id: str, scheduler_id: str) -> None:
         await self.db.execute(Q["delete_worker"], {"id": worker_id, "scheduler_id": scheduler_id})

@@ -1,0 +1,45 @@
+"""Central dispatch: who may share a claim, and how its rows are handed out.
+
+A replica claims for groups of sessions, not for each worker: the sessions that may run exactly
+the same work (same pool, queues and activity types, and the same types held for them) share one
+claim up to their free slots. The rows it takes go to the slots in the order `hand_out` gives,
+so no worker of a group is starved by another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    """What a session may run: sessions with equal keys share every claim."""
+
+    pool: str
+    queues: tuple[str, ...]
+    activity_types: tuple[str, ...]
+    # The worker's own cost-deferrable types (held with the signal) and the types it holds by its
+    # own predicate: both change what the hold takes out of a claim.
+    cost_deferrable: frozenset[str]
+    predicate_held: frozenset[str]
+
+
+def hand_out(free: Sequence[tuple[str, int]], start: int = 0) -> list[str]:
+    """The owner of each slot in the order a claim's rows fill them: one slot of every worker in
+    turn (from the `start`-th, so that rotating it spreads ties over rounds) while each has one
+    free. The first n rows of a claim therefore go to n different workers whenever n workers have
+    a free slot, and a worker with more free slots gets its extra rows only after every other
+    worker had its share.
+
+    `free` lists (worker id, free slots); workers with none are left out."""
+    live = [(worker, slots) for worker, slots in free if slots > 0]
+    if not live:
+        return []
+    offset = start % len(live)
+    order = live[offset:] + live[:offset]
+    owners: list[str] = []
+    most = max(slots for _, slots in order)
+    for turn in range(most):
+        owners.extend(worker for worker, slots in order if slots > turn)
+    return owners

@@ -1,0 +1,63 @@
+"""The claims' rows: each attempt a claim started, with the worker it was recorded for.
+
+Every claim (regular work, due fixed starts, work that needs resources) returns the same columns,
+the `_started_attempt` fragment of queries.sql.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRow:
+    """An attempt a claim started: what its worker is sent, and what the scheduler keeps of it."""
+
+    id: int
+    attempt: int
+    # The worker the attempt was recorded for, in the same statement that started it.
+    worker_id: str
+    queue: str
+    kind: str
+    activity_type: str
+    payload: bytes
+    max_attempts: int
+    initial_backoff_ms: int
+    backoff_coefficient: float
+    max_backoff_ms: int
+    non_retryable_error_types: list[str]
+    close_deadline: datetime | None
+    heartbeat_ms: int | None
+    priority: int
+    run_at: datetime
+    start_at: datetime | None
+    start_tolerance_ms: int | None
+    start_hit: bool | None
+    pool: str
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class RunningCount:
+    """How many attempts of a concurrency-limited type run now."""
+
+    activity_type: str
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceCandidate:
+    """A due task that needs named resources (the resource path picks among them in Python)."""
+
+    id: int
+    resources: dict[str, int]
+    fixed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceUse:
+    """How much of a named resource running attempts hold."""
+
+    name: str
+    used: int

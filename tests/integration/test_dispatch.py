@@ -1,0 +1,214 @@
+"""Central dispatch (issue 15) over real gRPC streams and a real database: workers of mixed pools,
+queues and types each get only what they may run and none starves; a burst is shared fairly
+between equal workers; an idle fleet of 1,000 streams causes no claim between the replica's polls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+
+import grpc
+import psycopg
+
+from lowtide.db import Database, apply_migrations
+from lowtide_client import Client, Worker, task_spec
+from lowtide_proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
+from scheduler_service.server import Scheduler, start_scheduler
+from scheduler_service.store import Q, Store
+from tests.conftest import make_config
+from tests.faults.support import states
+from tests.helpers import eventually
+
+# name, pool, queues, activity types
+MIXED = [
+    ("only-a", "default", ("default",), ("a",)),
+    ("a-and-b", "default", ("default",), ("a", "b")),
+    ("b-on-gpu", "gpu", ("default",), ("b",)),
+    ("c-on-q2", "default", ("q2",), ("c",)),
+    ("a-and-c-both-queues", "batch", ("default", "q2"), ("a", "c")),
+]
+PER_TYPE = 60
+
+
+def _recording(ran: dict[str, list[tuple[str, str]]], worker: str, name: str) -> Callable[[bytes], Awaitable[bytes]]:
+    """An activity that records (queue, type) for the worker; the payload starts with the queue."""
+
+    async def run(payload: bytes) -> bytes:
+        ran[worker].append((payload.decode().split(":")[0], name))
+        # Long enough that every slot is busy at once: a starved worker would show.
+        await asyncio.sleep(0.02)
+        return b""
+
+    return run
+
+
+async def test_workers_of_mixed_pools_and_types_get_only_what_they_may_run_and_none_starves(
+    scheduler: Scheduler, database_url: str
+) -> None:
+    ran: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    workers = []
+    for name, pool, queues, types in MIXED:
+        worker = Worker(target=scheduler.target, pool=pool, queues=queues, slots=2, worker_id=name)
+        for activity in types:
+            worker.register(activity, _recording(ran, name, activity))
+        workers.append(worker)
+    async with contextlib.AsyncExitStack() as stack, Client(scheduler.target) as client:
+        for worker in workers:
+            await stack.enter_async_context(worker)
+        await eventually(lambda: _registered(scheduler, len(MIXED)))
+        specs = [
+            task_spec(t, f"{q}:{i}".encode(), queue=q)
+            for t, q in (("a", "default"), ("b", "default"), ("c", "q2"))
+            for i in range(PER_TYPE)
+        ]
+        await client.submit_many(specs)
+
+        async def all_completed() -> bool:
+            return await states(database_url) == {"completed": 3 * PER_TYPE}
+
+        await eventually(all_completed, within=60, interval=0.1)
+    allowed = {name: {(q, t) for q in queues for t in types} for name, _, queues, types in MIXED}
+    for name, runs in ran.items():
+        assert set(runs) <= allowed[name], (name, set(runs) - allowed[name])
+    assert {name for name, runs in ran.items() if runs} == {name for name, *_ in MIXED}
+    assert sum(len(runs) for runs in ran.values()) == 3 * PER_TYPE
+
+
+async def _registered(scheduler: Scheduler, count: int) -> bool:
+    return len(scheduler.registry) == count
+
+
+async def test_a_burst_is_shared_fairly_between_equal_workers(scheduler: Scheduler, database_url: str) -> None:
+    tasks, count = 800, 8
+    ran: Counter[str] = Counter()
+    workers = []
+    for i in range(count):
+        worker = Worker(target=scheduler.target, slots=4, worker_id=f"equal-{i}")
+
+        async def run(payload: bytes, name: str = f"equal-{i}") -> bytes:
+            ran[name] += 1
+            await asyncio.sleep(0.01)
+            return b""
+
+        worker.register("burst", run)
+        workers.append(worker)
+    async with contextlib.AsyncExitStack() as stack, Client(scheduler.target) as client:
+        for worker in workers:
+            await stack.enter_async_context(worker)
+        await eventually(lambda: _registered(scheduler, count))
+        await client.submit_many([task_spec("burst", str(i).encode()) for i in range(tasks)])
+
+        async def all_completed() -> bool:
+            return await states(database_url) == {"completed": tasks}
+
+        await eventually(all_completed, within=60, interval=0.1)
+    share = tasks / count
+    assert sum(ran.values()) == tasks
+    # Equal workers, equally fast: each within a quarter of its fair share.
+    assert all(0.75 * share <= ran[f"equal-{i}"] <= 1.25 * share for i in range(count)), ran
+
+
+async def _idle_stream(stub: worker_pb2_grpc.WorkerServiceStub, worker_id: str) -> None:
+    hello = worker_pb2.Hello(worker_id=worker_id, slots=4, activity_types=[worker_pb2.ActivityType(name="idle")])
+    outgoing: asyncio.Queue[worker_pb2.WorkerMessage] = asyncio.Queue()
+    outgoing.put_nowait(worker_pb2.WorkerMessage(hello=hello))
+
+    async def messages() -> AsyncIterator[worker_pb2.WorkerMessage]:
+        while True:
+            yield await outgoing.get()
+
+    async for message in stub.Connect(messages()):
+        if message.WhichOneof("message") == "welcome":
+            interval = message.welcome.heartbeat_interval.ToTimedelta().total_seconds()
+            asyncio.get_running_loop().call_later(interval, _beat, outgoing, interval)
+
+
+def _beat(outgoing: asyncio.Queue[worker_pb2.WorkerMessage], interval: float) -> None:
+    outgoing.put_nowait(worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat()))
+    asyncio.get_running_loop().call_later(interval, _beat, outgoing, interval)
+
+
+async def test_a_thousand_idle_streams_cause_no_claim_between_the_replicas_polls(database_url: str) -> None:
+    # The scheduler's own counters (pg_stat_statements is not assumed to be installed): claim
+    # statements run by the dispatcher, lease renewals, and the replica's polls.
+    config = make_config(heartbeat_interval=timedelta(seconds=1), lease_timeout=timedelta(seconds=10))
+    scheduler = await start_scheduler(config, database_url=database_url)
+    fleet = 1000
+    channels = [grpc.aio.insecure_channel(scheduler.target) for _ in range(4)]
+    streams = [
+        asyncio.create_task(_idle_stream(worker_pb2_grpc.WorkerServiceStub(channels[i % 4]), f"idle-{i}"))
+        for i in range(fleet)
+    ]
+    try:
+        await eventually(lambda: _registered(scheduler, fleet), within=60)
+        dispatcher, leases = scheduler.dispatcher, scheduler.parts.leases
+        await _polls(scheduler, 1)
+        claims, renewals, polls = dispatcher.claims_run, leases.renewals, dispatcher.polls
+        await _polls(scheduler, polls + 4)
+        # One group (they may all run the same work): per poll one claim of due fixed starts and
+        # one of regular work, for all 1,000 at once (the claims of the poll counted first may
+        # run inside the window too); a claim per worker would be 4,000 or more.
+        assert dispatcher.claims_run - claims <= 2 * (dispatcher.polls - polls + 1)
+        # One renewal per tick (half the heartbeat interval) for every stream heard from.
+        ticks = (dispatcher.polls - polls) * config.scheduler.poll_interval / (config.scheduler.heartbeat_interval / 2)
+        assert leases.renewals - renewals <= ticks + 2
+        assert len(scheduler.registry) == fleet
+    finally:
+        for stream in streams:
+            stream.cancel()
+        for channel in channels:
+            await channel.close()
+        await scheduler.stop(grace=1.0)
+
+
+async def _polls(scheduler: Scheduler, at_least: int) -> None:
+    async def polled() -> bool:
+        return scheduler.dispatcher.polls >= at_least
+
+    await eventually(polled, within=30)
+
+
+async def test_a_claim_locks_only_the_rows_it_takes(database_url: str) -> None:
+    # One claim of 2 slots over two types stays open (its transaction uncommitted); a second claim
+    # of 8 slots meanwhile takes all 8 others: the first locked its 2, not 2 of each type.
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await apply_migrations(database_url)
+        for worker in ("first", "second"):
+            await conn.execute(
+                "INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at)"
+                " VALUES (%s, 'default', '{default}', '{a,b}', 8, 'test', now() + interval '1 minute')",
+                (worker,),
+            )
+        await conn.execute(
+            "INSERT INTO lowtide.tasks (queue, kind, activity_type, payload, max_attempts, initial_backoff_ms,"
+            " backoff_coefficient, max_backoff_ms)"
+            " SELECT 'default', 'activity', t, ''::bytea, 1, 1000, 2, 60000"
+            " FROM unnest(ARRAY['a', 'b']) AS t, generate_series(1, 5)"
+        )
+        db = Database(database_url, min_size=1, max_size=2)
+        await db.open()
+        try:
+            store = Store(db, on_unblocked=lambda rows: None)
+            async with db.transaction() as open_claim:
+                params = {
+                    "slot_workers": ["first", "first"],
+                    "queues": ["default", "default"],
+                    "types": ["a", "b"],
+                    "caps": [4, 4],
+                    "held_queues": [],
+                    "held_types": [],
+                    "held_caps": [],
+                    "signal": None,
+                }
+                first = await open_claim.fetch(Q["claim_tasks"], params)
+                second = await store.claim(
+                    slot_workers=["second"] * 8, queues=["default"], worker_types=["a", "b"], limits={}
+                )
+        finally:
+            await db.close()
+    assert len(first) == 2
+    assert len(second) == 8 and {r.worker_id for r in second} == {"second"}
+    assert not {r["id"] for r in first} & {r.id for r in second}
