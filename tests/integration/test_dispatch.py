@@ -194,7 +194,8 @@ async def test_a_claim_locks_only_the_rows_it_takes(database_url: str) -> None:
             store = Store(db, on_unblocked=lambda rows: None)
             async with db.transaction() as open_claim:
                 params = {
-                    "slot_workers": ["first", "first"],
+                    "workers": "first",
+                    "free": "2",
                     "queues": ["default", "default"],
                     "types": ["a", "b"],
                     "caps": [4, 4],
@@ -205,7 +206,7 @@ async def test_a_claim_locks_only_the_rows_it_takes(database_url: str) -> None:
                 }
                 first = await open_claim.fetch(Q["claim_tasks"], params)
                 second = await store.claim(
-                    slot_workers=["second"] * 8, queues=["default"], worker_types=["a", "b"], limits={}
+                    slots=[("second", 8)], queues=["default"], worker_types=["a", "b"], limits={}
                 )
         finally:
             await db.close()
