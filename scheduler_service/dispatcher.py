@@ -317,7 +317,7 @@ def assignment(row: ClaimedRow) -> worker_pb2.Assignment:
         kind=KIND_TO_PROTO[Kind(row.kind)],
         activity_type=row.activity_type,
         payload=row.payload,
-        headers=row.headers,
+        headers=row.headers or {},
     )
     if row.close_deadline is not None:
         message.start_to_close_deadline.FromDatetime(row.close_deadline)

@@ -49,6 +49,7 @@ class Maintenance:
         interval: timedelta,
         lease: timedelta,
         on_requeued: Callable[[], None],
+        on_replicas: Callable[[bool], None],
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
         schedules: ScheduleMaterializer,
@@ -66,6 +67,8 @@ class Maintenance:
         self._interval = interval.total_seconds()
         self._lease = lease
         self._on_requeued = on_requeued
+        # Told every tick whether another replica runs (see Waiters.others).
+        self._on_replicas = on_replicas
         self.leading = False
         self._ticks = 0
 
@@ -75,7 +78,9 @@ class Maintenance:
                 try:
                     # A sign of life every interval (a miss while no replica ran says so), and the
                     # leader lease taken or kept, in one statement.
-                    self.leading = await self._store.seen_and_lead(LEADER, self._holder, self._lease)
+                    check = await self._store.seen_and_lead(LEADER, self._holder, self._lease)
+                    self.leading = check.leading
+                    self._on_replicas(check.others)
                     if self.leading:
                         await self.tick()
                 except DatabaseUnavailable as error:

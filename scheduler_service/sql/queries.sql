@@ -121,7 +121,7 @@ state = 'running',
 t.id, t.attempt, t.worker_id, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
           t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
           t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
-          t.start_hit, t.pool, t.headers
+          t.start_hit, t.pool, NULLIF(t.headers, '{}'::jsonb) AS headers
 
 -- _claim_slots --
 -- The free slots a claim fills, in the order rows are handed out (domain.dispatch.hand_out): one
@@ -382,18 +382,25 @@ WHERE w.lease_expires_at < now()
 
 -- seen_and_lead --
 -- Records that this scheduler replica runs (its start, then a sign of life every maintenance
--- interval) and takes or keeps the named leader lease, in one statement; returns a row only when
--- this holder has the lease.
+-- interval) and takes or keeps the named leader lease, in one statement; says whether this holder
+-- has the lease, and whether another replica has shown a sign of life within the lease (then
+-- this one tells the others which tasks it finished, for their WaitTask waiters).
 WITH seen AS (
     INSERT INTO lowtide.scheduler_replicas (id) VALUES (%(holder)s)
     ON CONFLICT (id) DO UPDATE SET seen_at = now(), stopped = false
+),
+lead AS (
+    INSERT INTO lowtide.leader (name, holder, expires_at)
+    VALUES (%(name)s, %(holder)s, now() + %(ttl_ms)s * interval '1 millisecond')
+    ON CONFLICT (name) DO UPDATE
+    SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+    WHERE lowtide.leader.holder = EXCLUDED.holder OR lowtide.leader.expires_at < now()
+    RETURNING holder
 )
-INSERT INTO lowtide.leader (name, holder, expires_at)
-VALUES (%(name)s, %(holder)s, now() + %(ttl_ms)s * interval '1 millisecond')
-ON CONFLICT (name) DO UPDATE
-SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
-WHERE lowtide.leader.holder = EXCLUDED.holder OR lowtide.leader.expires_at < now()
-RETURNING holder
+SELECT EXISTS (SELECT 1 FROM lead) AS leading,
+       EXISTS (SELECT 1 FROM lowtide.scheduler_replicas r
+               WHERE r.id <> %(holder)s AND NOT r.stopped
+                 AND r.seen_at > now() - %(ttl_ms)s * interval '1 millisecond') AS others
 
 -- resign --
 -- Gives up the named leader lease.

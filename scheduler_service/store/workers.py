@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from scheduler_service.rows.fleet import DatabaseClock
-from scheduler_service.rows.leases import RenewedWorker
+from scheduler_service.rows.leases import LeaderCheck, RenewedWorker
 from scheduler_service.store.base import SEPARATOR, Q, StoreBase, ms
 
 
@@ -52,11 +52,12 @@ class WorkerStore(StoreBase):
     async def delete_expired_workers(self) -> None:
         await self.db.execute(Q["delete_expired_workers"])
 
-    async def seen_and_lead(self, name: str, holder: str, ttl: timedelta) -> bool:
-        """Records that the replica `holder` runs and takes or keeps the leader lease `name`;
-        True when it has it."""
+    async def seen_and_lead(self, name: str, holder: str, ttl: timedelta) -> LeaderCheck:
+        """Records that the replica `holder` runs and takes or keeps the leader lease `name`."""
         params = {"name": name, "holder": holder, "ttl_ms": ms(ttl)}
-        return await self.db.execute(Q["seen_and_lead"], params) > 0
+        check = await self.db.fetch_one_as(LeaderCheck, Q["seen_and_lead"], params)
+        assert check is not None
+        return check
 
     async def resign(self, name: str, holder: str) -> None:
         await self.db.execute(Q["resign"], {"name": name, "holder": holder})
