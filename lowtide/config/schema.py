@@ -260,4 +260,4 @@ SECTIONS: dict[str, type[Any]] = {
 }
 
 # The roles a token may have (`[[auth.tokens]]` role).
-ROLES = ("worker", "submitter", "admin")
+ROLES = ("worker", "submitter", "viewer", "admin")
