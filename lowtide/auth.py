@@ -45,10 +45,7 @@ SCHEDULER_METHODS: Mapping[str, frozenset[str]] = {
         f"/lowtide.v1.SchedulerService/{name}": frozenset({SUBMITTER, VIEWER, ADMIN})
         for name in ("GetTask", "ListTasks", "WaitTask", "ExplainTask")
     },
-    **{
-        f"/lowtide.v1.SchedulerService/{name}": frozenset({VIEWER, ADMIN})
-        for name in ("GetStatus", "ListSchedules")
-    },
+    **{f"/lowtide.v1.SchedulerService/{name}": frozenset({VIEWER, ADMIN}) for name in ("GetStatus", "ListSchedules")},
 }
 WORKER_METHODS: Mapping[str, frozenset[str]] = {"/lowtide.v1.WorkerService/Connect": frozenset({WORKER, ADMIN})}
 # Every role may read signals (workers check cost holds, submitters plan around them); only an
