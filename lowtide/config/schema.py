@@ -147,9 +147,14 @@ class SignalConfig:
     replay_file: str = ""
     # At the trace's end: start again (true), or hold its last value (false).
     replay_loop: bool = True
-    # The replay's forecast is the trace ahead times (1 + this x N(0, 1)): 0.05 is about a real
-    # grid forecast's error, and 0 hands planners the future itself.
+    # The replay's forecast error model: horizon (an error growing from replay_forecast_error_1h
+    # one hour ahead to replay_forecast_error_24h a day ahead, correlated in time, with ramps
+    # shifted in time, as real day-ahead forecasts are) or iid (the trace ahead times
+    # (1 + replay_forecast_error x N(0, 1)), independently per row; 0 hands planners the future).
+    replay_forecast_model: str = key("horizon", one_of("horizon", "iid"))
     replay_forecast_error: float = key(0.05, within(0.0, 1.0))
+    replay_forecast_error_1h: float = key(0.03, within(0.0, 1.0))
+    replay_forecast_error_24h: float = key(0.15, within(0.0, 1.0))
     # Empty base_url means the feed's public API.
     base_url: str = ""
     token: str = ""
