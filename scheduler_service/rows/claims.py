@@ -36,6 +36,13 @@ class ClaimedRow:
     start_hit: bool | None
     pool: str
     headers: dict[str, str]
+    # For the task histograms (scheduler_service/task_metrics.py).
+    created_at: datetime
+    started_at: datetime
+    released_by: str | None
+    hold_deadline: datetime | None
+    planned_release_at: datetime | None
+    signal_at_dispatch: float | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
 PYTHON_SERVICES = ["signal", "scheduler", "worker"]
 # Metrics the lead is adding with fixed-start reservations: the dashboard has their panels
 # already; they are required as soon as the scheduler's code names them.
-FIXED_START_METRICS = {"lowtide_pool_fixed_start_hit_rate", "lowtide_pool_desired_workers"}
+FIXED_START_METRICS = {"lowtide_pool_fixed_start_hit_ratio", "lowtide_pool_desired_workers"}
 _METRIC = re.compile(r"\blowtide_[a-z0-9_]+\b")
 
 
@@ -245,7 +245,7 @@ def test_dashboard_has_the_panels_operators_look_for() -> None:
         "lowtide_queue_held_depth",
         "lowtide_queue_depth",
         "lowtide_queue_running",
-        "lowtide_tasks_dispatched_total",
+        "lowtide_task_dispatched_total",
         "lowtide_cost_hold",
         *FIXED_START_METRICS,
     }
