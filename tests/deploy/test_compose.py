@@ -228,12 +228,17 @@ async def test_compose_services_serve_work_and_export_the_dashboard_metrics(stac
             exported |= await _exported(url)
         return wanted - exported
 
-    # Queue figures are read every metrics_interval (5 s by default, as compose leaves it).
+    # Queue figures are read every metrics_interval (5 s by default, as compose leaves it). Time
+    # held shows once a task was held and released: `train` is held while the replayed signal is
+    # over its threshold (the trace's median, a replayed day a minute), so one is submitted each
+    # round until one was.
     async def all_there() -> bool:
+        async with Client(scheduler) as client:
+            await client.submit("train", b"0")
         return not await missing()
 
     try:
-        await eventually(all_there, within=20, interval=0.5)
+        await eventually(all_there, within=90, interval=0.5)
     except AssertionError:
         raise AssertionError(f"the dashboard queries metrics nobody exports: {sorted(await missing())}") from None
 
