@@ -135,12 +135,10 @@ class TaskMetrics:
 
 def _sent_attempt(row: ClaimedRow, deferrable: bool) -> SentAttempt:
     return SentAttempt(
-        attempt=row.attempt,
-        created_at=row.created_at,
         run_at=row.run_at,
         started_at=row.started_at,
         released_by=row.released_by,
         hold_deadline=row.hold_deadline,
-        planned_release_at=row.planned_release_at,
+        planned_since=row.planned_since,
         deferrable=deferrable,
     )

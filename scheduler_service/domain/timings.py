@@ -27,15 +27,14 @@ class HoldEpisode:
 class SentAttempt:
     """What a claimed row says of an attempt's timing, and whether a cost hold could hold it."""
 
-    attempt: int
-    created_at: datetime
     # When the attempt became due: its submission, the end of its backoff, its dependencies'
     # end, its fixed start or its planned release.
     run_at: datetime
     started_at: datetime
     released_by: str | None
     hold_deadline: datetime | None
-    planned_release_at: datetime | None
+    # A first attempt's submission when a planned release held it (its run_at is the release).
+    planned_since: datetime | None
     # A cost hold holds its type on its queue (configured, or by the worker it was sent to).
     deferrable: bool
 
@@ -62,8 +61,8 @@ def timings(row: SentAttempt, *, sent_at: datetime, episode: HoldEpisode | None)
     deadline, `max_defer`). A task held through several episodes counts the last one only."""
     claimable = row.run_at
     held: tuple[str, float] | None = None
-    if row.planned_release_at is not None and row.attempt == 1:
-        held = (PLANNED_RELEASE, _seconds(row.run_at, row.created_at))
+    if row.planned_since is not None:
+        held = (PLANNED_RELEASE, _seconds(row.run_at, row.planned_since))
     elif row.deferrable and row.released_by == "max_defer":
         claimable = max(row.run_at, row.hold_deadline or row.run_at)
         began = row.run_at if episode is None else max(row.run_at, episode.began)

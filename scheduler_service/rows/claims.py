@@ -35,13 +35,14 @@ class ClaimedRow:
     start_tolerance_ms: int | None
     start_hit: bool | None
     pool: str
-    headers: dict[str, str]
+    # None when the task has none (an empty map is not parsed for every claimed row).
+    headers: dict[str, str] | None
     # For the task histograms (scheduler_service/task_metrics.py).
-    created_at: datetime
     started_at: datetime
     released_by: str | None
     hold_deadline: datetime | None
-    planned_release_at: datetime | None
+    # A first attempt's submission when a planned release held it, else None.
+    planned_since: datetime | None
     signal_at_dispatch: float | None
 
 
