@@ -68,20 +68,30 @@ class Forecasts:
 
 
 def replanned(
-    rows: Rows, arrivals: range, slack: int, slots: int | None, forecasts: Forecasts, *, caution: float = CAUTION
+    rows: Rows,
+    arrivals: range,
+    slack: int,
+    slots: int | None,
+    forecasts: Forecasts,
+    *,
+    caution: float = CAUTION,
+    sticky: bool = True,
 ) -> list[int]:
     times = rows.times
     pool = slots or UNBOUNDED
     started: dict[int, int] = {}
     pending: list[int] = []
+    # Each pending job's last planned start, handed to the next plan (as the scheduler does).
+    previous: dict[int, datetime] = {}
     k = arrivals.start
     while k < arrivals.stop or pending:
         if k < arrivals.stop:
             pending.append(k)
-        tasks = [PlanTask(a, times[a], times[a + slack], ROW) for a in pending]
+        tasks = [PlanTask(a, times[a], times[a + slack], ROW, previous.get(a) if sticky else None) for a in pending]
         plans = plan(
             tasks, forecasts.at(k), Capacity(pool), times[k], signal_low=False, resolution=ROW, caution=caution
         )
+        previous = {p.task_id: p.release_at for p in plans}
         due = sorted(p.task_id for p in plans if p.release_at <= times[k])
         # At most `slots` start; the tightest latest start (the earliest arrival) first.
         for a in due[:pool]:
