@@ -18,6 +18,7 @@ one process, as in the tests, keep their own), so `opentelemetry-instrument` and
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -144,8 +145,28 @@ def server_interceptors(telemetry: Telemetry) -> list[Any]:
     (compose leaves out grpc.health.v1.Health, which its health checks call every few seconds)."""
     if telemetry.tracer_provider is None:
         return []
-    from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
+    from opentelemetry.instrumentation.grpc import filters
 
     excluded = [s.strip() for s in os.environ.get("OTEL_PYTHON_GRPC_EXCLUDED_SERVICES", "").split(",") if s.strip()]
     keep = filters.negate(filters.any_of(*(filters.service_name(s) for s in excluded))) if excluded else None
-    return [aio_server_interceptor(tracer_provider=telemetry.tracer_provider, filter_=keep)]  # type: ignore[no-untyped-call]
+    return [_rpc_spans(telemetry.tracer_provider, keep)]
+
+
+def _rpc_spans(provider: TracerProvider, keep: Any) -> Any:
+    """The standard interceptor, taught one thing: a streaming handler that writes its responses
+    with `context.write` and returns (WorkerService/Connect, health's Watch) is awaited, as grpc.aio
+    does, rather than iterated (which fails every such call). Async-generator handlers are unchanged."""
+    from opentelemetry.instrumentation.grpc import _aio_server
+    from opentelemetry.instrumentation.grpc.version import __version__
+
+    class Interceptor(_aio_server.OpenTelemetryAioServerInterceptor):
+        def _intercept_aio_server_stream(self, behavior: Any, handler_call_details: Any) -> Any:
+            if inspect.isasyncgenfunction(behavior):
+                return super()._intercept_aio_server_stream(behavior, handler_call_details)  # type: ignore[no-untyped-call]
+            return self._intercept_aio_server_unary(behavior, handler_call_details)  # type: ignore[no-untyped-call]
+
+    # The tracer aio_server_interceptor() would make: the instrumentation's name and schema.
+    tracer = provider.get_tracer(
+        "opentelemetry.instrumentation.grpc", __version__, schema_url="https://opentelemetry.io/schemas/1.11.0"
+    )
+    return Interceptor(tracer, filter_=keep)  # type: ignore[no-untyped-call]

@@ -60,6 +60,8 @@ class CostHolds:
         self._clock = clock
         self.signal: SignalView | None = None
         self.state = initial_hold(policy, clock())
+        # When the last hold that ended began and ended: how long the work it held waited.
+        self.last_hold: tuple[datetime, datetime] | None = None
         self.connected = False
         # The Subscribe channel's keepalive (time, timeout in ms); None: lowtide_proto.channel's.
         self.keepalive = keepalive
@@ -102,6 +104,8 @@ class CostHolds:
         if before.active != self.state.active:
             log.info("cost_hold.changed", extra={"active": self.state.active, "reason": self.state.reason})
         if before.active and not self.state.active:
+            if before.since is not None:
+                self.last_hold = (before.since, self._clock())
             self._on_release()
         self._schedule_min_hold_check()
 

@@ -27,10 +27,12 @@ from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.convert import KIND_TO_PROTO
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.dispatch import GroupKey, hand_out
+from scheduler_service.domain.holds import time_held
 from scheduler_service.domain.model import Kind
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.sessions import Group, Registry, WorkerSession
 from scheduler_service.store import Store, attempt_of
+from scheduler_service.tracing import TaskTraces, now_ns, task_context
 
 if TYPE_CHECKING:
     from scheduler_service.fixed_starts import FixedStarts
@@ -73,6 +75,7 @@ class Dispatcher:
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
         resources: Mapping[str, int],
+        traces: TaskTraces | None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -86,6 +89,8 @@ class Dispatcher:
         self.fixed = fixed
         # Capacities of named resources ([resources]); empty: no task can ask for any.
         self.resources = dict(resources)
+        # The held and dispatch spans of traced tasks; None while tracing is off.
+        self.traces = traces
         self._claims: set[asyncio.Task[None]] = set()
         # Claim statements run, for tests and metrics (no claim may run for an idle fleet
         # between the replica's polls).
@@ -215,6 +220,7 @@ class Dispatcher:
             return fixed_full or resources_full
         key = group.key
         self.claims_run += 1
+        claimed_ns = now_ns()
         rows = await self._store.claim(
             slot_workers=owners,
             queues=key.queues,
@@ -223,7 +229,7 @@ class Dispatcher:
             held=self.held_map(key),
             signal=self.holds.value,
         )
-        sent = await self._send(members, rows)
+        sent = await self._send(members, rows, claimed_ns)
         return fixed_full or resources_full or (sent and len(rows) == len(owners))
 
     async def _claim_fixed(self, key: GroupKey, members: list[WorkerSession], polled: bool) -> bool:
@@ -236,6 +242,7 @@ class Dispatcher:
             return False
         self.fixed.due.discard(key.pool)
         self.claims_run += 1
+        claimed_ns = now_ns()
         rows = await self._store.claim_fixed_due(
             slot_workers=owners,
             pool=key.pool,
@@ -246,7 +253,7 @@ class Dispatcher:
         if not rows:
             return False
         self.fixed.dispatched([r.id for r in rows])
-        await self._send(members, rows)
+        await self._send(members, rows, claimed_ns)
         self.metrics.fixed_started(rows)
         if len(rows) == len(owners):
             self.fixed.due.add(key.pool)
@@ -262,6 +269,7 @@ class Dispatcher:
         if not fixed_slots:
             return False
         self.claims_run += 1
+        claimed_ns = now_ns()
         rows = await self._store.claim_with_resources(
             fixed_slots=fixed_slots,
             free_slots=hand_out([(s.worker_id, s.free) for s in members]),
@@ -275,13 +283,13 @@ class Dispatcher:
         if not rows:
             return False
         self.fixed.dispatched([r.id for r in rows])
-        await self._send(members, rows)
+        await self._send(members, rows, claimed_ns)
         return len(rows) == len(fixed_slots)
 
-    async def _send(self, members: list[WorkerSession], rows: list[ClaimedRow]) -> bool:
+    async def _send(self, members: list[WorkerSession], rows: list[ClaimedRow], claimed_ns: int) -> bool:
         """Hands each row to the session it was claimed for, in one message per session. Rows of a
         session that left (or was told to drain) while the claim ran go back untouched: nothing is
-        assigned after a Drain. False when any went back."""
+        assigned after a Drain. False when any went back. `claimed_ns`: when the claim began."""
         if not rows:
             return True
         sessions = {s.worker_id: s for s in members}
@@ -301,11 +309,40 @@ class Dispatcher:
             message = worker_pb2.Assignments(assignments=[assignment(row) for row in claimed])
             session.send(worker_pb2.SchedulerMessage(assignments=message))
             self.metrics.dispatched.add(len(claimed), {"pool": session.pool})
+            if self.traces is not None:
+                self._trace(session, claimed, claimed_ns)
         if back:
             await self._store.unclaim(back)
             self._registry.wake_all()
             return False
         return True
+
+    def _trace(self, session: WorkerSession, rows: list[ClaimedRow], claimed_ns: int) -> None:
+        """The spans of the traced rows just sent to the session: how long each waited on a hold
+        (if it did) and its dispatch. Their contexts stay with the session for their results."""
+        assert self.traces is not None
+        now = datetime.now(UTC)
+        for row in rows:
+            context = task_context(row.headers)
+            if context is None:
+                continue
+            session.traces[row.id] = context
+            # Workflow tasks and fixed starts are never cost-held.
+            held_type = row.activity_type in self.holds.config.for_queue(row.queue) | session.cost_deferrable
+            deferrable = held_type and row.kind != Kind.WORKFLOW.value and row.start_at is None
+            held = None
+            if row.attempt == 1:
+                held = time_held(
+                    created_at=row.created_at,
+                    claimed_at=now,
+                    planned_release_at=row.planned_release_at,
+                    deferrable=deferrable,
+                    hold=self.holds.state,
+                    last_hold=self.holds.last_hold,
+                )
+            if held is not None:
+                self.traces.held(context, row, *held)
+            self.traces.dispatched(context, row, claimed_ns)
 
 
 def assignment(row: ClaimedRow) -> worker_pb2.Assignment:

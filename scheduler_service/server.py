@@ -47,6 +47,7 @@ from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 from scheduler_service.submission import Submission
 from scheduler_service.task_control import TaskControl
+from scheduler_service.tracing import TaskTraces
 from scheduler_service.waiters import Waiters
 from scheduler_service.worker_stream import WorkerStream
 
@@ -242,6 +243,7 @@ def _build_parts(
     holds = _cost_holds(config, hold_config, parked)
     fixed = FixedStarts(store, registry, config, due)
     exported = telemetry.metrics
+    traces = None if telemetry.tracer is None else TaskTraces(telemetry.tracer)
     metrics = SchedulerMetrics(
         exported, store=store, registry=registry, holds=holds, parked=parked.__len__, config=config, fixed=fixed
     )
@@ -256,9 +258,12 @@ def _build_parts(
         fixed=fixed,
         metrics=metrics,
         resources=config.resources,
+        traces=traces,
     )
     planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
-    submission = Submission(config=config, store=store, dispatcher=dispatcher, fixed=fixed, planner=planner)
+    submission = Submission(
+        config=config, store=store, dispatcher=dispatcher, fixed=fixed, planner=planner, tracing=traces is not None
+    )
     waiters = Waiters(store)
     api = SchedulerApi(
         config=config,
@@ -270,7 +275,7 @@ def _build_parts(
         tasks=TaskControl(config=config, store=store, registry=registry, dispatcher=dispatcher),
         waiters=waiters,
     )
-    completer = Completer(store, metrics=metrics, on_applied=waiters.applied)
+    completer = Completer(store, metrics=metrics, on_applied=waiters.applied, traces=traces)
     stream = WorkerStream(
         store=store,
         registry=registry,
@@ -380,9 +385,10 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     hold_config = check_cost_config(config)
     scheduler_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
     async with contextlib.AsyncExitStack() as stack:
-        # Closed last: the spans of the calls the server ends while stopping are flushed too.
+        # Closed last: the spans of the calls the server ends while stopping are flushed too (in a
+        # thread: the export must not stop the event loop, another service of this process may run on it).
         telemetry = start_telemetry("lowtide-scheduler", config.scheduler.metrics_listen)
-        stack.callback(telemetry.shutdown)
+        stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)
         # Opened once the ports are bound (below): a database connection never holds a listen port.
         db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
         stack.push_async_callback(db.close)

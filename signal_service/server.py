@@ -185,9 +185,10 @@ async def start_signal_service(
         stack.push_async_callback(db.close)
         unit = feed.unit if feed else feed_unit(cfg)
         signals = Signals(SignalStore(db), Fanout(), definitions(config, feed_unit=unit), default=config.cost.signal)
-        # Closed last: the spans of the calls the server ends while stopping are flushed too.
+        # Closed last: the spans of the calls the server ends while stopping are flushed too (in a
+        # thread: the export must not stop the event loop, another service of this process may run on it).
         telemetry = start_telemetry("lowtide-signal", cfg.metrics_listen)
-        stack.callback(telemetry.shutdown)
+        stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)
         metrics = telemetry.metrics
         # The port first: a database connection never holds it (50052 is in the ephemeral range).
         server, health_servicer, port = _grpc_server(signals, config, telemetry)

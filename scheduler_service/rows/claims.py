@@ -36,6 +36,8 @@ class ClaimedRow:
     start_hit: bool | None
     pool: str
     headers: dict[str, str]
+    created_at: datetime
+    planned_release_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,11 +117,12 @@ state = 'running',
 
 -- _started_attempt --
 -- What every claim returns of each attempt it started (a ClaimedRow, scheduler_service/rows/claims.py):
--- what the worker is sent, its worker, and its timing.
+-- what the worker is sent, its worker, and its timing (created_at and planned_release_at say how
+-- long it waited, for its trace).
 t.id, t.attempt, t.worker_id, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
           t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
           t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
-          t.start_hit, t.pool, t.headers
+          t.start_hit, t.pool, t.headers, t.created_at, t.planned_release_at
 
 -- _claim_slots --
 -- The free slots a claim fills, in the order rows are handed out: one entry of %(slot_workers)s
