@@ -115,7 +115,6 @@ def _metric_reader(environ: Mapping[str, str]) -> MetricReader:
 def start_telemetry(service: str, metrics_listen: str, environ: Mapping[str, str] | None = None) -> Telemetry:
     """The service's providers, as the environment configures them (see the module's doc)."""
     environ = os.environ if environ is None else environ
-    traces = exporters("OTEL_TRACES_EXPORTER", TRACES_EXPORTERS, "none", environ)
     wanted = exporters("OTEL_METRICS_EXPORTER", METRICS_EXPORTERS, "prometheus", environ)
     described = resource(service)
     readers = [_metric_reader(environ)] if "otlp" in wanted else []
@@ -123,20 +122,30 @@ def start_telemetry(service: str, metrics_listen: str, environ: Mapping[str, str
         service, metrics_listen, resource=described, prometheus="prometheus" in wanted, readers=readers
     )
     telemetry = Telemetry(described, exported)
-    if "otlp" in traces:
-        try:
-            provider = TracerProvider(resource=described)
-            telemetry.span_exporter = _span_exporter(environ)
-            provider.add_span_processor(BatchSpanProcessor(telemetry.span_exporter))
-        except Exception:
-            exported.shutdown()
-            raise
-        telemetry.tracer_provider = provider
-        if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-            trace.set_tracer_provider(provider)
+    try:
+        traced = start_tracing(described, environ)
+    except Exception:
+        exported.shutdown()
+        raise
+    if traced is not None:
+        telemetry.tracer_provider, telemetry.span_exporter = traced
     if not isinstance(metrics.get_meter_provider(), MeterProvider):
         metrics.set_meter_provider(exported.provider)
     return telemetry
+
+
+def start_tracing(described: Resource, environ: Mapping[str, str] | None = None) -> tuple[TracerProvider, Any] | None:
+    """A tracer provider exporting (batched) as OTEL_TRACES_EXPORTER says, made the global one
+    unless one is set already, and its exporter; None while tracing is off (the default)."""
+    environ = os.environ if environ is None else environ
+    if "otlp" not in exporters("OTEL_TRACES_EXPORTER", TRACES_EXPORTERS, "none", environ):
+        return None
+    exporter = _span_exporter(environ)
+    provider = TracerProvider(resource=described)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        trace.set_tracer_provider(provider)
+    return provider, exporter
 
 
 def server_interceptors(telemetry: Telemetry) -> list[Any]:
