@@ -121,7 +121,7 @@ async def _claim_latency(url: str, held_rows: int) -> list[float]:
         for _ in range(CLAIMS):
             t0 = time.perf_counter()
             rows = await store.claim(
-                slot_workers=["bench"] * 10,
+                slots=[("bench", 10)],
                 queues=["default"],
                 worker_types=["echo", "train"],
                 limits={},

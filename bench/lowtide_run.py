@@ -4,9 +4,9 @@
   are started and connected first; then N tasks are submitted in batches of 1,000 while the
   workers run, and the clock runs from the first submit to the last completion (submit ->
   complete, end to end).
-- `drain_tasks_per_s`: the same N tasks submitted while no worker is connected, then the
-  workers connect; the clock runs from their connecting until the last completion — the
-  method the peers are measured with.
+- `drain_tasks_per_s`: the same N tasks submitted to a paused queue, the workers connected,
+  then the queue resumed; the clock runs from the resume until the last completion — the
+  method the peers are measured with (workers released together, start-up not counted).
 - `dispatch_latency_ms`: on an idle queue, one task at a time: the time from the task's row
   being committed (`created_at`) to its claim (`started_at`), both by the database clock;
   plus the submit -> result round trip seen by the client.
@@ -135,17 +135,20 @@ async def _throughput(database_url: str, tasks: int) -> dict[str, float]:
 async def drain(
     database_url: str, tasks: int, *, processes: int = WORKERS, per_process: int = 1, slots: int = SLOTS
 ) -> dict[str, float]:
-    """Submits `tasks` with no worker connected, then starts `processes` worker processes: the
-    demo worker (one stream each) when `per_process` is 1, else `bench.drain_workers` with
-    `per_process` streams each; `slots` per stream."""
+    """Submits `tasks` to a paused queue, starts `processes` worker processes (the demo worker, one
+    stream each, when `per_process` is 1, else `bench.drain_workers` with `per_process` streams
+    each; `slots` per stream), and once every stream is connected resumes the queue: the clock runs
+    from the resume to the last completion, so process start-up is not counted whatever the shape
+    (the peers' workers are released together the same way, see bench._fleet)."""
     async with (
         _services(database_url) as (target, env, processes_run),
         await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn,
+        Client(target) as client,
     ):
-        async with Client(target) as client:
-            specs = [task_spec("echo", b"") for _ in range(tasks)]
-            for i in range(0, tasks, 1000):
-                await client.submit_many(specs[i : i + 1000])
+        await client.pause_queue("default")
+        specs = [task_spec("echo", b"") for _ in range(tasks)]
+        for i in range(0, tasks, 1000):
+            await client.submit_many(specs[i : i + 1000])
         for _ in range(processes):
             if per_process == 1:
                 worker = await _spawn(env, "demo-worker", "--target", target, "--types", "echo", "--slots", str(slots))
@@ -160,9 +163,9 @@ async def drain(
                     env=_bench_env(env),
                 )
             processes_run.append(worker)
-        # The clock starts when the first worker has connected (process start-up excluded).
-        await _wait_for(conn, "SELECT count(*) FROM lowtide.workers", 1, 60)
+        await _wait_for(conn, "SELECT count(*) FROM lowtide.workers", processes * per_process, 120)
         started = time.perf_counter()
+        await client.resume_queue("default")
         done = await _wait_for(conn, "SELECT count(*) FROM lowtide.tasks WHERE state = 'completed'", tasks, 600)
     return {"drain_tasks_per_s": round(tasks / (done - started)), "drain_seconds": round(done - started, 3)}
 

@@ -179,11 +179,12 @@ class CostHolds:
         start at the next interval. A new version tells the planner to plan again."""
         feed = self._feed_forecast
         now = self._clock()
-        pairs = [] if feed is None else [(p.at.ToDatetime(tzinfo=UTC), p.value) for p in feed.points]
-        pairs = [(at, value) for at, value in pairs if at > now]
-        if state.HasField("value"):
-            pairs.insert(0, (now, state.value))
-        forecast = Forecast.of(pairs) if len(pairs) > 1 else None
+        # Each point with its expected error, when the feed states one (0: planned on as given).
+        points = [] if feed is None else [(p.at.ToDatetime(tzinfo=UTC), p.value, p.expected_error) for p in feed.points]
+        ahead = [(at, value, error) for at, value, error in points if at > now]
+        # The current value is known: it states no error.
+        known = [(now, state.value, 0.0)] if state.HasField("value") else []
+        forecast = Forecast.of(known + ahead) if len(known) + len(ahead) > 1 else None
         if forecast != self.forecast:
             self.forecast = forecast
             self.forecast_source = feed.source if feed is not None and forecast is not None else ""

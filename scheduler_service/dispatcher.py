@@ -26,7 +26,7 @@ from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.convert import KIND_TO_PROTO
 from scheduler_service.cost import CostHolds
-from scheduler_service.domain.dispatch import GroupKey, hand_out
+from scheduler_service.domain.dispatch import GroupKey, hand_out, rotated
 from scheduler_service.domain.holds import time_held
 from scheduler_service.domain.model import Kind
 from scheduler_service.rows.claims import ClaimedRow
@@ -211,18 +211,20 @@ class Dispatcher:
         if not members:
             return False
         fixed_full = await self._claim_fixed(group.key, members, polled)
-        for session in members:
-            self.fixed.offer_slots(session)
+        if self.fixed.upcoming:
+            for session in members:
+                self.fixed.offer_slots(session)
         resources_full = await self._claim_with_resources(group.key, members)
-        owners = hand_out([(s.worker_id, s.free) for s in members], group.turn)
+        slots = rotated([(s.worker_id, s.free) for s in members], group.turn)
         group.turn += 1
-        if not owners:
+        if not slots:
             return fixed_full or resources_full
         key = group.key
         self.claims_run += 1
         claimed_ns = now_ns()
+        wanted = sum(free for _, free in slots)
         rows = await self._store.claim(
-            slot_workers=owners,
+            slots=slots,
             queues=key.queues,
             worker_types=key.activity_types,
             limits=self._limits,
@@ -230,21 +232,21 @@ class Dispatcher:
             signal=self.holds.value,
         )
         sent = await self._send(members, rows, claimed_ns)
-        return fixed_full or resources_full or (sent and len(rows) == len(owners))
+        return fixed_full or resources_full or (sent and len(rows) == wanted)
 
     async def _claim_fixed(self, key: GroupKey, members: list[WorkerSession], polled: bool) -> bool:
         """Claims due fixed-start tasks of the group's pool into its busy-or-held room; True
         when the batch came back full (more may be due)."""
         if not (polled or key.pool in self.fixed.due):
             return False
-        owners = hand_out([(s.worker_id, s.room) for s in members])
-        if not owners:
+        slots = rotated([(s.worker_id, s.room) for s in members])
+        if not slots:
             return False
         self.fixed.due.discard(key.pool)
         self.claims_run += 1
         claimed_ns = now_ns()
         rows = await self._store.claim_fixed_due(
-            slot_workers=owners,
+            slots=slots,
             pool=key.pool,
             queues=key.queues,
             worker_types=key.activity_types,
@@ -255,7 +257,7 @@ class Dispatcher:
         self.fixed.dispatched([r.id for r in rows])
         await self._send(members, rows, claimed_ns)
         self.metrics.fixed_started(rows)
-        if len(rows) == len(owners):
+        if len(rows) == sum(room for _, room in slots):
             self.fixed.due.add(key.pool)
             return True
         return False
@@ -352,7 +354,7 @@ def assignment(row: ClaimedRow) -> worker_pb2.Assignment:
         kind=KIND_TO_PROTO[Kind(row.kind)],
         activity_type=row.activity_type,
         payload=row.payload,
-        headers=row.headers,
+        headers=row.headers or {},
     )
     if row.close_deadline is not None:
         message.start_to_close_deadline.FromDatetime(row.close_deadline)

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("lowtide.scheduler.maintenance")
 
 LEADER = "scheduler.maintenance"
+# Every this many ticks the leader forgets expired workers and long-gone replicas.
+HOUSEKEEPING = 10
 
 _MESSAGES = {
     "StartToCloseTimeout": "the attempt ran past its start_to_close timeout",
@@ -47,6 +49,7 @@ class Maintenance:
         interval: timedelta,
         lease: timedelta,
         on_requeued: Callable[[], None],
+        on_replicas: Callable[[bool], None],
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
         schedules: ScheduleMaterializer,
@@ -64,15 +67,20 @@ class Maintenance:
         self._interval = interval.total_seconds()
         self._lease = lease
         self._on_requeued = on_requeued
+        # Told every tick whether another replica runs (see Waiters.others).
+        self._on_replicas = on_replicas
         self.leading = False
+        self._ticks = 0
 
     async def run(self) -> None:
         try:
             while True:
                 try:
-                    # A sign of life every interval: a miss while no replica ran says so.
-                    await self._store.replica_seen(self._holder)
-                    self.leading = await self._store.try_lead(LEADER, self._holder, self._lease)
+                    # A sign of life every interval (a miss while no replica ran says so), and the
+                    # leader lease taken or kept, in one statement.
+                    check = await self._store.seen_and_lead(LEADER, self._holder, self._lease)
+                    self.leading = check.leading
+                    self._on_replicas(check.others)
                     if self.leading:
                         await self.tick()
                 except DatabaseUnavailable as error:
@@ -109,8 +117,11 @@ class Maintenance:
                         holder.cancel([ref])
             log.info("maintenance.attempts_ended", extra={"count": len(applied)})
             self._on_requeued()
-        await self._store.delete_expired_workers()
-        await self._store.forget_replicas()
+        self._ticks += 1
+        if self._ticks % HOUSEKEEPING == 0:
+            # Rows nothing reads any more (expired workers are filtered out everywhere): no hurry.
+            await self._store.delete_expired_workers()
+            await self._store.forget_replicas()
 
     async def _apply_misses(self) -> None:
         """Fixed starts not started by start + tolerance: skip, or run late (due at once)."""

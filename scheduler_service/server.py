@@ -301,6 +301,7 @@ def _build_parts(
         interval=cfg.maintenance_interval,
         lease=cfg.leader_lease,
         on_requeued=registry.wake_all,
+        on_replicas=waiters.others_running,
         fixed=fixed,
         metrics=metrics,
         schedules=ScheduleMaterializer(store, config),

@@ -67,7 +67,9 @@ class WorkerSession:
         # The worker's own cost-deferrable types (held with the signal), and the types it holds
         # by its own predicate (HoldUpdate), whatever the signal says.
         self.cost_deferrable: frozenset[str] = frozenset()
-        self.predicate_held: frozenset[str] = frozenset()
+        self._predicate_held: frozenset[str] = frozenset()
+        # Its own held types changed since the registry last put it in its group.
+        self.regroup = False
         # Fixed-start tasks this worker keeps a slot idle for (see fixed_starts.py).
         self.held: set[int] = set()
         # When each in-flight attempt was sent (loop time), for the pool's run-time samples.
@@ -101,6 +103,15 @@ class WorkerSession:
             self.end_error = error
         self.draining = True
         self.ended.set()
+
+    @property
+    def predicate_held(self) -> frozenset[str]:
+        return self._predicate_held
+
+    @predicate_held.setter
+    def predicate_held(self, value: frozenset[str]) -> None:
+        self._predicate_held = value
+        self.regroup = True
 
     def key(self) -> GroupKey:
         """What it may run now: sessions with equal keys share every claim."""
@@ -226,11 +237,14 @@ class Registry:
         joined (its own held types did) moves to its new group first, which is asked to claim."""
         out = []
         for session in list(group.members.values()):
-            if session.key() != group.key:
-                self._leave(session)
-                self._join(session)
-                self.want(session)
-            elif not (session.closed or session.draining):
+            if session.regroup:
+                session.regroup = False
+                if session.key() != group.key:
+                    self._leave(session)
+                    self._join(session)
+                    self.want(session)
+                    continue
+            if not (session.closed or session.draining):
                 out.append(session)
         return out
 

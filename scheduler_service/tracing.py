@@ -41,9 +41,9 @@ def with_trace_context(tasks: Sequence[NewTask]) -> Sequence[NewTask]:
     ]
 
 
-def task_context(headers: Mapping[str, str]) -> Context | None:
+def task_context(headers: Mapping[str, str] | None) -> Context | None:
     """The trace context a task's headers carry, or None."""
-    if "traceparent" not in headers:
+    if not headers or "traceparent" not in headers:
         return None
     context = W3C.extract(headers)
     return context if trace.get_current_span(context).get_span_context().is_valid else None

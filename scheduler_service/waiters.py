@@ -1,7 +1,8 @@
 """WaitTask's waiters: one future per waiting call, by task id.
 
 A waiter is resolved by what finishes its task: this replica's completer with the ids it applied,
-a NOTIFY (lowtide_done) from another replica's completer with its ids, a cancel here. Whatever else
+a NOTIFY (lowtide_done) from another replica's completer with its ids (sent only while another
+replica runs), a cancel here. Whatever else
 finishes a task (a timeout the leader applies, a cancel on another replica, shedding) is found by
 one check per replica every FALLBACK seconds for all waited ids at once, never a query per waiter,
 and nothing at all while no one waits.
@@ -31,6 +32,12 @@ class Waiters:
         # Finished ids to announce to the other replicas, gathered while a NOTIFY is being sent.
         self._announce: list[int] = []
         self._announcing = asyncio.Event()
+        # Whether another replica runs (maintenance learns it every tick): only then are finished
+        # tasks announced, so a lone replica sends no NOTIFY per batch.
+        self.others = False
+
+    def others_running(self, others: bool) -> None:
+        self.others = others
 
     def __len__(self) -> int:
         return sum(len(futures) for futures in self._waiting.values())
@@ -66,8 +73,9 @@ class Waiters:
         if not ids:
             return
         self.finished(ids)
-        self._announce.extend(ids)
-        self._announcing.set()
+        if self.others:
+            self._announce.extend(ids)
+            self._announcing.set()
 
     async def announce(self) -> None:
         """Sends the finished ids to every replica, until cancelled."""

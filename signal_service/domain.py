@@ -43,10 +43,12 @@ class Reading:
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """A value at a time: one entry of a history or a forecast."""
+    """A value at a time: one entry of a history or a forecast. A forecast point may state its
+    expected relative error (one standard deviation: 0.05 is 5 %)."""
 
     at: datetime
     value: float
+    expected_error: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,12 +53,17 @@ class ForecastRow:
     name: str
     forecast_at: list[datetime]
     forecast_value: list[float]
+    forecast_expected_error: list[float | None]
     forecast_source: str
     forecast_version: int
     forecast_issued_at: datetime | None
 
     def forecast(self) -> SignalForecast:
-        points = tuple(Point(at, value) for at, value in zip(self.forecast_at, self.forecast_value, strict=True))
+        errors = self.forecast_expected_error or [None] * len(self.forecast_at)
+        points = tuple(
+            Point(at, value, error)
+            for at, value, error in zip(self.forecast_at, self.forecast_value, errors, strict=True)
+        )
         return SignalForecast(
             name=self.name,
             points=points,

@@ -95,6 +95,8 @@ class SignalStore:
             "name": name,
             "at": [p.at for p in points],
             "values": [p.value for p in points],
+            # NULL elements where a point has none; empty when none has one.
+            "errors": [p.expected_error for p in points] if any(p.expected_error is not None for p in points) else [],
             "source": source,
         }
         async with self.db.transaction() as tx:

@@ -147,9 +147,14 @@ class SignalConfig:
     replay_file: str = ""
     # At the trace's end: start again (true), or hold its last value (false).
     replay_loop: bool = True
-    # The replay's forecast is the trace ahead times (1 + this x N(0, 1)): 0.05 is about a real
-    # grid forecast's error, and 0 hands planners the future itself.
+    # The replay's forecast error model: horizon (an error growing from replay_forecast_error_1h
+    # one hour ahead to replay_forecast_error_24h a day ahead, correlated in time, with ramps
+    # shifted in time, as real day-ahead forecasts are) or iid (the trace ahead times
+    # (1 + replay_forecast_error x N(0, 1)), independently per row; 0 hands planners the future).
+    replay_forecast_model: str = key("horizon", one_of("horizon", "iid"))
     replay_forecast_error: float = key(0.05, within(0.0, 1.0))
+    replay_forecast_error_1h: float = key(0.03, within(0.0, 1.0))
+    replay_forecast_error_24h: float = key(0.15, within(0.0, 1.0))
     # Empty base_url means the feed's public API.
     base_url: str = ""
     token: str = ""
@@ -191,6 +196,18 @@ class SignalDefinition:
 
     unit: str = "gCO2/kWh"
     threshold: float = key(400.0, finite)
+
+
+@dataclass(frozen=True)
+class ConsoleConfig:
+    """The web console (`lowtide console`): a client of both services' gRPC APIs."""
+
+    # Empty: `lowtide up` starts no console.
+    listen: str = key("127.0.0.1:8080", listen_address_or_off)
+    scheduler_target: str = key("127.0.0.1:50051", grpc_target)
+    signal_target: str = key("127.0.0.1:50052", grpc_target)
+    # How often an open page asks for fresh numbers.
+    refresh: timedelta = key(3 * S, within(500 * MS, 1 * MIN))
 
 
 @dataclass(frozen=True)
@@ -237,6 +254,7 @@ class Config:
     cost: CostConfig = field(default_factory=CostConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)
     types: Mapping[str, TypeConfig] = field(default_factory=dict)
     signals: Mapping[str, SignalDefinition] = field(default_factory=dict)
     queues: Mapping[str, QueueConfig] = field(default_factory=dict)
@@ -257,7 +275,8 @@ SECTIONS: dict[str, type[Any]] = {
     "signal": SignalConfig,
     "cost": CostConfig,
     "tls": TlsConfig,
+    "console": ConsoleConfig,
 }
 
 # The roles a token may have (`[[auth.tokens]]` role).
-ROLES = ("worker", "submitter", "admin")
+ROLES = ("worker", "submitter", "viewer", "admin")

@@ -25,6 +25,17 @@ class GroupKey:
     predicate_held: frozenset[str]
 
 
+def rotated(free: Sequence[tuple[str, int]], start: int = 0) -> list[tuple[str, int]]:
+    """The workers with a free slot, from the `start`-th on (and round): the order `hand_out`
+    gives each turn. A claim passes this, not one entry per slot; the SQL expands it the same way
+    (queries.sql, _claim_slots)."""
+    live = [(worker, slots) for worker, slots in free if slots > 0]
+    if not live:
+        return []
+    offset = start % len(live)
+    return live[offset:] + live[:offset]
+
+
 def hand_out(free: Sequence[tuple[str, int]], start: int = 0) -> list[str]:
     """The owner of each slot in the order a claim's rows fill them: one slot of every worker in
     turn (from the `start`-th, so that rotating it spreads ties over rounds) while each has one
@@ -33,11 +44,9 @@ def hand_out(free: Sequence[tuple[str, int]], start: int = 0) -> list[str]:
     worker had its share.
 
     `free` lists (worker id, free slots); workers with none are left out."""
-    live = [(worker, slots) for worker, slots in free if slots > 0]
-    if not live:
+    order = rotated(free, start)
+    if not order:
         return []
-    offset = start % len(live)
-    order = live[offset:] + live[:offset]
     owners: list[str] = []
     most = max(slots for _, slots in order)
     for turn in range(most):

@@ -35,7 +35,8 @@ class ClaimedRow:
     start_tolerance_ms: int | None
     start_hit: bool | None
     pool: str
-    headers: dict[str, str]
+    # None when the task has none (an empty map is not parsed for every claimed row).
+    headers: dict[str, str] | None
     created_at: datetime
     planned_release_at: datetime | None
 

@@ -10,3 +10,12 @@ class RenewedWorker:
     """A worker whose lease a renewal extended."""
 
     id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderCheck:
+    """What the maintenance loop learns each tick: whether this replica leads, and whether another
+    replica runs."""
+
+    leading: bool
+    others: bool

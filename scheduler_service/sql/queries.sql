@@ -122,20 +122,29 @@ state = 'running',
 t.id, t.attempt, t.worker_id, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
           t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
           t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
-          t.start_hit, t.pool, t.headers, t.created_at, t.planned_release_at
+          t.start_hit, t.pool, NULLIF(t.headers, '{}'::jsonb) AS headers, t.created_at, t.planned_release_at
 
 -- _claim_slots --
--- The free slots a claim fills, in the order rows are handed out: one entry of %(slot_workers)s
--- per slot (the dispatcher interleaves the workers fairly), numbered from 1, leaving out every
--- worker whose lease has run out, so none of them gets a row until it is heard from again.
+-- The free slots a claim fills, in the order rows are handed out (domain.dispatch.hand_out): one
+-- slot of every worker of %(workers)s in turn (the dispatcher rotates who is first), while each
+-- has one of its %(free)s left, numbered from 1. Both lists come as one string each (ids joined
+-- by E'\x1f', which no worker id contains; counts by commas): a thousand workers are two
+-- parameters, not two thousand array elements to encode. Workers whose lease has run out are left
+-- out, so none of them gets a row until it is heard from again.
+given AS (
+    SELECT s.worker_id, s.free, s.ord
+    FROM unnest(string_to_array(%(workers)s::text, E'\x1f'), string_to_array(%(free)s::text, ',')::int[])
+         WITH ORDINALITY AS s(worker_id, free, ord)
+),
 live AS (
     SELECT w.id FROM lowtide.workers w
-    WHERE w.id = ANY(%(slot_workers)s::text[]) AND w.lease_expires_at > now()
+    WHERE w.id IN (SELECT worker_id FROM given) AND w.lease_expires_at > now()
 ),
 slots AS (
-    SELECT s.worker_id, row_number() OVER (ORDER BY s.ord) AS nth
-    FROM unnest(%(slot_workers)s::text[]) WITH ORDINALITY AS s(worker_id, ord)
-    WHERE s.worker_id IN (SELECT id FROM live)
+    SELECT g.worker_id, row_number() OVER (ORDER BY k.turn, g.ord) AS nth
+    FROM given g
+    CROSS JOIN LATERAL generate_series(1, g.free) AS k(turn)
+    WHERE g.worker_id IN (SELECT id FROM live)
 )
 
 -- claim_tasks --
@@ -355,9 +364,10 @@ SET pool = EXCLUDED.pool, queues = EXCLUDED.queues, activity_types = EXCLUDED.ac
 -- Extends the leases of the workers this replica heard a heartbeat from since its last renewal,
 -- one statement per tick for all of them, each only while it still runs and the worker is this
 -- replica's: a worker left out of RETURNING lost its lease (or went elsewhere) and is not renewed.
+-- Ids come joined by E'\x1f' and slot counts by commas (two parameters for any number of workers).
 UPDATE lowtide.workers w
 SET lease_expires_at = now() + %(lease_ms)s * interval '1 millisecond', slots = r.slots
-FROM unnest(%(ids)s::text[], %(slots)s::int[]) AS r(id, slots)
+FROM unnest(string_to_array(%(ids)s::text, E'\x1f'), string_to_array(%(slots)s::text, ',')::int[]) AS r(id, slots)
 WHERE w.id = r.id AND w.scheduler_id = %(scheduler_id)s AND w.lease_expires_at > now()
 RETURNING w.id
 
@@ -371,23 +381,31 @@ DELETE FROM lowtide.workers w
 WHERE w.lease_expires_at < now()
   AND NOT EXISTS (SELECT 1 FROM lowtide.tasks t WHERE t.state = 'running' AND t.worker_id = w.id)
 
--- try_lead --
--- Takes or keeps the named leader lease; returns a row only when this holder has it.
-INSERT INTO lowtide.leader (name, holder, expires_at)
-VALUES (%(name)s, %(holder)s, now() + %(ttl_ms)s * interval '1 millisecond')
-ON CONFLICT (name) DO UPDATE
-SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
-WHERE lowtide.leader.holder = EXCLUDED.holder OR lowtide.leader.expires_at < now()
-RETURNING holder
+-- seen_and_lead --
+-- Records that this scheduler replica runs (its start, then a sign of life every maintenance
+-- interval) and takes or keeps the named leader lease, in one statement; says whether this holder
+-- has the lease, and whether another replica has shown a sign of life within the lease (then
+-- this one tells the others which tasks it finished, for their WaitTask waiters).
+WITH seen AS (
+    INSERT INTO lowtide.scheduler_replicas (id) VALUES (%(holder)s)
+    ON CONFLICT (id) DO UPDATE SET seen_at = now(), stopped = false
+),
+lead AS (
+    INSERT INTO lowtide.leader (name, holder, expires_at)
+    VALUES (%(name)s, %(holder)s, now() + %(ttl_ms)s * interval '1 millisecond')
+    ON CONFLICT (name) DO UPDATE
+    SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+    WHERE lowtide.leader.holder = EXCLUDED.holder OR lowtide.leader.expires_at < now()
+    RETURNING holder
+)
+SELECT EXISTS (SELECT 1 FROM lead) AS leading,
+       EXISTS (SELECT 1 FROM lowtide.scheduler_replicas r
+               WHERE r.id <> %(holder)s AND NOT r.stopped
+                 AND r.seen_at > now() - %(ttl_ms)s * interval '1 millisecond') AS others
 
 -- resign --
 -- Gives up the named leader lease.
 DELETE FROM lowtide.leader WHERE name = %(name)s AND holder = %(holder)s
-
--- replica_seen --
--- Records that this scheduler replica runs: its start, then a sign of life every maintenance interval.
-INSERT INTO lowtide.scheduler_replicas (id) VALUES (%(id)s)
-ON CONFLICT (id) DO UPDATE SET seen_at = now(), stopped = false
 
 -- replica_stopped --
 -- Records that this scheduler replica stopped (cleanly) now.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -41,12 +42,27 @@ class AttemptColumns(Protocol):
 
 
 def retry_policy_of(row: AttemptColumns) -> RetryPolicy:
+    return _retry_policy(
+        row.max_attempts,
+        row.initial_backoff_ms,
+        row.backoff_coefficient,
+        row.max_backoff_ms,
+        tuple(row.non_retryable_error_types),
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _retry_policy(
+    max_attempts: int, initial_ms: int, coefficient: float, max_ms: int, non_retryable: tuple[str, ...]
+) -> RetryPolicy:
+    # Shared between the attempts that have the same policy (most do): one frozen value, not one
+    # per claimed task.
     return RetryPolicy(
-        max_attempts=row.max_attempts,
-        initial_backoff=timedelta(milliseconds=row.initial_backoff_ms),
-        backoff_coefficient=row.backoff_coefficient,
-        max_backoff=timedelta(milliseconds=row.max_backoff_ms),
-        non_retryable_error_types=tuple(row.non_retryable_error_types),
+        max_attempts=max_attempts,
+        initial_backoff=timedelta(milliseconds=initial_ms),
+        backoff_coefficient=coefficient,
+        max_backoff=timedelta(milliseconds=max_ms),
+        non_retryable_error_types=non_retryable,
     )
 
 

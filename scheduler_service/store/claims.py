@@ -17,15 +17,16 @@ class ClaimStore(StoreBase):
     async def claim(
         self,
         *,
-        slot_workers: Sequence[str],
+        slots: Sequence[tuple[str, int]],
         queues: Sequence[str],
         worker_types: Sequence[str],
         limits: Mapping[str, int],
         held: Mapping[str, frozenset[str]] | None = None,
         signal: float | None = None,
     ) -> list[ClaimedRow]:
-        """Claims up to one task per entry of `slot_workers` (a worker id per free slot, in the
-        order rows go to them; see domain.dispatch.hand_out) in one statement. Candidates are
+        """Claims up to one task per free slot of `slots` ((worker id, free slots), in the order
+        of domain.dispatch.rotated: rows go to them as domain.dispatch.hand_out says) in one
+        statement. Candidates are
         planned for twice the slots (see claim_tasks in queries.sql), so a claim that meets
         another still fills its slots.
 
@@ -33,7 +34,7 @@ class ClaimStore(StoreBase):
         replicas claiming at once never overshoot a limit together. `held` maps a queue to the
         types a cost hold holds on it; `signal` is recorded on each claimed task.
         """
-        limit = len(slot_workers)
+        limit = sum(free for _, free in slots)
         if limit == 0:
             return []
         limited = sorted(t for t in worker_types if t in limits)
@@ -41,7 +42,7 @@ class ClaimStore(StoreBase):
             # Nothing to count first: one statement, committed on its own (no BEGIN and COMMIT
             # round trips around it).
             plan = plan_claim(queues, worker_types, 2 * limit, limits=limits, running={}, held=held)
-            return await self.db.fetch_as(ClaimedRow, Q["claim_tasks"], _claim_params(slot_workers, plan, signal))
+            return await self.db.fetch_as(ClaimedRow, Q["claim_tasks"], _claim_params(slots, plan, signal))
         async with self.db.transaction() as tx:
             await tx.execute(Q["lock_types"], {"types": limited})
             counts = await tx.fetch_as(RunningCount, Q["count_running_by_type"], {"types": limited})
@@ -49,22 +50,22 @@ class ClaimStore(StoreBase):
             plan = plan_claim(queues, worker_types, 2 * limit, limits=limits, running=running, held=held)
             if plan.empty:
                 return []
-            return await tx.fetch_as(ClaimedRow, Q["claim_tasks"], _claim_params(slot_workers, plan, signal))
+            return await tx.fetch_as(ClaimedRow, Q["claim_tasks"], _claim_params(slots, plan, signal))
 
     async def claim_fixed_due(
         self,
         *,
-        slot_workers: Sequence[str],
+        slots: Sequence[tuple[str, int]],
         pool: str,
         queues: Sequence[str],
         worker_types: Sequence[str],
         signal: float | None = None,
     ) -> list[ClaimedRow]:
-        """Claims due fixed starts of the pool, one per entry of `slot_workers` at most."""
-        if not slot_workers:
+        """Claims due fixed starts of the pool, one per slot of `slots` at most (as `claim`)."""
+        if not slots:
             return []
         params = {
-            "slot_workers": list(slot_workers),
+            **_slot_params(slots),
             "pool": pool,
             "queues": list(queues),
             "types": list(worker_types),
@@ -138,9 +139,9 @@ class ClaimStore(StoreBase):
         await self.db.execute(Q["unclaim_tasks"], params)
 
 
-def _claim_params(slot_workers: Sequence[str], plan: ClaimPlan, signal: float | None) -> dict[str, object]:
+def _claim_params(slots: Sequence[tuple[str, int]], plan: ClaimPlan, signal: float | None) -> dict[str, object]:
     return {
-        "slot_workers": list(slot_workers),
+        **_slot_params(slots),
         "queues": [p[0] for p in plan.open],
         "types": [p[1] for p in plan.open],
         "caps": [p[2] for p in plan.open],
@@ -148,6 +149,14 @@ def _claim_params(slot_workers: Sequence[str], plan: ClaimPlan, signal: float | 
         "held_types": [p[1] for p in plan.held],
         "held_caps": [p[2] for p in plan.held],
         "signal": signal,
+    }
+
+
+def _slot_params(slots: Sequence[tuple[str, int]]) -> dict[str, str]:
+    """The workers and their free slots as _claim_slots (queries.sql) takes them: one string each."""
+    return {
+        "workers": SEPARATOR.join(worker for worker, _ in slots),
+        "free": ",".join(str(free) for _, free in slots),
     }
 
 

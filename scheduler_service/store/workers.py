@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from scheduler_service.rows.fleet import DatabaseClock
-from scheduler_service.rows.leases import RenewedWorker
-from scheduler_service.store.base import Q, StoreBase, ms
+from scheduler_service.rows.leases import LeaderCheck, RenewedWorker
+from scheduler_service.store.base import SEPARATOR, Q, StoreBase, ms
 
 
 class WorkerStore(StoreBase):
@@ -39,8 +39,8 @@ class WorkerStore(StoreBase):
         """Extends the leases of these workers (id -> its slots now) in one statement; returns the
         ids renewed. The others had run out (or the worker is another replica's)."""
         params = {
-            "ids": list(slots),
-            "slots": list(slots.values()),
+            "ids": SEPARATOR.join(slots),
+            "slots": ",".join(str(n) for n in slots.values()),
             "lease_ms": ms(lease),
             "scheduler_id": scheduler_id,
         }
@@ -52,14 +52,15 @@ class WorkerStore(StoreBase):
     async def delete_expired_workers(self) -> None:
         await self.db.execute(Q["delete_expired_workers"])
 
-    async def try_lead(self, name: str, holder: str, ttl: timedelta) -> bool:
-        return await self.db.execute(Q["try_lead"], {"name": name, "holder": holder, "ttl_ms": ms(ttl)}) > 0
+    async def seen_and_lead(self, name: str, holder: str, ttl: timedelta) -> LeaderCheck:
+        """Records that the replica `holder` runs and takes or keeps the leader lease `name`."""
+        params = {"name": name, "holder": holder, "ttl_ms": ms(ttl)}
+        check = await self.db.fetch_one_as(LeaderCheck, Q["seen_and_lead"], params)
+        assert check is not None
+        return check
 
     async def resign(self, name: str, holder: str) -> None:
         await self.db.execute(Q["resign"], {"name": name, "holder": holder})
-
-    async def replica_seen(self, replica: str) -> None:
-        await self.db.execute(Q["replica_seen"], {"id": replica})
 
     async def replica_stopped(self, replica: str) -> None:
         await self.db.execute(Q["replica_stopped"], {"id": replica})

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from lowtide.config import SignalConfig
 from lowtide.errors import ConfigError
+from lowtide.forecast_error import ErrorModel, model_named
 from signal_service.feeds import electricitymaps, uk_carbon_intensity, watttime
 from signal_service.feeds.base import Feed, FeedError, HttpJson
 from signal_service.feeds.electricitymaps import ElectricityMaps
@@ -41,7 +42,7 @@ def make_feed(config: SignalConfig) -> Feed | None:
             speed=config.replay_speed,
             start=start,
             loop=config.replay_loop,
-            forecast_error=config.replay_forecast_error,
+            forecast_model=_forecast_model(config),
         )
     if config.feed == "uk-carbon-intensity":
         http = HttpJson(config.base_url or uk_carbon_intensity.PUBLIC_URL, timeout=timeout)
@@ -59,3 +60,14 @@ def make_feed(config: SignalConfig) -> Feed | None:
             signal=config.watttime_signal,
         )
     raise ConfigError(f"[signal] feed: {config.feed!r} is not one of {', '.join(FEEDS)}")
+
+
+def _forecast_model(config: SignalConfig) -> ErrorModel:
+    if config.replay_forecast_error_1h > config.replay_forecast_error_24h:
+        raise ConfigError("[signal] replay_forecast_error_1h: must not be above replay_forecast_error_24h")
+    return model_named(
+        config.replay_forecast_model,
+        relative=config.replay_forecast_error,
+        at_1h=config.replay_forecast_error_1h,
+        at_24h=config.replay_forecast_error_24h,
+    )

@@ -5,9 +5,11 @@ The position in the trace is a pure function of the time since the replay began,
 restarted with the same start plays the same values, and polling more or less often skips
 values rather than slowing the trace down.
 
-Its forecast is the trace ahead, 48 hours of it (as the UK Carbon Intensity API publishes), times
-(1 + forecast_error x N(0, 1)): a planner that used the trace's future itself would look better
-than any real forecast lets it be.
+Its forecast is the trace ahead, 48 hours of it (as the UK Carbon Intensity API publishes), put
+through a forecast error model (`lowtide.forecast_error`; by default an error growing with the
+horizon, correlated in time, with ramps shifted in time), each point stating the model's expected
+error at its horizon: a planner that used the trace's future itself would look better than any
+real forecast lets it be.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 
 from lowtide.errors import ConfigError
+from lowtide.forecast_error import ErrorModel
 from signal_service.domain import Point, Reading
 
 BUNDLED = "gb_2020_carbon_intensity.csv"
@@ -73,14 +76,12 @@ class Replay:
         speed: float,
         start: datetime | None = None,
         loop: bool = True,
-        forecast_error: float = 0.0,
+        forecast_model: ErrorModel | None = None,
         forecast_seed: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if speed <= 0:
             raise ConfigError("[signal] replay_speed: must be above 0")
-        if not forecast_error >= 0:
-            raise ConfigError("[signal] replay_forecast_error: must be 0 or more (0.05 is 5 %)")
         self._trace = list(trace)
         self._times = [p.at for p in self._trace]
         first, last = self._times[0], self._times[-1]
@@ -94,7 +95,7 @@ class Replay:
         self._span = last - first + self._step
         self._speed = speed
         self._loop = loop
-        self._forecast_error = forecast_error
+        self._forecast_model = forecast_model
         self._forecast_seed = forecast_seed
         self._clock = clock
         self._began = clock()
@@ -120,15 +121,29 @@ class Replay:
 
     async def forecast(self) -> list[Point]:
         """The rows ahead in the trace (48 hours of trace time), at the wall-clock times the
-        replay will reach them, with the configured error."""
+        replay will reach them, with the configured error model's error and expected error."""
         at = self.trace_time()
         now = datetime.now(UTC)
         index = self._index(at)
+        ahead_at, truth = self._ahead(index)
+        model = self._forecast_model
+        if model is None:
+            return [Point(now + (t - at) / self._speed, v) for t, v in zip(ahead_at, truth[1:], strict=True)]
         # The error is drawn afresh at each row (a new forecast is issued every half hour), and
         # is the same for every poll within the row, so the forecast does not jitter between
         # polls and a replay restarted with the same start forecasts the same.
         noise = random.Random(f"{self._forecast_seed}:{self._times[index].isoformat()}")
-        points = []
+        values = model.perturb(truth, self._step, noise)[1:]
+        here = self._times[index]
+        return [
+            Point(now + (t - at) / self._speed, v, model.stddev(t - here))
+            for t, v in zip(ahead_at, values, strict=True)
+        ]
+
+    def _ahead(self, index: int) -> tuple[list[datetime], list[float]]:
+        """The trace times of the rows in the 48 hours after row `index` (looping or not), and
+        the true values: the current row's first, then those rows'."""
+        times, truth = [], [self._trace[index].value]
         ahead = 1
         while True:
             position = index + ahead
@@ -139,12 +154,10 @@ class Replay:
             # Measured from the current row, as the grid APIs count from the current half hour.
             if trace_at - self._times[index] >= _FORECAST_HORIZON:
                 break
-            value = self._trace[position].value
-            if self._forecast_error:
-                value = max(0.0, value * (1 + self._forecast_error * noise.gauss()))
-            points.append(Point(now + (trace_at - at) / self._speed, value))
+            times.append(trace_at)
+            truth.append(self._trace[position].value)
             ahead += 1
-        return points
+        return times, truth
 
     def interval(self, refresh: float) -> float:
         """Poll once per trace row (at speed), so that every row is played."""

@@ -70,16 +70,21 @@ ORDER BY version
 -- it publishes answers the same again); returns the new forecast, nothing when unchanged.
 UPDATE lowtide.signals
 SET forecast_at = %(at)s::timestamptz[], forecast_value = %(values)s::float8[], forecast_source = %(source)s,
+    forecast_expected_error = %(errors)s::float8[],
     forecast_version = forecast_version + 1, forecast_issued_at = now()
 WHERE name = %(name)s
   AND (forecast_at IS DISTINCT FROM %(at)s::timestamptz[]
        OR forecast_value IS DISTINCT FROM %(values)s::float8[]
+       OR forecast_expected_error IS DISTINCT FROM %(errors)s::float8[]
        OR forecast_source IS DISTINCT FROM %(source)s)
-RETURNING name, forecast_at, forecast_value, forecast_source, forecast_version, forecast_issued_at
+RETURNING name, forecast_at, forecast_value, forecast_expected_error, forecast_source, forecast_version,
+    forecast_issued_at
 
 -- get_forecast --
--- A signal's forecast, as two arrays of the same length, with its version and when it was issued.
-SELECT name, forecast_at, forecast_value, forecast_source, forecast_version, forecast_issued_at
+-- A signal's forecast, as arrays of the same length (the expected errors' may be empty), with its
+-- version and when it was issued.
+SELECT name, forecast_at, forecast_value, forecast_expected_error, forecast_source, forecast_version,
+    forecast_issued_at
 FROM lowtide.signals WHERE name = %(name)s
 
 -- notify_forecast --

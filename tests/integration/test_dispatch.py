@@ -194,7 +194,8 @@ async def test_a_claim_locks_only_the_rows_it_takes(database_url: str) -> None:
             store = Store(db, on_unblocked=lambda rows: None)
             async with db.transaction() as open_claim:
                 params = {
-                    "slot_workers": ["first", "first"],
+                    "workers": "first",
+                    "free": "2",
                     "queues": ["default", "default"],
                     "types": ["a", "b"],
                     "caps": [4, 4],
@@ -205,10 +206,42 @@ async def test_a_claim_locks_only_the_rows_it_takes(database_url: str) -> None:
                 }
                 first = await open_claim.fetch(Q["claim_tasks"], params)
                 second = await store.claim(
-                    slot_workers=["second"] * 8, queues=["default"], worker_types=["a", "b"], limits={}
+                    slots=[("second", 8)], queues=["default"], worker_types=["a", "b"], limits={}
                 )
         finally:
             await db.close()
     assert len(first) == 2
     assert len(second) == 8 and {r.worker_id for r in second} == {"second"}
     assert not {r["id"] for r in first} & {r.id for r in second}
+
+
+async def test_wait_task_returns_on_any_replica_once_the_task_finishes(database_url: str) -> None:
+    # The worker is on one replica, the waiting client on the other: the waiter there is resolved
+    # by the finishing replica's NOTIFY (or its own check), not by a query of its own per waiter.
+    first = await start_scheduler(make_config(), database_url=database_url)
+    second = await start_scheduler(make_config(), database_url=database_url)
+    release = asyncio.Event()
+    worker = Worker(target=first.target, slots=2)
+
+    @worker.activity("gate")
+    async def gate(payload: bytes) -> bytes:
+        await release.wait()
+        return payload
+
+    try:
+        async with worker, Client(second.target) as client:
+            task = await client.submit("gate", b"done")
+            waiting = asyncio.create_task(client.wait(task.id, timeout=timedelta(seconds=30)))
+            await eventually(lambda: _running(first))
+            assert not waiting.done()
+            release.set()
+            done = await waiting
+        assert (done.result, done.attempt) == (b"done", 1)
+        assert await states(database_url) == {"completed": 1}
+    finally:
+        await second.stop(grace=1.0)
+        await first.stop(grace=1.0)
+
+
+async def _running(scheduler: Scheduler) -> bool:
+    return any(session.in_flight for session in scheduler.registry)

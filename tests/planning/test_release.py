@@ -46,6 +46,7 @@ async def _services(database_url: str, tmp_path: Path, feed: str, **settings: ob
         feed=feed,
         replay_file=str(trace),
         replay_speed=600.0,
+        replay_forecast_model="iid",
         replay_forecast_error=0.0,
         replay_loop=False,
         refresh=timedelta(milliseconds=200),

@@ -133,6 +133,14 @@ async def test_replay_feed_plays_the_bundled_trace(database_url: str) -> None:
                 if len(seen) >= 3:
                     break
             assert len(await client.history()) >= 3
+            # The forecast (the default error model's) states its expected error at each point,
+            # growing with the horizon; history points state none.
+            points = await eventually(client.forecast)
+            errors = [p.expected_error for p in points]
+            assert all(p.HasField("expected_error") for p in points)
+            assert 0 < errors[0] < 0.04 and 0.14 < errors[46] < 0.17
+            assert errors == sorted(errors)
+            assert not any(p.HasField("expected_error") for p in await client.history())
     finally:
         await running.stop()
 

@@ -79,7 +79,12 @@ class SignalPoint(_message.Message):
 
     AT_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
+    EXPECTED_ERROR_FIELD_NUMBER: _builtins.int
     value: _builtins.float
+    expected_error: _builtins.float
+    """A forecast point's expected relative error, one standard deviation (0.05 is 5 %), when the
+    feed states one; unset otherwise (and on history points).
+    """
     @_builtins.property
     def at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -87,12 +92,15 @@ class SignalPoint(_message.Message):
         *,
         at: _timestamp_pb2.Timestamp | None = ...,
         value: _builtins.float = ...,
+        expected_error: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_error", b"_expected_error", "at", b"at", "expected_error", b"expected_error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_error", b"_expected_error", "at", b"at", "expected_error", b"expected_error", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__expected_error: _TypeAlias = _typing.Literal["expected_error"]  # noqa: Y015
+    _WhichOneofArgType__expected_error: _TypeAlias = _typing.Literal["_expected_error", b"_expected_error"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__expected_error) -> _WhichOneofReturnType__expected_error | None: ...
 
 Global___SignalPoint: _TypeAlias = SignalPoint  # noqa: Y015
 
