@@ -17,6 +17,7 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
@@ -54,15 +55,17 @@ def start_metrics(
     resource: Resource | None = None,
     prometheus: bool = True,
     readers: Sequence[MetricReader] = (),
+    views: Sequence[View] = (),
 ) -> Metrics:
     """Starts the service's meter with `readers` and, if `prometheus`, a Prometheus reader served
-    as /metrics on `listen` (host:port) unless it is empty."""
+    as /metrics on `listen` (host:port) unless it is empty. `views` set what the service's own
+    instruments need (a histogram's buckets)."""
     registry = CollectorRegistry()
     every = list(readers)
     if prometheus:
         every.append(PrometheusMetricReader(registry=registry, scope_info_enabled=False))
     resource = resource or Resource.create({"service.name": service})
-    provider = MeterProvider(metric_readers=every, resource=resource)
+    provider = MeterProvider(metric_readers=every, resource=resource, views=list(views))
     metrics = Metrics(provider.get_meter(service), provider, registry, readers=tuple(every))
     if listen and prometheus:
         host, _, port = listen.rpartition(":")

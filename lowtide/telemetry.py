@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -112,14 +113,17 @@ def _metric_reader(environ: Mapping[str, str]) -> MetricReader:
     return PeriodicExportingMetricReader(OTLPMetricExporter())
 
 
-def start_telemetry(service: str, metrics_listen: str, environ: Mapping[str, str] | None = None) -> Telemetry:
-    """The service's providers, as the environment configures them (see the module's doc)."""
+def start_telemetry(
+    service: str, metrics_listen: str, environ: Mapping[str, str] | None = None, *, views: Sequence[View] = ()
+) -> Telemetry:
+    """The service's providers, as the environment configures them (see the module's doc);
+    `views` set what the service's instruments need (a histogram's buckets)."""
     environ = os.environ if environ is None else environ
     wanted = exporters("OTEL_METRICS_EXPORTER", METRICS_EXPORTERS, "prometheus", environ)
     described = resource(service)
     readers = [_metric_reader(environ)] if "otlp" in wanted else []
     exported = start_metrics(
-        service, metrics_listen, resource=described, prometheus="prometheus" in wanted, readers=readers
+        service, metrics_listen, resource=described, prometheus="prometheus" in wanted, readers=readers, views=views
     )
     telemetry = Telemetry(described, exported)
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING
 
 from opentelemetry.context import Context
@@ -17,6 +17,7 @@ from opentelemetry.context import Context
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
 from scheduler_service.domain.model import Outcome, State
+from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.sessions import WorkerSession
 from scheduler_service.store import Store
 from scheduler_service.tracing import TaskTraces
@@ -94,7 +95,7 @@ class Completer:
                 )
             self._idle.set()
 
-    async def _write(self, batch: list[tuple[Outcome, WorkerSession | None]]) -> set[tuple[int, int]]:
+    async def _write(self, batch: list[tuple[Outcome, WorkerSession | None]]) -> dict[tuple[int, int], FinishedRow]:
         try:
             return await self._store.finish([(o, s.worker_id if s else None) for o, s in batch])
         except DatabaseUnavailable:
@@ -103,7 +104,7 @@ class Completer:
             # One report the database refuses must not stall every other: write them one by one,
             # and leave out (refuse) only the ones that fail alone.
             log.exception("completer.batch_refused", extra={"batch": len(batch)})
-            applied: set[tuple[int, int]] = set()
+            applied: dict[tuple[int, int], FinishedRow] = {}
             for outcome, session in batch:
                 try:
                     applied |= await self._store.finish([(outcome, session.worker_id if session else None)])
@@ -113,7 +114,7 @@ class Completer:
                     log.exception("completer.report_refused", extra={"task_id": outcome.task_id})
             return applied
 
-    def _trace(self, batch: list[tuple[Outcome, WorkerSession | None]], applied: set[tuple[int, int]]) -> None:
+    def _trace(self, batch: list[tuple[Outcome, WorkerSession | None]], applied: Container[tuple[int, int]]) -> None:
         """The result spans of the batch's traced reports that were written (the rest were refused)."""
         assert self._traces is not None
         for outcome, _ in batch:
@@ -122,15 +123,10 @@ class Completer:
             if traced is not None and ref in applied:
                 self._traces.recorded(traced[0], outcome, traced[1])
 
-    def _count(self, batch: list[tuple[Outcome, WorkerSession | None]], applied: set[tuple[int, int]]) -> None:
-        by_state: dict[str, int] = {}
-        rejected = 0
-        for outcome, _ in batch:
-            if (outcome.task_id, outcome.attempt) in applied:
-                by_state[outcome.state.value] = by_state.get(outcome.state.value, 0) + 1
-            else:
-                rejected += 1
-        for state, count in by_state.items():
-            self.metrics.finished.add(count, {"state": state})
+    def _count(
+        self, batch: list[tuple[Outcome, WorkerSession | None]], applied: dict[tuple[int, int], FinishedRow]
+    ) -> None:
+        self.metrics.tasks.ended(applied.values())
+        rejected = sum(1 for outcome, _ in batch if (outcome.task_id, outcome.attempt) not in applied)
         if rejected:
             self.metrics.rejected.add(rejected, {"reason": "no_longer_held"})

@@ -27,8 +27,8 @@ from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.convert import KIND_TO_PROTO
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.dispatch import GroupKey, hand_out, rotated
-from scheduler_service.domain.holds import time_held
 from scheduler_service.domain.model import Kind
+from scheduler_service.domain.timings import Timings
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.sessions import Group, Registry, WorkerSession
 from scheduler_service.store import Store, attempt_of
@@ -310,40 +310,27 @@ class Dispatcher:
                 session.sent_at[row.id] = now
             message = worker_pb2.Assignments(assignments=[assignment(row) for row in claimed])
             session.send(worker_pb2.SchedulerMessage(assignments=message))
-            self.metrics.dispatched.add(len(claimed), {"pool": session.pool})
+            figures = self.metrics.tasks.sent(session, claimed)
             if self.traces is not None:
-                self._trace(session, claimed, claimed_ns)
+                self._trace(session, claimed, figures, claimed_ns)
         if back:
             await self._store.unclaim(back)
             self._registry.wake_all()
             return False
         return True
 
-    def _trace(self, session: WorkerSession, rows: list[ClaimedRow], claimed_ns: int) -> None:
+    def _trace(self, session: WorkerSession, rows: list[ClaimedRow], figures: list[Timings], claimed_ns: int) -> None:
         """The spans of the traced rows just sent to the session: how long each waited on a hold
-        (if it did) and its dispatch. Their contexts stay with the session for their results."""
+        (if it did: the time-held histogram's figure) and its dispatch. Their contexts stay with
+        the session for their results."""
         assert self.traces is not None
-        now = datetime.now(UTC)
-        for row in rows:
+        for row, timing in zip(rows, figures, strict=True):
             context = task_context(row.headers)
             if context is None:
                 continue
             session.traces[row.id] = context
-            # Workflow tasks and fixed starts are never cost-held.
-            held_type = row.activity_type in self.holds.config.for_queue(row.queue) | session.cost_deferrable
-            deferrable = held_type and row.kind != Kind.WORKFLOW.value and row.start_at is None
-            held = None
-            if row.attempt == 1:
-                held = time_held(
-                    created_at=row.created_at,
-                    claimed_at=now,
-                    planned_release_at=row.planned_release_at,
-                    deferrable=deferrable,
-                    hold=self.holds.state,
-                    last_hold=self.holds.last_hold,
-                )
-            if held is not None:
-                self.traces.held(context, row, *held)
+            if timing.held is not None and timing.held_between is not None:
+                self.traces.held(context, row, timing.held[0], *timing.held_between)
             self.traces.dispatched(context, row, claimed_ns)
 
 

@@ -145,35 +145,3 @@ def wakeup_route(types: Iterable[str], runnable: Iterable[str], held: frozenset[
 def max_defer_due(created_at: datetime, max_defer: timedelta | None, now: datetime) -> bool:
     """A held task whose deferral has reached max_defer runs anyway."""
     return max_defer is not None and now - created_at >= max_defer
-
-
-COST_HOLD = "cost_hold"
-PLANNED_RELEASE = "planned_release"
-
-
-def time_held(
-    *,
-    created_at: datetime,
-    claimed_at: datetime,
-    planned_release_at: datetime | None,
-    deferrable: bool,
-    hold: HoldState,
-    last_hold: tuple[datetime, datetime] | None,
-) -> tuple[str, datetime, datetime] | None:
-    """Why, from when and until when a task claimed at `claimed_at` for its first attempt waited
-    on a hold (reason, began, released); None when it did not.
-
-    A planned release held it from its submission to the planned time (or its earlier claim, when
-    its latest start came first). A cost hold of a type it is `deferrable` for held it from the
-    later of its submission and the hold's start: to now when it leaves a hold that goes on (its
-    max_defer passed), else to the end of the last hold, if it was submitted before that ended.
-    """
-    if planned_release_at is not None and planned_release_at > created_at:
-        return PLANNED_RELEASE, created_at, min(planned_release_at, claimed_at)
-    if not deferrable:
-        return None
-    if hold.active and hold.since is not None and hold.since < claimed_at:
-        return COST_HOLD, max(created_at, hold.since), claimed_at
-    if last_hold is not None and created_at < last_hold[1]:
-        return COST_HOLD, max(created_at, last_hold[0]), last_hold[1]
-    return None
