@@ -31,18 +31,28 @@ log = logging.getLogger("lowtide.auth")
 WORKER = "worker"
 SUBMITTER = "submitter"
 ADMIN = "admin"
+# Reads everything a person looks at (tasks, status, schedules, signals) and changes nothing:
+# the role of the web console's read-only users.
+VIEWER = "viewer"
 
 # Who may call what, one table per service; admin may call everything.
 SCHEDULER_METHODS: Mapping[str, frozenset[str]] = {
-    f"/lowtide.v1.SchedulerService/{name}": frozenset({SUBMITTER, ADMIN})
-    for name in ("SubmitTask", "SubmitTasks", "GetTask", "ListTasks", "WaitTask", "ExplainTask", "CancelTask")
+    **{
+        f"/lowtide.v1.SchedulerService/{name}": frozenset({SUBMITTER, ADMIN})
+        for name in ("SubmitTask", "SubmitTasks", "CancelTask")
+    },
+    **{
+        f"/lowtide.v1.SchedulerService/{name}": frozenset({SUBMITTER, VIEWER, ADMIN})
+        for name in ("GetTask", "ListTasks", "WaitTask", "ExplainTask")
+    },
+    **{f"/lowtide.v1.SchedulerService/{name}": frozenset({VIEWER, ADMIN}) for name in ("GetStatus", "ListSchedules")},
 }
 WORKER_METHODS: Mapping[str, frozenset[str]] = {"/lowtide.v1.WorkerService/Connect": frozenset({WORKER, ADMIN})}
 # Every role may read signals (workers check cost holds, submitters plan around them); only an
 # admin may set one.
 SIGNAL_METHODS: Mapping[str, frozenset[str]] = {
     **{
-        f"/lowtide.v1.SignalService/{name}": frozenset({WORKER, SUBMITTER, ADMIN})
+        f"/lowtide.v1.SignalService/{name}": frozenset({WORKER, SUBMITTER, VIEWER, ADMIN})
         for name in ("GetSignal", "Subscribe", "ListSignals", "GetHistory", "GetForecast")
     },
     "/lowtide.v1.SignalService/SetSignal": frozenset({ADMIN}),

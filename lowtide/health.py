@@ -7,9 +7,12 @@ every lowtide image already has this command.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass
 
 import grpc
+import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide_proto.channel import Security, open_channel
@@ -40,3 +43,13 @@ async def check_health(
             return HealthAnswer(False, f"{what}: {error.code().name}: {error.details()}")
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
     return HealthAnswer(response.status == health_pb2.HealthCheckResponse.SERVING, f"{what}: {status}")
+
+
+async def wait_http(url: str) -> None:
+    """Returns once `url` answers 200 over HTTP (the web console's readiness; it has no gRPC)."""
+    async with httpx.AsyncClient(timeout=1.0) as client:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url)).status_code == 200:
+                    return
+            await asyncio.sleep(0.1)

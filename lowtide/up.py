@@ -32,7 +32,7 @@ from lowtide.db import apply_migrations
 from lowtide.db.embedded import is_initialized, start_embedded
 from lowtide.demo import demo_env, demo_worker_args, generate, show
 from lowtide.errors import EXIT_CONFIG, ConfigError
-from lowtide.health import check_health
+from lowtide.health import check_health, wait_http
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.channel import Security
 
@@ -278,6 +278,9 @@ class _Stack:
     served: dict[str, asyncio.Event]
     scheduler_target: str
     demo: bool
+    # The web console, started once both services serve; None with [console] listen empty.
+    console: Service | None = None
+    console_url: str = ""
     supervisors: list[asyncio.Task[None]] = field(default_factory=list)
     extras: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -289,8 +292,12 @@ class _Stack:
         workers = (
             [Service(f"demo-worker-{i}", demo_worker_args(scheduler_target, i), env) for i in (1, 2)] if demo else []
         )
-        served = {s.name: asyncio.Event() for s in (*services, *workers)}
-        return cls(services, workers, targets, served, scheduler_target, demo)
+        listen = config.console.listen
+        console = Service("console", ["console"], env) if listen else None
+        env.setdefault("LOWTIDE_CONSOLE_SCHEDULER_TARGET", scheduler_target)
+        env.setdefault("LOWTIDE_CONSOLE_SIGNAL_TARGET", config.signal.listen)
+        served = {s.name: asyncio.Event() for s in (*services, *workers, *([console] if console else []))}
+        return cls(services, workers, targets, served, scheduler_target, demo, console, f"http://{listen}/")
 
 
 async def _serve(
@@ -322,6 +329,8 @@ async def _serve(
             await serving
     if stopping.is_set():
         return
+    if stack.console is not None:
+        await _start_console(stack, stopping, stopped)
     for worker in stack.workers:
         stack.served[worker.name].set()  # a worker has no health check: restarted whenever it exits
         stack.supervisors.append(asyncio.create_task(_supervise(worker, stopping, stack.served[worker.name])))
@@ -334,6 +343,21 @@ async def _serve(
     await _first(stopped, *stack.supervisors)
 
 
+async def _start_console(stack: _Stack, stopping: asyncio.Event, stopped: asyncio.Future[Any]) -> None:
+    """Starts the web console and returns once it answers over HTTP (or `up` is stopped)."""
+    assert stack.console is not None
+    print(f"starting the console on {stack.console_url} ...", flush=True)
+    supervisor = asyncio.create_task(_supervise(stack.console, stopping, stack.served["console"]))
+    stack.supervisors.append(supervisor)
+    waiting = asyncio.ensure_future(wait_http(f"{stack.console_url}static/console.css"))
+    try:
+        await _first(waiting, stopped, supervisor)
+    finally:
+        waiting.cancel()
+    if waiting.done() and not waiting.cancelled():
+        stack.served["console"].set()
+
+
 async def _stop(stack: _Stack, deadline: float, hurry: asyncio.Event) -> None:
     """Stops everything `up` started, in order; whatever still runs at `deadline` is killed."""
     for task in stack.extras:
@@ -342,7 +366,9 @@ async def _stop(stack: _Stack, deadline: float, hurry: asyncio.Event) -> None:
             await task
     # Workers first, so they hand their work back to a scheduler that is still there; the
     # signal service last, so the scheduler never sees it go.
-    await asyncio.gather(*(w.stop(deadline, hurry) for w in stack.workers))
+    await asyncio.gather(
+        *(w.stop(deadline, hurry) for w in (*stack.workers, *([stack.console] if stack.console else [])))
+    )
     for service in reversed(stack.services):
         await service.stop(deadline, hurry)
     for task in stack.supervisors:
@@ -353,6 +379,7 @@ async def _stop(stack: _Stack, deadline: float, hurry: asyncio.Event) -> None:
 
 def _banner(config: Config, env: dict[str, str], where: str, auth_line: str, demo: bool) -> None:
     feed = env.get("LOWTIDE_SIGNAL_FEED", config.signal.feed)
+    console = f"http://{config.console.listen}/" if config.console.listen else "off"
     print(
         "lowtide is up\n"
         f"  database:  {where}\n"
@@ -360,10 +387,12 @@ def _banner(config: Config, env: dict[str, str], where: str, auth_line: str, dem
         f"  signal:    {config.signal.listen} (gRPC: SignalService; feed: {feed})\n"
         f"  metrics:   {config.scheduler.metrics_listen or 'off'} (scheduler), "
         f"{config.signal.metrics_listen or 'off'} (signal)\n"
+        f"  console:   {console} (web console: signal, held work, pools, tasks)\n"
         f"  auth:      {auth_line}\n"
         + (
             "demo: the 2020 GB grid trace replayed at a day per minute, threshold 215 gCO2/kWh;\n"
-            "  two demo workers; every second 2 echo + 1 train (held while the signal is high)\n"
+            "  two demo workers; every second 2 echo + 1 train (held while the signal is high);\n"
+            f"  open {console} to watch the signal rise, the train tasks wait and go when it falls\n"
             if demo
             else "try, in another shell:\n"
             "  lowtide demo-worker\n"

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING
+
+from opentelemetry.context import Context
 
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
 from scheduler_service.domain.model import Outcome, State
+from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.sessions import WorkerSession
 from scheduler_service.store import Store
+from scheduler_service.tracing import TaskTraces
 
 if TYPE_CHECKING:
     from scheduler_service.metrics import SchedulerMetrics
@@ -27,17 +31,32 @@ MAX_BATCH = 2000
 
 
 class Completer:
-    def __init__(self, store: Store, *, metrics: SchedulerMetrics, on_applied: Callable[[list[int]], None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        metrics: SchedulerMetrics,
+        on_applied: Callable[[list[int]], None],
+        traces: TaskTraces | None,
+    ) -> None:
         self._store = store
         self._pending: list[tuple[Outcome, WorkerSession | None]] = []
+        # The result spans to end once written: the trace context and when the report came, per attempt.
+        self._traces = traces
+        self._traced: dict[tuple[int, int], tuple[Context, int]] = {}
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._on_applied = on_applied
         self.metrics = metrics
 
-    def add(self, outcome: Outcome, session: WorkerSession | None) -> None:
+    def add(
+        self, outcome: Outcome, session: WorkerSession | None, traced: tuple[Context | None, int] | None = None
+    ) -> None:
+        """Takes a report to write; `traced` (tracing on): the attempt's trace context and when it came."""
         self._pending.append((outcome, session))
+        if traced is not None and traced[0] is not None and self._traces is not None:
+            self._traced[(outcome.task_id, outcome.attempt)] = (traced[0], traced[1])
         self._idle.clear()
         self._ready.set()
 
@@ -66,6 +85,8 @@ class Completer:
                     if ref not in applied and session is not None:
                         stale.setdefault(id(session), (session, []))[1].append(ref)
                 self._count(batch, applied)
+                if self._traced:
+                    self._trace(batch, applied)
                 for session, refs in stale.values():
                     session.reject(refs, "the attempt is no longer this worker's (lease lost, cancelled or timed out)")
                 # The tasks this batch finished (not those that go back to wait for a retry).
@@ -74,7 +95,7 @@ class Completer:
                 )
             self._idle.set()
 
-    async def _write(self, batch: list[tuple[Outcome, WorkerSession | None]]) -> set[tuple[int, int]]:
+    async def _write(self, batch: list[tuple[Outcome, WorkerSession | None]]) -> dict[tuple[int, int], FinishedRow]:
         try:
             return await self._store.finish([(o, s.worker_id if s else None) for o, s in batch])
         except DatabaseUnavailable:
@@ -83,7 +104,7 @@ class Completer:
             # One report the database refuses must not stall every other: write them one by one,
             # and leave out (refuse) only the ones that fail alone.
             log.exception("completer.batch_refused", extra={"batch": len(batch)})
-            applied: set[tuple[int, int]] = set()
+            applied: dict[tuple[int, int], FinishedRow] = {}
             for outcome, session in batch:
                 try:
                     applied |= await self._store.finish([(outcome, session.worker_id if session else None)])
@@ -93,15 +114,19 @@ class Completer:
                     log.exception("completer.report_refused", extra={"task_id": outcome.task_id})
             return applied
 
-    def _count(self, batch: list[tuple[Outcome, WorkerSession | None]], applied: set[tuple[int, int]]) -> None:
-        by_state: dict[str, int] = {}
-        rejected = 0
+    def _trace(self, batch: list[tuple[Outcome, WorkerSession | None]], applied: Container[tuple[int, int]]) -> None:
+        """The result spans of the batch's traced reports that were written (the rest were refused)."""
+        assert self._traces is not None
         for outcome, _ in batch:
-            if (outcome.task_id, outcome.attempt) in applied:
-                by_state[outcome.state.value] = by_state.get(outcome.state.value, 0) + 1
-            else:
-                rejected += 1
-        for state, count in by_state.items():
-            self.metrics.finished.add(count, {"state": state})
+            ref = (outcome.task_id, outcome.attempt)
+            traced = self._traced.pop(ref, None)
+            if traced is not None and ref in applied:
+                self._traces.recorded(traced[0], outcome, traced[1])
+
+    def _count(
+        self, batch: list[tuple[Outcome, WorkerSession | None]], applied: dict[tuple[int, int], FinishedRow]
+    ) -> None:
+        self.metrics.tasks.ended(applied.values())
+        rejected = sum(1 for outcome, _ in batch if (outcome.task_id, outcome.attempt) not in applied)
         if rejected:
             self.metrics.rejected.add(rejected, {"reason": "no_longer_held"})

@@ -30,6 +30,7 @@ from scheduler_service.domain.holds import (
     next_hold,
 )
 from scheduler_service.domain.planning import Forecast
+from scheduler_service.domain.timings import HoldEpisode
 
 log = logging.getLogger("lowtide.scheduler.cost")
 
@@ -60,6 +61,8 @@ class CostHolds:
         self._clock = clock
         self.signal: SignalView | None = None
         self.state = initial_hold(policy, clock())
+        # The latest hold that ended (for the time-held histogram); None: none has yet.
+        self.last_hold: HoldEpisode | None = None
         self.connected = False
         # The Subscribe channel's keepalive (time, timeout in ms); None: lowtide_proto.channel's.
         self.keepalive = keepalive
@@ -102,6 +105,8 @@ class CostHolds:
         if before.active != self.state.active:
             log.info("cost_hold.changed", extra={"active": self.state.active, "reason": self.state.reason})
         if before.active and not self.state.active:
+            if before.since is not None and self.state.since is not None:
+                self.last_hold = HoldEpisode(before.since, self.state.since)
             self._on_release()
         self._schedule_min_hold_check()
 

@@ -1,4 +1,4 @@
-"""`lowtide up` (everything on one machine) and `lowtide scheduler serve`."""
+"""`lowtide up` (everything on one machine), `lowtide scheduler serve` and `lowtide console`."""
 
 from __future__ import annotations
 
@@ -21,8 +21,19 @@ async def _scheduler_serve(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+async def _console(args: argparse.Namespace, config: Config) -> int:
+    from dataclasses import replace
+
+    from lowtide.console.server import serve_console
+
+    if args.listen:
+        config = replace(config, console=replace(config.console, listen=args.listen))
+    await serve_console(config)
+    return 0
+
+
 def register(commands: Commands, parents: Parents) -> None:
-    """`lowtide up [--demo]` and `lowtide scheduler serve`."""
+    """`lowtide up [--demo]`, `lowtide scheduler serve` and `lowtide console`."""
     up = commands.add_parser("up", parents=[parents.common], help="run lowtide (embedded PostgreSQL unless configured)")
     up.add_argument(
         "--demo", action="store_true", help="replayed grid trace, demo workers and a task generator, shown live"
@@ -35,3 +46,20 @@ def register(commands: Commands, parents: Parents) -> None:
         "serve", parents=[parents.common], help="serve the scheduler (needs a database)"
     )
     serve.set_defaults(handler=_scheduler_serve)
+
+    console = commands.add_parser(
+        "console",
+        parents=[parents.common],
+        help="the web console on [console] listen (127.0.0.1:8080), a client of both services",
+    )
+    console.add_argument("--listen", type=_listen, help="host:port to serve on (default: [console] listen)")
+    console.set_defaults(handler=_console)
+
+
+def _listen(text: str) -> str:
+    from lowtide.config import listen_address
+
+    problem = listen_address(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text

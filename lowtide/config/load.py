@@ -50,6 +50,7 @@ OTHER_VARIABLES = frozenset(
         "LOWTIDE_LOG_FORMAT",
         "LOWTIDE_TEST_DATABASE_URL",  # the test suite
         "LOWTIDE_BENCH_DATABASE_URL",  # the benchmarks
+        "LOWTIDE_CONSOLE_SCREENSHOTS",  # tests/console: the folder its screenshots go to
         "LOWTIDE_PUBLISH_ADDR",  # docker-compose.yml: the address its ports are published on
         # The Node worker library and its example worker (clients/node).
         "LOWTIDE_PROTO_DIR",

@@ -62,6 +62,9 @@ class SchedulerConfig:
     metrics_listen: str = key("127.0.0.1:9464", listen_address_or_off)
     # How often queue figures (depth, held depth, ages) are read from the database.
     metrics_interval: timedelta = key(5 * S, within(100 * MS, 1 * H))
+    # Task metrics are labelled by queue and activity type: the configured ones, then the first
+    # this many others seen (per label); later ones are counted as "other".
+    metrics_label_values: int = key(50, within(0, 10_000))
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,18 @@ class SignalDefinition:
 
 
 @dataclass(frozen=True)
+class ConsoleConfig:
+    """The web console (`lowtide console`): a client of both services' gRPC APIs."""
+
+    # Empty: `lowtide up` starts no console.
+    listen: str = key("127.0.0.1:8080", listen_address_or_off)
+    scheduler_target: str = key("127.0.0.1:50051", grpc_target)
+    signal_target: str = key("127.0.0.1:50052", grpc_target)
+    # How often an open page asks for fresh numbers.
+    refresh: timedelta = key(3 * S, within(500 * MS, 1 * MIN))
+
+
+@dataclass(frozen=True)
 class TokenEntry:
     """One accepted token, from `[[auth.tokens]]`: only its SHA-256 is kept (`lowtide token hash`)."""
 
@@ -242,6 +257,7 @@ class Config:
     cost: CostConfig = field(default_factory=CostConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)
     types: Mapping[str, TypeConfig] = field(default_factory=dict)
     signals: Mapping[str, SignalDefinition] = field(default_factory=dict)
     queues: Mapping[str, QueueConfig] = field(default_factory=dict)
@@ -262,7 +278,8 @@ SECTIONS: dict[str, type[Any]] = {
     "signal": SignalConfig,
     "cost": CostConfig,
     "tls": TlsConfig,
+    "console": ConsoleConfig,
 }
 
 # The roles a token may have (`[[auth.tokens]]` role).
-ROLES = ("worker", "submitter", "admin")
+ROLES = ("worker", "submitter", "viewer", "admin")

@@ -43,6 +43,8 @@ def user_env(data_dir: Path, listen: str) -> dict[str, str]:
         # A free port too: 50052 is in the ephemeral range, and a connection of another test that
         # happens to hold it as its local port would keep the signal service from binding.
         LOWTIDE_SIGNAL_LISTEN=f"127.0.0.1:{free_port()}",
+        # The web console too: 8080 may be taken on the machine running the tests.
+        LOWTIDE_CONSOLE_LISTEN=f"127.0.0.1:{free_port()}",
         # Off: a fixed metrics port could be taken on the machine running the tests.
         LOWTIDE_SCHEDULER_METRICS_LISTEN="",
         LOWTIDE_SIGNAL_METRICS_LISTEN="",
@@ -239,8 +241,10 @@ def test_up_demo_shows_held_work_while_the_replayed_signal_is_high(tmp_path: Pat
             lines.append(line)
             if "HIGH - holding train" in line and " held    0 " not in line:
                 break
-        # While it runs, both metrics ports answer with the documented names and live values.
+        # While it runs, both metrics ports answer with the documented names and live values,
+        # and the console's overview tells the same story in sentences.
         scraped = {port: scrape(port) for port in (scheduler_metrics, signal_metrics)}
+        overview = fetch(f"http://{env['LOWTIDE_CONSOLE_LISTEN']}/")
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
     finally:
@@ -254,12 +258,20 @@ def test_up_demo_shows_held_work_while_the_replayed_signal_is_high(tmp_path: Pat
     text = "".join(lines)
     assert "lowtide is up" in text and "feed: replay" in text
     assert "low  - releasing" in text
+    assert f"console:   http://{env['LOWTIDE_CONSOLE_LISTEN']}/" in text
+    assert "The signal is HIGH" in overview and "wait for a lower signal" in overview, overview[-3000:]
+    assert 'class="signal-line"' in overview and 'class="threshold-line"' in overview
     assert any("HIGH - holding train" in line and " held    0 " not in line for line in lines), text[-2000:]
     assert re.search(r'^lowtide_queue_held_depth\{queue="default"\} [1-9]', scraped[scheduler_metrics], re.M)
     assert re.search(r'^lowtide_cost_hold\{queue="default",signal="grid"\} 1\.0', scraped[scheduler_metrics], re.M)
-    assert re.search(r'^lowtide_tasks_dispatched_total\{pool="default"\} [1-9]', scraped[scheduler_metrics], re.M)
+    assert re.search(r'^lowtide_task_dispatched_total\{pool="default"\} [1-9]', scraped[scheduler_metrics], re.M)
     assert re.search(r'^lowtide_signal_value\{signal="grid",unit="gCO2/kWh"\} 2\d\d', scraped[signal_metrics], re.M)
     assert re.search(r'^lowtide_signal_high\{signal="grid",unit="gCO2/kWh"\} 1\.0', scraped[signal_metrics], re.M)
+
+
+def fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(response.read().decode())
 
 
 def scrape(port: int) -> str:
@@ -314,6 +326,7 @@ async def test_first_start_shows_one_line_per_step_and_not_the_initdb_log(sessio
         "database schema: ",
         "starting the signal service on ",
         "starting the scheduler service on ",
+        "starting the console on ",
     ]
     assert len(steps) == len(expected), printed
     assert all(line.startswith(prefix) for line, prefix in zip(steps, expected, strict=True)), printed

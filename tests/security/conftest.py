@@ -16,7 +16,7 @@ from tests.conftest import make_config
 from tests.security.certs import Pki, make_pki
 from tests.signal.conftest import signal_config
 
-TOKENS = {"worker": "w-secret-1", "submitter": "s-secret-2", "admin": "a-secret-3"}
+TOKENS = {"worker": "w-secret-1", "submitter": "s-secret-2", "viewer": "v-secret-4", "admin": "a-secret-3"}
 AUTH = AuthConfig(
     enabled=True, tokens=tuple(TokenEntry(f"{role}-token", role, hash_token(t)) for role, t in TOKENS.items())
 )

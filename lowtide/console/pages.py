@@ -1,0 +1,166 @@
+"""What the pages show, prepared from the services' answers: the charts' points and the
+sentences that tell what is going on (the story the overview opens with). Pure functions."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from lowtide.console import charts
+from lowtide.console.backend import HISTORY, Overview, TaskStory
+from lowtide_proto.lowtide.v1 import scheduler_pb2, task_pb2
+
+# Reservations drawn on the pools page at most.
+MAX_BARS = 40
+
+
+def seconds(stamp: Any) -> float:
+    return float(stamp.seconds) + float(stamp.nanos) / 1e9
+
+
+def when(stamp: Any) -> str:
+    """A timestamp field as the pages show it, or an empty string when unset."""
+    if stamp is None or (stamp.seconds == 0 and stamp.nanos == 0):
+        return ""
+    return datetime.fromtimestamp(seconds(stamp), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def state_name(state: int) -> str:
+    return str(task_pb2.TaskState.Name(state)).removeprefix("TASK_STATE_").lower()  # type: ignore[arg-type]
+
+
+def releases(tasks: list[task_pb2.Task]) -> list[charts.Release]:
+    return [
+        charts.Release(
+            task_id=t.id,
+            at=seconds(t.planned_release_at),
+            intensity=t.planned_intensity if t.HasField("planned_intensity") else None,
+        )
+        for t in tasks
+        if t.HasField("planned_release_at") and t.planned_release_at.seconds > 0
+    ]
+
+
+def signal_svg(view: Overview) -> str:
+    now = view.now.timestamp()
+    return charts.signal_chart(
+        history=[(seconds(p.at), p.value) for p in view.history],
+        forecast=[(seconds(p.at), p.value) for p in view.forecast],
+        threshold=view.status.hold.threshold,
+        now=now,
+        since=now - HISTORY.total_seconds(),
+        releases=releases(view.pending),
+        unit=view.signal.unit,
+    )
+
+
+def queue_svgs(view: Overview) -> dict[str, str]:
+    return {
+        name: charts.lines_chart(
+            {
+                "depth": [(s.at, float(s.depth)) for s in samples],
+                "held": [(s.at, float(s.held)) for s in samples],
+                "running": [(s.at, float(s.running)) for s in samples],
+            },
+            label=f"queue {name}: claimable, held and running over time",
+        )
+        for name, samples in sorted(view.samples.items())[:12]
+    }
+
+
+@dataclass(frozen=True)
+class Carbon:
+    activity_type: str
+    tasks: int
+    at_submit: float
+    at_dispatch: float
+
+    @property
+    def saved(self) -> float:
+        return self.at_submit - self.at_dispatch
+
+    @property
+    def saved_share(self) -> float:
+        return self.saved / self.at_submit * 100 if self.at_submit > 0 else 0.0
+
+
+def carbon(status: scheduler_pb2.GetStatusResponse) -> list[Carbon]:
+    return [
+        Carbon(c.activity_type, c.tasks, c.mean_at_submit, c.mean_at_dispatch)
+        for c in status.carbon
+        if math.isfinite(c.mean_at_submit) and math.isfinite(c.mean_at_dispatch)
+    ]
+
+
+def story(view: Overview) -> list[str]:
+    """What is happening, in sentences: the signal and the hold, what is held and when it goes."""
+    hold = view.status.hold
+    unit = view.signal.unit or ""
+    held = sum(q.held_depth for q in view.status.queues)
+    running = sum(q.running for q in view.status.queues)
+    lines: list[str] = []
+    if not hold.HasField("value"):
+        lines.append(f"No value of signal {hold.signal or 'default'} yet: until one arrives the signal counts as high.")
+    elif hold.active:
+        types = sorted({t for q in view.status.queues for t in q.held_types})
+        held_what = f" {', '.join(types)}" if types else ""
+        lines.append(
+            f"The signal is HIGH: {hold.value:g} {unit} is above the threshold of {hold.threshold:g}, "
+            f"so cost-deferrable work{held_what} is held"
+            + (f" (since {when(hold.since)})." if hold.HasField("since") else ".")
+        )
+    else:
+        lines.append(
+            f"The signal is low: {hold.value:g} {unit} is at or under the threshold of {hold.threshold:g}, "
+            "so held work is released and runs now."
+        )
+    plans = sorted(releases(view.pending), key=lambda r: r.at)
+    if held:
+        lines.append(f"{held} task(s) wait for a lower signal; {running} running.")
+    else:
+        lines.append(f"Nothing waits for a lower signal; {running} task(s) running.")
+    if plans:
+        lines.append(
+            f"{len(plans)} task(s) have a planned release, in the forecast's cheapest window before their "
+            f"latest start: the first at {when_seconds(plans[0].at)}."
+        )
+    for c in carbon(view.status):
+        if c.tasks and c.saved > 0:
+            lines.append(
+                f"{c.activity_type}: {c.tasks} task(s) ran at {c.at_dispatch:.0f} {unit} on average instead of "
+                f"{c.at_submit:.0f} when submitted: {c.saved:.0f} ({c.saved_share:.0f}%) less by waiting."
+            )
+    return lines
+
+
+def when_seconds(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S UTC")
+
+
+def reservation_bars(tasks: list[task_pb2.Task]) -> list[charts.Bar]:
+    bars = []
+    for t in tasks:
+        if not t.HasField("start_at") or t.start_at.seconds == 0:
+            continue
+        start = seconds(t.start_at)
+        tolerance = t.start_tolerance.seconds + t.start_tolerance.nanos / 1e9
+        duration = t.estimated_duration.seconds + t.estimated_duration.nanos / 1e9
+        label = f"#{t.id} {t.activity_type} ({t.pool or 'default'}) {when_seconds(start)}"
+        bars.append(charts.Bar(label=label, low=start - tolerance, start=start, high=start + duration + tolerance))
+    return sorted(bars, key=lambda b: b.start)[:MAX_BARS]
+
+
+def task_svg(story: TaskStory, now: float) -> str:
+    """The forecast the task's plan came from, with its planned release marked."""
+    if not story.forecast:
+        return '<p class="empty">No forecast: the signal\'s feed gives none.</p>'
+    return charts.signal_chart(
+        history=[],
+        forecast=[(seconds(p.at), p.value) for p in story.forecast],
+        threshold=story.threshold,
+        now=now,
+        since=now - 3600,
+        releases=releases([story.task]),
+    )
