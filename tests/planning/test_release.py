@@ -227,7 +227,7 @@ async def test_a_worker_on_another_replica_starts_at_the_leaders_new_plan_not_a_
 ) -> None:
     # Dispatchers poll every 5 s here: only a wake-up at the planned time starts the task on time.
     slow_poll = {"poll_interval": timedelta(seconds=5)}
-    signal, leader = await _services(database_url, tmp_path, "static", **slow_poll)
+    signal, leader = await _services(database_url, tmp_path, "static", "iid", **slow_poll)
     follower = None
     try:
         await eventually(lambda: _leads(leader))
