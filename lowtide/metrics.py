@@ -8,12 +8,14 @@ reach Prometheus as `lowtide_queue_depth`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
@@ -42,11 +44,14 @@ class Metrics:
         self.provider.shutdown()
 
 
-def start_metrics(service: str, listen: str) -> Metrics:
-    """Starts the service's meter; serves /metrics on `listen` (host:port) unless it is empty."""
+def start_metrics(service: str, listen: str, *, views: Sequence[View] = ()) -> Metrics:
+    """Starts the service's meter; serves /metrics on `listen` (host:port) unless it is empty.
+    `views` set what the service's own instruments need (a histogram's buckets)."""
     registry = CollectorRegistry()
     reader = PrometheusMetricReader(registry=registry, scope_info_enabled=False)
-    provider = MeterProvider(metric_readers=[reader], resource=Resource.create({"service.name": service}))
+    provider = MeterProvider(
+        metric_readers=[reader], resource=Resource.create({"service.name": service}), views=list(views)
+    )
     metrics = Metrics(provider.get_meter(service), provider, registry)
     if listen:
         host, _, port = listen.rpartition(":")

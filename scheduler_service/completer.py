@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
 from scheduler_service.domain.model import Outcome, State
+from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.sessions import WorkerSession
 from scheduler_service.store import Store
 
@@ -74,7 +75,7 @@ class Completer:
                 )
             self._idle.set()
 
-    async def _write(self, batch: list[tuple[Outcome, WorkerSession | None]]) -> set[tuple[int, int]]:
+    async def _write(self, batch: list[tuple[Outcome, WorkerSession | None]]) -> dict[tuple[int, int], FinishedRow]:
         try:
             return await self._store.finish([(o, s.worker_id if s else None) for o, s in batch])
         except DatabaseUnavailable:
@@ -83,7 +84,7 @@ class Completer:
             # One report the database refuses must not stall every other: write them one by one,
             # and leave out (refuse) only the ones that fail alone.
             log.exception("completer.batch_refused", extra={"batch": len(batch)})
-            applied: set[tuple[int, int]] = set()
+            applied: dict[tuple[int, int], FinishedRow] = {}
             for outcome, session in batch:
                 try:
                     applied |= await self._store.finish([(outcome, session.worker_id if session else None)])
@@ -93,15 +94,10 @@ class Completer:
                     log.exception("completer.report_refused", extra={"task_id": outcome.task_id})
             return applied
 
-    def _count(self, batch: list[tuple[Outcome, WorkerSession | None]], applied: set[tuple[int, int]]) -> None:
-        by_state: dict[str, int] = {}
-        rejected = 0
-        for outcome, _ in batch:
-            if (outcome.task_id, outcome.attempt) in applied:
-                by_state[outcome.state.value] = by_state.get(outcome.state.value, 0) + 1
-            else:
-                rejected += 1
-        for state, count in by_state.items():
-            self.metrics.finished.add(count, {"state": state})
+    def _count(
+        self, batch: list[tuple[Outcome, WorkerSession | None]], applied: dict[tuple[int, int], FinishedRow]
+    ) -> None:
+        self.metrics.tasks.ended(applied.values())
+        rejected = sum(1 for outcome, _ in batch if (outcome.task_id, outcome.attempt) not in applied)
         if rejected:
             self.metrics.rejected.add(rejected, {"reason": "no_longer_held"})

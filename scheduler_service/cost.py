@@ -30,6 +30,7 @@ from scheduler_service.domain.holds import (
     next_hold,
 )
 from scheduler_service.domain.planning import Forecast
+from scheduler_service.domain.timings import HoldEpisode
 
 log = logging.getLogger("lowtide.scheduler.cost")
 
@@ -60,6 +61,8 @@ class CostHolds:
         self._clock = clock
         self.signal: SignalView | None = None
         self.state = initial_hold(policy, clock())
+        # The latest hold that ended (for the time-held histogram); None: none has yet.
+        self.last_hold: HoldEpisode | None = None
         self.connected = False
         # The Subscribe channel's keepalive (time, timeout in ms); None: lowtide_proto.channel's.
         self.keepalive = keepalive
@@ -102,6 +105,8 @@ class CostHolds:
         if before.active != self.state.active:
             log.info("cost_hold.changed", extra={"active": self.state.active, "reason": self.state.reason})
         if before.active and not self.state.active:
+            if before.since is not None and self.state.since is not None:
+                self.last_hold = HoldEpisode(before.since, self.state.since)
             self._on_release()
         self._schedule_min_hold_check()
 
@@ -175,11 +180,12 @@ class CostHolds:
         start at the next interval. A new version tells the planner to plan again."""
         feed = self._feed_forecast
         now = self._clock()
-        pairs = [] if feed is None else [(p.at.ToDatetime(tzinfo=UTC), p.value) for p in feed.points]
-        pairs = [(at, value) for at, value in pairs if at > now]
-        if state.HasField("value"):
-            pairs.insert(0, (now, state.value))
-        forecast = Forecast.of(pairs) if len(pairs) > 1 else None
+        # Each point with its expected error, when the feed states one (0: planned on as given).
+        points = [] if feed is None else [(p.at.ToDatetime(tzinfo=UTC), p.value, p.expected_error) for p in feed.points]
+        ahead = [(at, value, error) for at, value, error in points if at > now]
+        # The current value is known: it states no error.
+        known = [(now, state.value, 0.0)] if state.HasField("value") else []
+        forecast = Forecast.of(known + ahead) if len(known) + len(ahead) > 1 else None
         if forecast != self.forecast:
             self.forecast = forecast
             self.forecast_source = feed.source if feed is not None and forecast is not None else ""

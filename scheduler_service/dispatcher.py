@@ -302,7 +302,7 @@ class Dispatcher:
                 session.sent_at[row.id] = now
             message = worker_pb2.Assignments(assignments=[assignment(row) for row in claimed])
             session.send(worker_pb2.SchedulerMessage(assignments=message))
-            self.metrics.dispatched.add(len(claimed), {"pool": session.pool})
+            self.metrics.tasks.sent(session, claimed)
         if back:
             await self._store.unclaim(back)
             self._registry.wake_all()

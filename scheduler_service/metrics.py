@@ -34,6 +34,7 @@ from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.fleet import PendingGroup
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
+from scheduler_service.task_metrics import TaskMetrics
 
 log = logging.getLogger("lowtide.scheduler.metrics")
 
@@ -85,12 +86,8 @@ class SchedulerMetrics:
         self._holds = holds
         self.snapshot = Snapshot()
         meter = metrics.meter
-        self.dispatched = meter.create_counter(
-            "lowtide.tasks.dispatched", unit="{task}", description="Attempts dispatched to workers"
-        )
-        self.finished = meter.create_counter(
-            "lowtide.tasks.finished", unit="{task}", description="Attempts ended, by what followed (state)"
-        )
+        # Per task: dispatched and finished counts, queue wait, run time, dispatch latency, time held.
+        self.tasks = TaskMetrics(meter, holds=holds, config=config)
         self.fixed_starts = meter.create_counter(
             "lowtide.fixed_start.started",
             unit="{task}",
@@ -100,7 +97,7 @@ class SchedulerMetrics:
             "lowtide.fixed_start.misses", unit="{task}", description="Fixed starts missed, by reason"
         )
         self.rejected = meter.create_counter(
-            "lowtide.reports.rejected",
+            "lowtide.report.rejected",
             unit="{report}",
             description="Worker reports refused, by reason: not_held (not this stream's attempt), no_outcome "
             "(a result with neither success nor failure), no_longer_held (the attempt ended meanwhile)",
@@ -117,7 +114,9 @@ class SchedulerMetrics:
                 name, callbacks=[self._queue_callback(attribute)], unit=unit, description=description
             )
         pool_gauges = [
-            ("lowtide.pool.fixed_start_hit_rate", "1", "Share of fixed starts within tolerance", "hit_rate"),
+            # Named with its unit's word: an OTLP -> Prometheus path appends `_ratio` to a "1" gauge
+            # (once), the Prometheus reader does not, and both agree on this name.
+            ("lowtide.pool.fixed_start_hit_ratio", "1", "Share of fixed starts within tolerance", "hit_rate"),
             ("lowtide.pool.desired_workers", "{worker}", "Workers the pool should have", "desired_workers"),
             ("lowtide.pool.held_slots", "{slot}", "Slots held idle for fixed starts", "held_slots"),
             ("lowtide.pool.reservations_ahead", "{task}", "Admitted fixed starts not started", "reservations_ahead"),
@@ -127,10 +126,14 @@ class SchedulerMetrics:
                 name, callbacks=[self._pool_callback(attribute)], unit=unit, description=description
             )
         meter.create_observable_gauge(
-            "lowtide.cost_hold", callbacks=[self._cost_hold], unit="1", description="1 while a cost hold is active"
+            # Not unit "1": an OTLP -> Prometheus path would name a 0/1 gauge lowtide_cost_hold_ratio.
+            "lowtide.cost_hold",
+            callbacks=[self._cost_hold],
+            unit="{state}",
+            description="1 while a cost hold is active",
         )
         meter.create_observable_gauge(
-            "lowtide.workers.connected", callbacks=[self._workers], unit="{worker}", description="Connected workers"
+            "lowtide.worker.connected", callbacks=[self._workers], unit="{worker}", description="Connected workers"
         )
         meter.create_observable_gauge(
             "lowtide.dispatch.parked",

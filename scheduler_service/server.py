@@ -47,6 +47,7 @@ from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 from scheduler_service.submission import Submission
 from scheduler_service.task_control import TaskControl
+from scheduler_service.task_metrics import VIEWS as TASK_VIEWS
 from scheduler_service.waiters import Waiters
 from scheduler_service.worker_stream import WorkerStream
 
@@ -375,7 +376,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     hold_config = check_cost_config(config)
     scheduler_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
     async with contextlib.AsyncExitStack() as stack:
-        exported = start_metrics("lowtide-scheduler", config.scheduler.metrics_listen)
+        exported = start_metrics("lowtide-scheduler", config.scheduler.metrics_listen, views=TASK_VIEWS)
         stack.callback(exported.shutdown)
         # Opened once the ports are bound (below): a database connection never holds a listen port.
         db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)

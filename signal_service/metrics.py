@@ -12,6 +12,8 @@ from signal_service.fanout import Fanout
 from signal_service.feeds.runner import FeedStats
 
 
+# The 0/1 gauges have unit {state}, not "1": an OTLP -> Prometheus path appends `_ratio` to a
+# gauge of unit "1" (lowtide_signal_high_ratio), the Prometheus reader does not.
 def register_signal_metrics(metrics: Metrics, fanout: Fanout, stats: FeedStats, feed: str) -> None:
     meter = metrics.meter
 
@@ -48,8 +50,8 @@ def register_signal_metrics(metrics: Metrics, fanout: Fanout, stats: FeedStats, 
 
     meter.create_observable_gauge("lowtide.signal.value", callbacks=[value], description="The signal's value")
     meter.create_observable_gauge("lowtide.signal.threshold", callbacks=[threshold], description="Above it: high")
-    meter.create_observable_gauge("lowtide.signal.high", callbacks=[high], unit="1", description="1 while high")
-    meter.create_observable_gauge("lowtide.signal.stale", callbacks=[stale], unit="1", description="1 while stale")
+    for name, callback, what in [("high", high, "1 while high"), ("stale", stale, "1 while stale")]:
+        meter.create_observable_gauge(f"lowtide.signal.{name}", callbacks=[callback], unit="{state}", description=what)
     meter.create_observable_gauge(
         "lowtide.signal.subscribers", callbacks=[subscribers], unit="{subscriber}", description="Open Subscribe streams"
     )

@@ -62,6 +62,9 @@ class SchedulerConfig:
     metrics_listen: str = key("127.0.0.1:9464", listen_address_or_off)
     # How often queue figures (depth, held depth, ages) are read from the database.
     metrics_interval: timedelta = key(5 * S, within(100 * MS, 1 * H))
+    # Task metrics are labelled by queue and activity type: the configured ones, then the first
+    # this many others seen (per label); later ones are counted as "other".
+    metrics_label_values: int = key(50, within(0, 10_000))
 
 
 @dataclass(frozen=True)

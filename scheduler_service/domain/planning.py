@@ -11,6 +11,16 @@ taking the cheapest start where the pool still has room; a full window sends a t
 cheapest one. Room is counted on slots of `resolution`, and a task occupies every slot it
 touches, so the pool is never over-booked by rounding.
 
+A forecast is not the future, and the further ahead the more it is off. Picking the lowest of
+many noisy values picks, more often than not, one that only looks low because of its noise (the
+winner's curse), and re-planning on each new forecast compares the exactly known current value
+with such values again and again, so tasks keep waiting for windows that never come. So when the
+forecast states its expected error at each point (one standard deviation, relative), a start is
+scored not by its forecast mean but by a pessimistic one, mean + caution x sigma (per point, the
+value times 1 + caution x its expected error): waiting must be expected to save more than the
+noise would make it seem to. The current value is known, so starting now is scored as it is. A
+forecast that states no error (or zero) is planned on as before.
+
 Without a forecast that covers a task's window the plan falls back to the threshold hold, still
 bounded by the latest start; such a task takes no room in the plan, since when it will run is
 not known. Nothing here does I/O and nothing is remembered between calls: a plan is a function
@@ -42,6 +52,10 @@ _DECIMALS = 6
 # the release (a few milliseconds) still starts it by then: one scheduling step.
 RELEASE_LEAD = timedelta(milliseconds=50)
 
+# How many standard deviations of a forecast point's expected error a start is scored above its
+# forecast value (see the module's docstring); tuned on the carbon bench (`make bench`).
+CAUTION = 1.0
+
 
 def release_by(latest_start: datetime) -> datetime:
     """When a task with this latest start is released at the latest (plan or no plan)."""
@@ -59,7 +73,11 @@ class Forecast:
     and times computed from them are exact (a plan is never a microsecond past a latest start).
     A forecast that starts after `now` does not cover a window starting now: callers that know
     the current value prepend it as a point at `now` (the signal service's points convert with
-    `(p.at, p.value)`).
+    `(p.at, p.value)`, or `(p.at, p.value, p.expected_error)`).
+
+    A point may state its expected relative error (one standard deviation; 0 when not given):
+    `spreads` is each point's value times it, with its own running integral, so that the
+    pessimistic mean of a window costs the same as its mean.
     """
 
     origin: datetime
@@ -67,11 +85,16 @@ class Forecast:
     times: tuple[int, ...] = field(repr=False)
     values: tuple[float, ...] = field(repr=False)
     integrals: tuple[float, ...] = field(repr=False)
+    spreads: tuple[float, ...] = field(default=(), repr=False)
+    spread_integrals: tuple[float, ...] = field(default=(), repr=False)
 
     @classmethod
-    def of(cls, points: Iterable[tuple[datetime, float]], *, end: datetime | None = None) -> Forecast:
-        """Points in any order; of two at the same time, the later in `points` wins."""
-        by_time = dict(sorted(points, key=itemgetter(0)))
+    def of(
+        cls, points: Iterable[tuple[datetime, float] | tuple[datetime, float, float]], *, end: datetime | None = None
+    ) -> Forecast:
+        """Points (time, value) or (time, value, expected relative error) in any order; of two at
+        the same time, the later in `points` wins."""
+        by_time = {p[0]: (p[1], p[2] if len(p) == 3 else 0.0) for p in sorted(points, key=itemgetter(0))}
         if not by_time:
             raise ValueError("a forecast needs at least one point")
         stamps = list(by_time)
@@ -81,9 +104,13 @@ class Forecast:
         if end < stamps[-1]:
             raise ValueError(f"a forecast cannot end ({end}) before its last point ({stamps[-1]})")
         times = tuple((at - origin) // _US for at in stamps)
-        values = tuple(by_time.values())
-        steps = map(operator.mul, values, map(operator.sub, times[1:], times))
-        return cls(origin, end, times, values, tuple(itertools.accumulate(steps, initial=0.0)))
+        values = tuple(v for v, _ in by_time.values())
+        if any(e < 0 or not math.isfinite(e) for _, e in by_time.values()):
+            raise ValueError("an expected error must be a finite number, 0 or more")
+        spreads = tuple(v * e for v, e in by_time.values())
+        if not any(spreads):
+            return cls(origin, end, times, values, _integrals(times, values))
+        return cls(origin, end, times, values, _integrals(times, values), spreads, _integrals(times, spreads))
 
     def covers(self, start: datetime, end: datetime) -> bool:
         return self.origin <= start and end <= self.end
@@ -94,28 +121,32 @@ class Forecast:
         return self._mean((start - self.origin) // _US, duration // _US)
 
     def _mean(self, t: int, span: int) -> float:
-        times, values, integrals = self.times, self.values, self.integrals
-        i = bisect.bisect_right(times, t) - 1
-        if span <= 0:
-            return values[i]
-        j = bisect.bisect_right(times, t + span, i) - 1
-        before = integrals[i] + values[i] * (t - times[i])
-        return (integrals[j] + values[j] * (t + span - times[j]) - before) / span
+        return _step_mean(self.times, self.values, self.integrals, t, span)
 
-    def _scored_starts(self, earliest: int, latest: int, span: int) -> list[tuple[float, int]]:
-        """(rounded mean, start) for the starts worth scoring in [earliest, latest], in no order.
+    def _score(self, t: int, span: int, caution: float) -> float:
+        """The pessimistic mean of [t, t + span] (rounded): the mean, plus `caution` expected
+        errors. A start at the first point (the known current value, which states no error) is
+        scored by its mean alone."""
+        mean = self._mean(t, span)
+        if self.spreads and caution:
+            mean += caution * _step_mean(self.times, self.spreads, self.spread_integrals, t, span)
+        return round(mean, _DECIMALS)
+
+    def _scored_starts(self, earliest: int, latest: int, span: int, caution: float) -> list[tuple[float, int]]:
+        """(rounded score, start) for the starts worth scoring in [earliest, latest], in no order.
 
         The mean over a window of fixed length, as a function of its start, is piecewise linear
-        with kinks where the start or the end crosses a forecast point; so its minimum over
-        [earliest, latest] is at one of those crossings or at either bound.
+        with kinks where the start or the end crosses a forecast point (and so is the pessimistic
+        mean, of a step function with the same points); so its minimum over [earliest, latest]
+        is at one of those crossings or at either bound.
         """
         times = self.times
         starts = {earliest, latest}
         starts.update(times[bisect.bisect_left(times, earliest) : bisect.bisect_right(times, latest)])
         ends = times[bisect.bisect_left(times, earliest + span) : bisect.bisect_right(times, latest + span)]
         starts.update(t - span for t in ends)
-        mean = self._mean
-        return [(round(mean(t, span), _DECIMALS), t) for t in starts]
+        score = self._score
+        return [(score(t, span, caution), t) for t in starts]
 
     def _time(self, offset: int) -> datetime:
         return self.origin + offset * _US
@@ -128,6 +159,22 @@ class Forecast:
         lo = bisect.bisect_left(self.times, self._offset(start))
         hi = bisect.bisect_right(self.times, self._offset(end))
         return [self._time(t) for t in self.times[lo:hi]]
+
+
+def _integrals(times: tuple[int, ...], values: tuple[float, ...]) -> tuple[float, ...]:
+    steps = map(operator.mul, values, map(operator.sub, times[1:], times))
+    return tuple(itertools.accumulate(steps, initial=0.0))
+
+
+def _step_mean(
+    times: tuple[int, ...], values: tuple[float, ...], integrals: tuple[float, ...], t: int, span: int
+) -> float:
+    i = bisect.bisect_right(times, t) - 1
+    if span <= 0:
+        return values[i]
+    j = bisect.bisect_right(times, t + span, i) - 1
+    before = integrals[i] + values[i] * (t - times[i])
+    return (integrals[j] + values[j] * (t + span - times[j]) - before) / span
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,11 +242,13 @@ def plan(
     *,
     signal_low: bool,
     resolution: timedelta = timedelta(minutes=5),
+    caution: float = CAUTION,
 ) -> list[Plan]:
     """One plan per task, in the order given.
 
     `signal_low` is the threshold hold's current verdict (the signal is at or under its
-    threshold): it decides the fallback for tasks no forecast covers.
+    threshold): it decides the fallback for tasks no forecast covers. `caution` weighs the
+    forecast's expected errors (0: plan on its values alone).
     """
     given = list(tasks)
     if resolution <= timedelta(0):
@@ -213,11 +262,16 @@ def plan(
         task = given[index]
         return task.latest_start > max(task.earliest, now), task.latest_start, task.earliest, task.task_id
 
-    plans = {i: _plan_one(given[i], forecast, load, now, signal_low) for i in sorted(range(len(given)), key=order)}
+    plans = {
+        i: _plan_one(given[i], forecast, load, now, signal_low, caution=caution)
+        for i in sorted(range(len(given)), key=order)
+    }
     return [plans[i] for i in range(len(given))]
 
 
-def _plan_one(task: PlanTask, forecast: Forecast | None, load: _Load | None, now: datetime, signal_low: bool) -> Plan:
+def _plan_one(
+    task: PlanTask, forecast: Forecast | None, load: _Load | None, now: datetime, signal_low: bool, *, caution: float
+) -> Plan:
     earliest = max(task.earliest, now)
     latest = task.latest_start
     if latest <= earliest:
@@ -235,26 +289,26 @@ def _plan_one(task: PlanTask, forecast: Forecast | None, load: _Load | None, now
         return _threshold_plan(task, forecast, earliest, signal_low)
 
     span = task.duration // _US
-    scored = forecast._scored_starts(forecast._offset(earliest), forecast._offset(latest), span)
-    # Lowest mean first, and of equal means the earliest start.
-    best_value, best = min(scored)
+    scored = forecast._scored_starts(forecast._offset(earliest), forecast._offset(latest), span, caution)
+    # Lowest score first, and of equal scores the earliest start.
+    best_score, best = min(scored)
     if load is None:
-        return _forecast_plan(task, forecast._time(best), best_value, earliest)
+        return _forecast_plan(task, forecast, best, earliest)
     # Beside other runs the best free start may be just clear of one of them, which is no
     # forecast point: every start on the slot grid is scored too.
     tried = {offset for _, offset in scored}
     for at in load.grid(earliest, latest):
         offset = forecast._offset(at)
         if offset not in tried:
-            scored.append((round(forecast._mean(offset, span), _DECIMALS), offset))
+            scored.append((forecast._score(offset, span, caution), offset))
     scored.sort()
     best_at = forecast._time(best)
-    for value, offset in scored:
+    for _, offset in scored:
         at = forecast._time(offset)
         if load.fits(at, at + task.duration):
             load.add(at, at + task.duration)
-            full = "" if offset == best else f"; the pool is full at {_t(best_at)} ({best_value:g})"
-            return _forecast_plan(task, at, value, earliest, note=full)
+            full = "" if offset == best else f"; the pool is full at {_t(best_at)} ({best_score:g})"
+            return _forecast_plan(task, forecast, offset, earliest, note=full)
     # No room anywhere in the window: release where the load is least (the earliest such start),
     # so the task queues for a slot before its latest start instead of being planned past it.
     starts = [forecast._time(offset) for _, offset in scored]
@@ -265,9 +319,14 @@ def _plan_one(task: PlanTask, forecast: Forecast | None, load: _Load | None, now
     return Plan(task.task_id, at, value, PlanKind.FORECAST, reason + "; released where it is least loaded", True)
 
 
-def _forecast_plan(task: PlanTask, at: datetime, value: float, earliest: datetime, *, note: str = "") -> Plan:
+def _forecast_plan(task: PlanTask, forecast: Forecast, offset: int, earliest: datetime, *, note: str = "") -> Plan:
+    at = forecast._time(offset)
+    value = round(forecast._mean(offset, task.duration // _US), _DECIMALS)
     window = f"[{_t(earliest)}, {_t(task.latest_start)}]"
     reason = f"lowest forecast mean {value:g} over {format_duration(task.duration)} for a start in {window}"
+    if forecast.spreads:
+        reason = f"lowest forecast mean {value:g} (allowing for its expected error) over"
+        reason += f" {format_duration(task.duration)} for a start in {window}"
     return Plan(task.task_id, at, value, PlanKind.FORECAST, reason + note)
 
 

@@ -9,7 +9,7 @@ other classes are the few columns one statement returns.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 
@@ -113,9 +113,13 @@ class EndedRow:
 
 @dataclass(frozen=True, slots=True)
 class FinishedRow(EndedRow):
-    """An attempt finish_attempts applied."""
+    """An attempt finish_attempts applied, with its labels and run time for the task metrics."""
 
     attempt: int
+    queue: str
+    activity_type: str
+    # None only for an attempt that never recorded its start.
+    run_time: timedelta | None
 
 
 @dataclass(frozen=True, slots=True)

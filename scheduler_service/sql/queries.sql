@@ -117,11 +117,15 @@ state = 'running',
 
 -- _started_attempt --
 -- What every claim returns of each attempt it started (a ClaimedRow, scheduler_service/rows/claims.py):
--- what the worker is sent, its worker, and its timing.
+-- what the worker is sent, its worker, and its timing (with what the task histograms need: when
+-- it became due and started, what released it, the signal at dispatch, and for a first attempt
+-- held by its planned release its submission; the columns most rows have NULL cost nothing).
 t.id, t.attempt, t.worker_id, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
           t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
           t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
-          t.start_hit, t.pool, NULLIF(t.headers, '{}'::jsonb) AS headers
+          t.start_hit, t.pool, NULLIF(t.headers, '{}'::jsonb) AS headers, t.started_at, t.released_by,
+          t.hold_deadline, CASE WHEN t.planned_release_at IS NOT NULL AND t.attempt = 1 THEN t.created_at END
+          AS planned_since, t.signal_at_dispatch
 
 -- _claim_slots --
 -- The free slots a claim fills, in the order rows are handed out (domain.dispatch.hand_out): one
@@ -248,7 +252,8 @@ WHERE t.id = u.id AND t.attempt = u.attempt AND t.state = 'running' AND t.worker
 
 -- finish_attempts --
 -- Applies what follows a batch of attempts, fenced by (id, attempt, running, worker): a report
--- for an attempt that is no longer the worker's changes nothing and is left out of RETURNING.
+-- for an attempt that is no longer the worker's changes nothing and is left out of RETURNING,
+-- which also gives the attempt's labels and run time for the task metrics.
 UPDATE lowtide.tasks t
 SET state = o.state,
     result = o.result,
@@ -269,7 +274,7 @@ FROM unnest(
 ) AS o(id, attempt, worker_id, state, result, error_type, error_message, non_retryable, run_at)
 WHERE t.id = o.id AND t.attempt = o.attempt AND t.state = 'running'
   AND (o.worker_id IS NULL OR t.worker_id = o.worker_id)
-RETURNING t.id, t.attempt, t.state, t.has_dependents
+RETURNING t.id, t.attempt, t.state, t.has_dependents, t.queue, t.activity_type, now() - t.started_at AS run_time
 
 -- running_attempts_of_worker --
 -- The attempts a worker runs, locked, to end them when the worker is gone; none when the worker

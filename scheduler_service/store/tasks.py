@@ -74,9 +74,9 @@ class TaskStore(StoreBase):
         if rows:
             self.on_unblocked(rows)
 
-    async def finish(self, outcomes: Sequence[tuple[Outcome, str | None]]) -> set[tuple[int, int]]:
+    async def finish(self, outcomes: Sequence[tuple[Outcome, str | None]]) -> dict[tuple[int, int], FinishedRow]:
         """Applies outcomes (each with the worker that reported it, or None for the scheduler's own
-        verdicts); returns the (id, attempt) pairs that were applied. The rest were stale."""
+        verdicts); returns the attempts applied, by (id, attempt). The rest were stale."""
         params: dict[str, list[Any]] = {
             "ids": [],
             "attempts": [],
@@ -103,7 +103,7 @@ class TaskStore(StoreBase):
             rows = await tx.fetch_as(FinishedRow, Q["finish_attempts"], params)
             released = await settle(tx, rows) if any(r.has_dependents for r in rows) else []
         self._unblocked(released)
-        return {(r.id, r.attempt) for r in rows}
+        return {(r.id, r.attempt): r for r in rows}
 
     async def running_attempts_of(self, worker_id: str, scheduler_id: str) -> list[Attempt]:
         """The attempts the worker runs, unless it is connected to another replica than this one."""

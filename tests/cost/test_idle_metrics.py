@@ -71,7 +71,7 @@ async def test_an_idle_scheduler_with_an_active_hold_exports_zeros_and_the_hold(
     # The hold is active and holds train everywhere (and index on batch): 1 on every queue.
     for queue in ("default", "batch", "nightly"):
         assert hold.get(f'queue="{queue}",signal="grid"') == 1, hold
-    assert series(text, "lowtide_workers_connected").get('pool="default"') == 0
+    assert series(text, "lowtide_worker_connected").get('pool="default"') == 0
     assert series(text, "lowtide_pool_desired_workers").get('pool="default"') == 0
 
 

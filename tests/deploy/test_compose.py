@@ -34,7 +34,7 @@ COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
 PYTHON_SERVICES = ["signal", "scheduler", "console", "worker"]
 # Metrics the lead is adding with fixed-start reservations: the dashboard has their panels
 # already; they are required as soon as the scheduler's code names them.
-FIXED_START_METRICS = {"lowtide_pool_fixed_start_hit_rate", "lowtide_pool_desired_workers"}
+FIXED_START_METRICS = {"lowtide_pool_fixed_start_hit_ratio", "lowtide_pool_desired_workers"}
 _METRIC = re.compile(r"\blowtide_[a-z0-9_]+\b")
 
 
@@ -235,12 +235,17 @@ async def test_compose_services_serve_work_and_export_the_dashboard_metrics(stac
             exported |= await _exported(url)
         return wanted - exported
 
-    # Queue figures are read every metrics_interval (5 s by default, as compose leaves it).
+    # Queue figures are read every metrics_interval (5 s by default, as compose leaves it). Time
+    # held shows once a task was held and released: `train` is held while the replayed signal is
+    # over its threshold (the trace's median, a replayed day a minute), so one is submitted each
+    # round until one was.
     async def all_there() -> bool:
+        async with Client(scheduler) as client:
+            await client.submit("train", b"0")
         return not await missing()
 
     try:
-        await eventually(all_there, within=20, interval=0.5)
+        await eventually(all_there, within=90, interval=0.5)
     except AssertionError:
         raise AssertionError(f"the dashboard queries metrics nobody exports: {sorted(await missing())}") from None
 
@@ -252,7 +257,7 @@ def test_dashboard_has_the_panels_operators_look_for() -> None:
         "lowtide_queue_held_depth",
         "lowtide_queue_depth",
         "lowtide_queue_running",
-        "lowtide_tasks_dispatched_total",
+        "lowtide_task_dispatched_total",
         "lowtide_cost_hold",
         *FIXED_START_METRICS,
     }

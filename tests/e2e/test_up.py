@@ -264,7 +264,7 @@ def test_up_demo_shows_held_work_while_the_replayed_signal_is_high(tmp_path: Pat
     assert any("HIGH - holding train" in line and " held    0 " not in line for line in lines), text[-2000:]
     assert re.search(r'^lowtide_queue_held_depth\{queue="default"\} [1-9]', scraped[scheduler_metrics], re.M)
     assert re.search(r'^lowtide_cost_hold\{queue="default",signal="grid"\} 1\.0', scraped[scheduler_metrics], re.M)
-    assert re.search(r'^lowtide_tasks_dispatched_total\{pool="default"\} [1-9]', scraped[scheduler_metrics], re.M)
+    assert re.search(r'^lowtide_task_dispatched_total\{pool="default"\} [1-9]', scraped[scheduler_metrics], re.M)
     assert re.search(r'^lowtide_signal_value\{signal="grid",unit="gCO2/kWh"\} 2\d\d', scraped[signal_metrics], re.M)
     assert re.search(r'^lowtide_signal_high\{signal="grid",unit="gCO2/kWh"\} 1\.0', scraped[signal_metrics], re.M)
 

@@ -175,8 +175,8 @@ async def test_every_refused_report_is_counted_with_its_reason(scheduler: Schedu
     async def counted() -> str:
         text = await asyncio.to_thread(_scrape, port)
         wanted = [
-            'lowtide_reports_rejected_total{reason="no_outcome"} 1.0',
-            'lowtide_reports_rejected_total{reason="not_held"} 2.0',
+            'lowtide_report_rejected_total{reason="no_outcome"} 1.0',
+            'lowtide_report_rejected_total{reason="not_held"} 2.0',
         ]
         return text if all(line in text for line in wanted) else ""
 

@@ -4,6 +4,7 @@ plans held tasks with a latest start, and a real worker."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -115,6 +116,12 @@ async def test_a_held_task_runs_in_the_cheapest_window_not_at_the_first_dip(repl
     assert done.planned_intensity < 100
     assert timedelta(0) <= actual - planned < timedelta(seconds=1)
     assert started["planned"] - submitted >= 1.0
+    # The time-held histogram counts it under its planned release, from submission to release.
+    text = replayed.scheduler.metrics.metrics.text()
+    labels = 'activity_type="train",queue="default",reason="planned_release"'
+    held = float(re.search(rf"^lowtide_task_held_duration_seconds_sum\{{{labels}\}} (\S+)$", text, re.M)[1])  # type: ignore[index]
+    assert re.search(rf"^lowtide_task_held_duration_seconds_count\{{{labels}\}} 1\.0$", text, re.M)
+    assert held >= (planned - done.created_at.ToDatetime(tzinfo=UTC)).total_seconds() - 0.001
 
 
 async def test_without_a_forecast_the_threshold_hold_applies_and_the_latest_start_holds(static: Services) -> None:

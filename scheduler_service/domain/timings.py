@@ -1,0 +1,97 @@
+"""What the task histograms record of an attempt the dispatcher sends, and the label cap.
+
+Pure: the times come from the claimed row (the database's clock for when the task was created,
+became due and started) and from the cost hold's last episode (the scheduler's clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+OTHER = "other"
+COST_HOLD = "cost_hold"
+PLANNED_RELEASE = "planned_release"
+
+
+@dataclass(frozen=True, slots=True)
+class HoldEpisode:
+    """The cost hold's latest episode: when it began, and when it ended (None: still active)."""
+
+    began: datetime
+    ended: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SentAttempt:
+    """What a claimed row says of an attempt's timing, and whether a cost hold could hold it."""
+
+    # When the attempt became due: its submission, the end of its backoff, its dependencies'
+    # end, its fixed start or its planned release.
+    run_at: datetime
+    started_at: datetime
+    released_by: str | None
+    hold_deadline: datetime | None
+    # A first attempt's submission when a planned release held it (its run_at is the release).
+    planned_since: datetime | None
+    # A cost hold holds its type on its queue (configured, or by the worker it was sent to).
+    deferrable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """In seconds: due → started, claimable → sent, and how long a hold held it (with which)."""
+
+    queue_wait: float
+    dispatch_latency: float
+    held: tuple[str, float] | None
+
+
+def _seconds(later: datetime, earlier: datetime) -> float:
+    return max(0.0, (later - earlier).total_seconds())
+
+
+def timings(row: SentAttempt, *, sent_at: datetime, episode: HoldEpisode | None) -> Timings:
+    """Queue wait runs from when the attempt became due to its start (a cost hold's wait
+    included: the task was due); dispatch latency from when it became claimable (due, and no
+    hold on it any more) to the assignment's send. Time held is counted once, at the release:
+    a first attempt released at its planned release waited from its submission; one a cost hold
+    held waited from its due time (or the hold's start, if later) to the hold's end (or to its own
+    deadline, `max_defer`). A task held through several episodes counts the last one only."""
+    claimable = row.run_at
+    held: tuple[str, float] | None = None
+    if row.planned_since is not None:
+        held = (PLANNED_RELEASE, _seconds(row.run_at, row.planned_since))
+    elif row.deferrable and row.released_by == "max_defer":
+        claimable = max(row.run_at, row.hold_deadline or row.run_at)
+        began = row.run_at if episode is None else max(row.run_at, episode.began)
+        held = (COST_HOLD, _seconds(claimable, began))
+    elif row.deferrable and episode is not None and episode.ended is not None and episode.ended > row.run_at:
+        claimable = episode.ended
+        held = (COST_HOLD, _seconds(episode.ended, max(row.run_at, episode.began)))
+    return Timings(
+        queue_wait=_seconds(row.started_at, row.run_at),
+        dispatch_latency=_seconds(sent_at, claimable),
+        held=held,
+    )
+
+
+class LabelCap:
+    """Bounds a label's values: the configured ones, then the first `limit` others seen; every
+    later value is `other`. Activity types and queues are strings submitters choose, and each
+    distinct value is a time series per bucket: without a cap a typo-per-task submitter grows a
+    Prometheus server without bound."""
+
+    def __init__(self, known: Iterable[str], limit: int) -> None:
+        self._known = frozenset(known)
+        self._limit = limit
+        self._seen: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        if value in self._known or value in self._seen:
+            return value
+        if len(self._seen) < self._limit:
+            self._seen.add(value)
+            return value
+        return OTHER

@@ -1,0 +1,144 @@
+"""Per task metrics, recorded where the events happen: the dispatcher's send (dispatched, queue
+wait, dispatch latency, time held, the signal at dispatch) and the completer (finished, run time).
+
+Every figure comes from the rows those already have in hand (the claim's RETURNING, the finish's
+RETURNING): no query per task. Queue and activity type labels are capped (domain.timings.LabelCap).
+
+Bucket boundaries are set by Views (VIEWS, given to the MeterProvider), so an OTLP export gets
+the same buckets as the Prometheus endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from opentelemetry.metrics import Meter
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+
+from lowtide.config import Config
+from scheduler_service.cost import CostHolds
+from scheduler_service.domain.timings import HoldEpisode, LabelCap, SentAttempt, timings
+from scheduler_service.rows.claims import ClaimedRow
+from scheduler_service.rows.tasks import FinishedRow
+from scheduler_service.sessions import WorkerSession
+
+QUEUE_WAIT = "lowtide.task.queue_wait.duration"
+RUN = "lowtide.task.run.duration"
+DISPATCH_LATENCY = "lowtide.task.dispatch.duration"
+HELD = "lowtide.task.held.duration"
+SIGNAL_AT_DISPATCH = "lowtide.task.dispatch.signal"
+
+# Waits, from milliseconds (a task claimed at once) to days (a deferral of a batch job).
+WAIT_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
+    7200, 14400, 28800, 43200, 86400, 172800, 604800,
+)  # fmt: skip
+# Run times: a millisecond no-op to a day-long job.
+RUN_BUCKETS = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600, 1800, 3600,
+    7200, 21600, 86400,
+)  # fmt: skip
+# The scheduler's own latency: sub-millisecond to seconds (longer only while slots are full).
+DISPATCH_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
+)  # fmt: skip
+# Grid carbon intensity in gCO2/kWh (or a power price per MWh): very clean grids to coal.
+SIGNAL_BUCKETS = (0, 25, 50, 75, 100, 125, 150, 200, 250, 300, 350, 400, 500, 600, 700, 800, 1000, 1500)
+
+VIEWS = [
+    View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(buckets))
+    for name, buckets in [
+        (QUEUE_WAIT, WAIT_BUCKETS),
+        (HELD, WAIT_BUCKETS),
+        (RUN, RUN_BUCKETS),
+        (DISPATCH_LATENCY, DISPATCH_BUCKETS),
+        (SIGNAL_AT_DISPATCH, SIGNAL_BUCKETS),
+    ]
+]
+
+
+class TaskMetrics:
+    def __init__(self, meter: Meter, *, holds: CostHolds, config: Config) -> None:
+        self._holds = holds
+        limit = config.scheduler.metrics_label_values
+        per_queue = holds.config.per_queue or {}
+        self._queue = LabelCap({"default", *config.queues, *per_queue}, limit)
+        held = holds.config.deferrable.union(*per_queue.values())
+        self._type = LabelCap({*config.types, *held}, limit)
+        self.dispatched = meter.create_counter(
+            "lowtide.task.dispatched", unit="{task}", description="Attempts dispatched to workers"
+        )
+        self.finished = meter.create_counter(
+            "lowtide.task.finished", unit="{task}", description="Attempts ended, by what followed (state)"
+        )
+        self.queue_wait = meter.create_histogram(
+            QUEUE_WAIT, unit="s", description="From due (submitted, backoff over, released) to started"
+        )
+        self.run = meter.create_histogram(RUN, unit="s", description="From started to finished, as the worker reported")
+        self.dispatch_latency = meter.create_histogram(
+            DISPATCH_LATENCY, unit="s", description="From claimable (due, no hold on it) to the assignment sent"
+        )
+        self.held = meter.create_histogram(
+            HELD,
+            unit="s",
+            description="How long held work waited, at its release, by reason: cost_hold, planned_release",
+        )
+        self.signal_at_dispatch = meter.create_histogram(
+            SIGNAL_AT_DISPATCH, description="The cost signal's value at dispatch, per task (unit: the unit label)"
+        )
+
+    def _labels(self, queue: str, activity_type: str) -> dict[str, str]:
+        return {"queue": self._queue(queue), "activity_type": self._type(activity_type)}
+
+    def sent(self, session: WorkerSession, rows: Iterable[ClaimedRow]) -> None:
+        """Attempts just sent to `session`'s worker."""
+        rows = list(rows)
+        self.dispatched.add(len(rows), {"pool": session.pool})
+        now = datetime.now(UTC)
+        episode = self._episode()
+        signal = self._holds.signal
+        signal_labels = {"signal": self._holds.signal_name, "unit": signal.unit if signal else ""}
+        for row in rows:
+            labels = self._labels(row.queue, row.activity_type)
+            deferrable = (
+                row.kind == "activity"
+                and row.start_at is None
+                and (
+                    row.activity_type in self._holds.config.for_queue(row.queue)
+                    or row.activity_type in session.cost_deferrable
+                )
+            )
+            figures = timings(_sent_attempt(row, deferrable), sent_at=now, episode=episode)
+            self.queue_wait.record(figures.queue_wait, labels)
+            self.dispatch_latency.record(figures.dispatch_latency, labels)
+            if figures.held is not None:
+                reason, seconds = figures.held
+                self.held.record(seconds, {**labels, "reason": reason})
+            if row.signal_at_dispatch is not None:
+                self.signal_at_dispatch.record(row.signal_at_dispatch, {**labels, **signal_labels})
+
+    def ended(self, rows: Iterable[FinishedRow]) -> None:
+        """Attempts the completer applied (a worker's report): by state, and their run time."""
+        for row in rows:
+            labels = self._labels(row.queue, row.activity_type)
+            self.finished.add(1, {**labels, "state": row.state})
+            if row.run_time is not None:
+                self.run.record(max(0.0, row.run_time.total_seconds()), labels)
+
+    def _episode(self) -> HoldEpisode | None:
+        state = self._holds.state
+        if state.active and state.since is not None:
+            return HoldEpisode(state.since, None)
+        return self._holds.last_hold
+
+
+def _sent_attempt(row: ClaimedRow, deferrable: bool) -> SentAttempt:
+    return SentAttempt(
+        run_at=row.run_at,
+        started_at=row.started_at,
+        released_by=row.released_by,
+        hold_deadline=row.hold_deadline,
+        planned_since=row.planned_since,
+        deferrable=deferrable,
+    )

@@ -1,0 +1,92 @@
+"""Planning on a forecast that states its expected error: a window that only looks cheaper
+because of noise is not waited for, zero error plans as before, and re-planning on a perfect
+forecast is never worse than planning once."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler_service.domain.planning import Capacity, Forecast, PlanKind, PlanTask, plan
+from tests.unit.test_planning import ROOMY, T0, at, capacities, forecasts, mean_at, minutes, task, task_lists
+
+
+def with_errors(forecast: Forecast, errors: list[float]) -> Forecast:
+    """The same points, each stating an expected error (cycled; the first point states none)."""
+    points = [(forecast._time(t), v) for t, v in zip(forecast.times, forecast.values, strict=True)]
+    stated = [(when, value, 0.0 if i == 0 else errors[i % len(errors)]) for i, (when, value) in enumerate(points)]
+    return Forecast.of(stated, end=forecast.end)
+
+
+error_lists = st.lists(st.floats(0, 0.5, allow_nan=False), min_size=1, max_size=8)
+
+
+def test_a_dip_within_the_noise_is_not_waited_for_and_a_real_one_is() -> None:
+    # Now 100 (known); in an hour 97, but a forecast that far ahead is off by 15 %.
+    noisy = Forecast.of([(at(0), 100.0, 0.0), (at(30), 120.0, 0.05), (at(60), 97.0, 0.15), (at(90), 130.0, 0.15)])
+    assert plan([task(latest=90)], noisy, ROOMY, T0, signal_low=False)[0].release_at == T0
+    # Planned on its values alone it waits for the 97.
+    assert plan([task(latest=90)], noisy, ROOMY, T0, signal_low=False, caution=0)[0].release_at == at(60)
+    # A dip well beyond the noise is still waited for, and the plan states the forecast mean.
+    deep = Forecast.of([(at(0), 100.0, 0.0), (at(30), 120.0, 0.05), (at(60), 60.0, 0.15), (at(90), 130.0, 0.15)])
+    chosen = plan([task(latest=90)], deep, ROOMY, T0, signal_low=False)[0]
+    assert (chosen.release_at, chosen.expected_intensity) == (at(60), 60.0)
+    assert "allowing for its expected error" in chosen.reason
+
+
+def test_of_two_equal_forecast_windows_the_nearer_and_surer_one() -> None:
+    forecast = Forecast.of([(at(0), 300.0, 0.0), (at(30), 100.0, 0.05), (at(60), 300.0, 0.1), (at(90), 100.0, 0.2)])
+    assert plan([task(latest=90)], forecast, ROOMY, T0, signal_low=False)[0].release_at == at(30)
+
+
+@given(task_lists(), forecasts(), capacities())
+def test_with_zero_error_or_no_caution_the_plan_is_as_before(
+    tasks: list[PlanTask], forecast: Forecast, capacity: Capacity
+) -> None:
+    before = plan(tasks, forecast, capacity, T0, signal_low=False)
+    assert plan(tasks, with_errors(forecast, [0.0]), capacity, T0, signal_low=False) == before
+    blind = plan(tasks, with_errors(forecast, [0.1, 0.3]), capacity, T0, signal_low=False, caution=0)
+    assert [(p.release_at, p.expected_intensity, p.kind, p.over_capacity) for p in blind] == [
+        (p.release_at, p.expected_intensity, p.kind, p.over_capacity) for p in before
+    ]
+
+
+@settings(max_examples=200)
+@given(task_lists(), forecasts(), capacities(), error_lists)
+def test_with_errors_never_after_the_latest_start_and_capacity_never_exceeded(
+    tasks: list[PlanTask], forecast: Forecast, capacity: Capacity, errors: list[float]
+) -> None:
+    plans = plan(tasks, with_errors(forecast, errors), capacity, T0, signal_low=False)
+    durations = {t.task_id: t.duration for t in tasks}
+    for t, p in zip(tasks, plans, strict=True):
+        assert T0 <= p.release_at <= max(t.latest_start, T0)
+    runs = [(c.start, c.end, c.count) for c in capacity.committed]
+    runs += [(p.release_at, p.release_at + durations[p.task_id], 1) for p in plans if not p.over_capacity]
+    for p in plans:
+        if p.kind is PlanKind.FORECAST and not p.over_capacity:
+            end = p.release_at + durations[p.task_id]
+            for instant in {p.release_at} | {s for s, _, _ in runs if p.release_at <= s < end}:
+                assert sum(n for s, e, n in runs if s <= instant < e) <= capacity.max_running
+
+
+def _replanned(t: PlanTask, forecast: Forecast) -> datetime:
+    """Where the task starts when planned again at every minute until it is released."""
+    release = plan([t], forecast, ROOMY, T0, signal_low=False)[0].release_at
+    now = T0 + minutes(1)
+    while now < release:
+        release = plan([t], forecast, ROOMY, now, signal_low=False)[0].release_at
+        now += minutes(1)
+    return release
+
+
+@settings(max_examples=60)
+@given(task_lists(), forecasts())
+def test_on_a_perfect_forecast_re_planning_is_never_worse_than_planning_once(
+    tasks: list[PlanTask], forecast: Forecast
+) -> None:
+    for t, once in zip(tasks, plan(tasks, forecast, ROOMY, T0, signal_low=False), strict=True):
+        again = _replanned(t, forecast)
+        assert again <= max(t.latest_start, T0)
+        assert mean_at(forecast, again, t.duration) <= mean_at(forecast, once.release_at, t.duration)
