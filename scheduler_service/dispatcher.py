@@ -197,6 +197,13 @@ class Dispatcher:
                     await asyncio.sleep(backoff.next_delay())
                     group.wanted = True
                     continue
+                except Exception:
+                    # Nothing else may stop this group's dispatch for good: said, then tried again.
+                    log.exception("dispatch.claim_error", extra={"pool": group.key.pool})
+                    group.polled = group.polled or polled
+                    await asyncio.sleep(backoff.next_delay())
+                    group.wanted = True
+                    continue
                 backoff.reset()
                 if again:
                     # A full batch: more may be waiting, so claim again at once.
