@@ -73,6 +73,17 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--tasks", type=int, default=10_000, help="jobs per run (default %(default)s)")
     parser.add_argument(
+        "names",
+        nargs="*",
+        type=_names,
+        help="benchmarks to run, as --only (e.g. `python -m bench carbon --trace FILE`)",
+    )
+    parser.add_argument(
+        "--trace",
+        default="",
+        help="the carbon evaluation's trace: a CSV `Time,Carbon Intensity` (default: the bundled GB 2020 one)",
+    )
+    parser.add_argument(
         "--only",
         type=_names,
         default=list(BENCHMARKS),
@@ -92,6 +103,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="seconds one run may take before its workers are killed (default %(default)s)",
     )
     args = parser.parse_args(argv)
+    if args.names:
+        args.only = [n for names in args.names for n in names]
     if args.tasks < 1 or args.repeat < 1 or args.timeout <= 0:
         parser.error("--tasks and --repeat must be at least 1, --timeout positive")
     return args
@@ -131,7 +144,7 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
     if name == "carbon":
         from bench.carbon_bench import carbon_evaluation
 
-        return carbon_evaluation()
+        return carbon_evaluation(args.trace)
     if name == "live_carbon":
         from bench.live_carbon_bench import live_carbon
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
+from lowtide.telemetry import resource, start_tracing
 from lowtide_client import Worker
 
 ACTIVITIES = ("echo", "sleep", "fail", "train")
@@ -68,4 +69,10 @@ async def run_demo_worker(
     )
     for name in types:
         worker.register(name, functions[name])
-    await worker.run(install_signal_handlers=True)
+    # Traced like the services when OTEL_TRACES_EXPORTER=otlp: each task's run joins its trace.
+    traced = start_tracing(resource("lowtide-demo-worker"))
+    try:
+        await worker.run(install_signal_handlers=True)
+    finally:
+        if traced is not None:
+            await asyncio.to_thread(traced[0].shutdown)

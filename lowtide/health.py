@@ -45,6 +45,16 @@ async def check_health(
     return HealthAnswer(response.status == health_pb2.HealthCheckResponse.SERVING, f"{what}: {status}")
 
 
+async def check_http(url: str, *, within: float = 3.0) -> HealthAnswer:
+    """The web console's health check (it serves HTTP, not gRPC): does `url` answer 200?"""
+    try:
+        async with httpx.AsyncClient(timeout=within) as client:
+            response = await client.get(url)
+    except httpx.HTTPError as error:
+        return HealthAnswer(False, f"{url}: {error or type(error).__name__}")
+    return HealthAnswer(response.status_code == 200, f"{url}: HTTP {response.status_code}")
+
+
 async def wait_http(url: str) -> None:
     """Returns once `url` answers 200 over HTTP (the web console's readiness; it has no gRPC)."""
     async with httpx.AsyncClient(timeout=1.0) as client:

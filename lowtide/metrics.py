@@ -1,9 +1,10 @@
-"""Metrics through the OpenTelemetry SDK, exported for Prometheus.
+"""Metrics through the OpenTelemetry SDK, exported for Prometheus (and OTLP when configured).
 
 Each service has its own MeterProvider and Prometheus registry (so several services in one
 process, as in the tests, never mix their figures) and serves `/metrics` on its own port:
 9464 for the scheduler, 9465 for the signal service. OpenTelemetry names (`lowtide.queue.depth`)
-reach Prometheus as `lowtide_queue_depth`.
+reach Prometheus as `lowtide_queue_depth`. Which readers a service has is lowtide.telemetry's
+choice (OTEL_METRICS_EXPORTER).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
@@ -28,6 +30,8 @@ class Metrics:
     provider: MeterProvider
     registry: CollectorRegistry
     server: Any = None
+    # Where the figures go: a Prometheus reader (served as /metrics), a periodic OTLP one, or both.
+    readers: Sequence[MetricReader] = ()
 
     @property
     def port(self) -> int | None:
@@ -44,16 +48,26 @@ class Metrics:
         self.provider.shutdown()
 
 
-def start_metrics(service: str, listen: str, *, views: Sequence[View] = ()) -> Metrics:
-    """Starts the service's meter; serves /metrics on `listen` (host:port) unless it is empty.
-    `views` set what the service's own instruments need (a histogram's buckets)."""
+def start_metrics(
+    service: str,
+    listen: str,
+    *,
+    resource: Resource | None = None,
+    prometheus: bool = True,
+    readers: Sequence[MetricReader] = (),
+    views: Sequence[View] = (),
+) -> Metrics:
+    """Starts the service's meter with `readers` and, if `prometheus`, a Prometheus reader served
+    as /metrics on `listen` (host:port) unless it is empty. `views` set what the service's own
+    instruments need (a histogram's buckets)."""
     registry = CollectorRegistry()
-    reader = PrometheusMetricReader(registry=registry, scope_info_enabled=False)
-    provider = MeterProvider(
-        metric_readers=[reader], resource=Resource.create({"service.name": service}), views=list(views)
-    )
-    metrics = Metrics(provider.get_meter(service), provider, registry)
-    if listen:
+    every = list(readers)
+    if prometheus:
+        every.append(PrometheusMetricReader(registry=registry, scope_info_enabled=False))
+    resource = resource or Resource.create({"service.name": service})
+    provider = MeterProvider(metric_readers=every, resource=resource, views=list(views))
+    metrics = Metrics(provider.get_meter(service), provider, registry, readers=tuple(every))
+    if listen and prometheus:
         host, _, port = listen.rpartition(":")
         try:
             server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING
+
+from opentelemetry.context import Context
 
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
@@ -18,6 +20,7 @@ from scheduler_service.domain.model import Outcome, State
 from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.sessions import WorkerSession
 from scheduler_service.store import Store
+from scheduler_service.tracing import TaskTraces
 
 if TYPE_CHECKING:
     from scheduler_service.metrics import SchedulerMetrics
@@ -28,17 +31,32 @@ MAX_BATCH = 2000
 
 
 class Completer:
-    def __init__(self, store: Store, *, metrics: SchedulerMetrics, on_applied: Callable[[list[int]], None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        metrics: SchedulerMetrics,
+        on_applied: Callable[[list[int]], None],
+        traces: TaskTraces | None,
+    ) -> None:
         self._store = store
         self._pending: list[tuple[Outcome, WorkerSession | None]] = []
+        # The result spans to end once written: the trace context and when the report came, per attempt.
+        self._traces = traces
+        self._traced: dict[tuple[int, int], tuple[Context, int]] = {}
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._on_applied = on_applied
         self.metrics = metrics
 
-    def add(self, outcome: Outcome, session: WorkerSession | None) -> None:
+    def add(
+        self, outcome: Outcome, session: WorkerSession | None, traced: tuple[Context | None, int] | None = None
+    ) -> None:
+        """Takes a report to write; `traced` (tracing on): the attempt's trace context and when it came."""
         self._pending.append((outcome, session))
+        if traced is not None and traced[0] is not None and self._traces is not None:
+            self._traced[(outcome.task_id, outcome.attempt)] = (traced[0], traced[1])
         self._idle.clear()
         self._ready.set()
 
@@ -67,6 +85,8 @@ class Completer:
                     if ref not in applied and session is not None:
                         stale.setdefault(id(session), (session, []))[1].append(ref)
                 self._count(batch, applied)
+                if self._traced:
+                    self._trace(batch, applied)
                 for session, refs in stale.values():
                     session.reject(refs, "the attempt is no longer this worker's (lease lost, cancelled or timed out)")
                 # The tasks this batch finished (not those that go back to wait for a retry).
@@ -93,6 +113,15 @@ class Completer:
                 except Exception:
                     log.exception("completer.report_refused", extra={"task_id": outcome.task_id})
             return applied
+
+    def _trace(self, batch: list[tuple[Outcome, WorkerSession | None]], applied: Container[tuple[int, int]]) -> None:
+        """The result spans of the batch's traced reports that were written (the rest were refused)."""
+        assert self._traces is not None
+        for outcome, _ in batch:
+            ref = (outcome.task_id, outcome.attempt)
+            traced = self._traced.pop(ref, None)
+            if traced is not None and ref in applied:
+                self._traces.recorded(traced[0], outcome, traced[1])
 
     def _count(
         self, batch: list[tuple[Outcome, WorkerSession | None]], applied: dict[tuple[int, int], FinishedRow]

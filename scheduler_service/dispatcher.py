@@ -29,9 +29,11 @@ from scheduler_service.convert import KIND_TO_PROTO
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.dispatch import GroupKey, hand_out, rotated
 from scheduler_service.domain.model import Kind
+from scheduler_service.domain.timings import Timings
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.sessions import Group, Registry, WorkerSession
 from scheduler_service.store import Store, attempt_of
+from scheduler_service.tracing import TaskTraces, now_ns, task_context
 
 if TYPE_CHECKING:
     from scheduler_service.fixed_starts import FixedStarts
@@ -78,6 +80,7 @@ class Dispatcher:
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
         resources: Mapping[str, int],
+        traces: TaskTraces | None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -91,6 +94,8 @@ class Dispatcher:
         self.fixed = fixed
         # Capacities of named resources ([resources]); empty: no task can ask for any.
         self.resources = dict(resources)
+        # The held and dispatch spans of traced tasks; None while tracing is off.
+        self.traces = traces
         self._claims: set[asyncio.Task[None]] = set()
         # Claim statements run, for tests and metrics (no claim may run for an idle fleet
         # between the replica's polls).
@@ -228,6 +233,7 @@ class Dispatcher:
             return fixed_full or resources_full
         key = group.key
         self.claims_run += 1
+        claimed_ns = now_ns()
         wanted = sum(free for _, free in slots)
         with _reserved(members, slots):
             rows = await self._store.claim(
@@ -238,7 +244,7 @@ class Dispatcher:
                 held=self.held_map(key),
                 signal=self.holds.value,
             )
-            sent = await self._send(members, rows)
+            sent = await self._send(members, rows, claimed_ns)
         return fixed_full or resources_full or (sent and len(rows) == wanted)
 
     async def _claim_fixed(self, key: GroupKey, members: list[WorkerSession], polled: bool) -> bool:
@@ -251,6 +257,7 @@ class Dispatcher:
             return False
         self.fixed.due.discard(key.pool)
         self.claims_run += 1
+        claimed_ns = now_ns()
         with _reserved(members, slots):
             rows = await self._store.claim_fixed_due(
                 slots=slots,
@@ -262,7 +269,7 @@ class Dispatcher:
             if not rows:
                 return False
             self.fixed.dispatched([r.id for r in rows])
-            await self._send(members, rows)
+            await self._send(members, rows, claimed_ns)
         self.metrics.fixed_started(rows)
         if len(rows) == sum(room for _, room in slots):
             self.fixed.due.add(key.pool)
@@ -280,6 +287,7 @@ class Dispatcher:
             return False
         self.claims_run += 1
         free_slots = hand_out([(s.worker_id, s.free) for s in members])
+        claimed_ns = now_ns()
         with _reserved(members, room):
             rows = await self._store.claim_with_resources(
                 fixed_slots=fixed_slots,
@@ -294,13 +302,13 @@ class Dispatcher:
             if not rows:
                 return False
             self.fixed.dispatched([r.id for r in rows])
-            await self._send(members, rows)
+            await self._send(members, rows, claimed_ns)
         return len(rows) == len(fixed_slots)
 
-    async def _send(self, members: list[WorkerSession], rows: list[ClaimedRow]) -> bool:
+    async def _send(self, members: list[WorkerSession], rows: list[ClaimedRow], claimed_ns: int) -> bool:
         """Hands each row to the session it was claimed for, in one message per session. Rows of a
         session that left (or was told to drain) while the claim ran go back untouched: nothing is
-        assigned after a Drain. False when any went back."""
+        assigned after a Drain. False when any went back. `claimed_ns`: when the claim began."""
         if not rows:
             return True
         sessions = {s.worker_id: s for s in members}
@@ -319,12 +327,28 @@ class Dispatcher:
                 session.sent_at[row.id] = now
             message = worker_pb2.Assignments(assignments=[assignment(row) for row in claimed])
             session.send(worker_pb2.SchedulerMessage(assignments=message))
-            self.metrics.tasks.sent(session, claimed)
+            figures = self.metrics.tasks.sent(session, claimed)
+            if self.traces is not None:
+                self._trace(session, claimed, figures, claimed_ns)
         if back:
             await self._store.unclaim(back)
             self._registry.wake_all()
             return False
         return True
+
+    def _trace(self, session: WorkerSession, rows: list[ClaimedRow], figures: list[Timings], claimed_ns: int) -> None:
+        """The spans of the traced rows just sent to the session: how long each waited on a hold
+        (if it did: the time-held histogram's figure) and its dispatch. Their contexts stay with
+        the session for their results."""
+        assert self.traces is not None
+        for row, timing in zip(rows, figures, strict=True):
+            context = task_context(row.headers)
+            if context is None:
+                continue
+            session.traces[row.id] = context
+            if timing.held is not None and timing.held_between is not None:
+                self.traces.held(context, row, timing.held[0], *timing.held_between)
+            self.traces.dispatched(context, row, claimed_ns)
 
 
 @contextlib.contextmanager

@@ -134,6 +134,8 @@ class ReleasePlanner:
                 r.created_at,
                 release_by(r.latest_start),
                 timedelta(milliseconds=r.estimated_duration_ms or 30 * 60 * 1000),
+                # The last plan is kept unless the new forecast shows a surely better start.
+                r.planned_release_at,
             )
             for r in rows
         ]

@@ -25,8 +25,8 @@ from lowtide.errors import ConfigError, DatabaseUnavailable
 from lowtide.grpc_options import server_options
 from lowtide.grpc_status import RefuseUndecodable
 from lowtide.listen import add_listen_port
-from lowtide.metrics import Metrics, start_metrics
 from lowtide.tasks import cancel_all
+from lowtide.telemetry import Telemetry, server_interceptors, start_telemetry
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
@@ -48,6 +48,7 @@ from scheduler_service.store import Store
 from scheduler_service.submission import Submission
 from scheduler_service.task_control import TaskControl
 from scheduler_service.task_metrics import VIEWS as TASK_VIEWS
+from scheduler_service.tracing import TaskTraces
 from scheduler_service.waiters import Waiters
 from scheduler_service.worker_stream import WorkerStream
 
@@ -228,7 +229,9 @@ def _cost_holds(config: Config, hold_config: HoldConfig, parked: Parked) -> Cost
     )
 
 
-def _build_parts(config: Config, db: Database, hold_config: HoldConfig, exported: Metrics, scheduler_id: str) -> Parts:
+def _build_parts(
+    config: Config, db: Database, hold_config: HoldConfig, telemetry: Telemetry, scheduler_id: str
+) -> Parts:
     """Every component, in dependency order. The two cycles (the cost hold releases what the
     dispatcher parked; a completed dependency makes a fixed start due) go through small objects
     made first: `Parked` and `DuePools`."""
@@ -240,6 +243,8 @@ def _build_parts(config: Config, db: Database, hold_config: HoldConfig, exported
     parked = Parked(registry)
     holds = _cost_holds(config, hold_config, parked)
     fixed = FixedStarts(store, registry, config, due)
+    exported = telemetry.metrics
+    traces = None if telemetry.tracer is None else TaskTraces(telemetry.tracer)
     metrics = SchedulerMetrics(
         exported, store=store, registry=registry, holds=holds, parked=parked.__len__, config=config, fixed=fixed
     )
@@ -254,9 +259,12 @@ def _build_parts(config: Config, db: Database, hold_config: HoldConfig, exported
         fixed=fixed,
         metrics=metrics,
         resources=config.resources,
+        traces=traces,
     )
     planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
-    submission = Submission(config=config, store=store, dispatcher=dispatcher, fixed=fixed, planner=planner)
+    submission = Submission(
+        config=config, store=store, dispatcher=dispatcher, fixed=fixed, planner=planner, tracing=traces is not None
+    )
     waiters = Waiters(store)
     api = SchedulerApi(
         config=config,
@@ -268,7 +276,7 @@ def _build_parts(config: Config, db: Database, hold_config: HoldConfig, exported
         tasks=TaskControl(config=config, store=store, registry=registry, dispatcher=dispatcher),
         waiters=waiters,
     )
-    completer = Completer(store, metrics=metrics, on_applied=waiters.applied)
+    completer = Completer(store, metrics=metrics, on_applied=waiters.applied, traces=traces)
     stream = WorkerStream(
         store=store,
         registry=registry,
@@ -329,14 +337,17 @@ def _reserved_within_horizon(config: Config, store: Store) -> Callable[[str], Aw
     return reserved
 
 
-def _grpc_server(config: Config, parts: Parts) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+def _grpc_server(
+    config: Config, parts: Parts, telemetry: Telemetry
+) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """The server with every service on it, its port bound (not started yet)."""
     cfg = config.scheduler
     check_listen(config.auth, cfg.listen, "scheduler")
     guards = auth_interceptors(config, {**SCHEDULER_METHODS, **WORKER_METHODS})
     # The limits of lowtide/grpc_options.py; no connection age limit (a worker's stream holds its work).
     options = server_options(max_concurrent_streams=cfg.max_concurrent_streams, max_message_bytes=cfg.max_message_bytes)
-    server = grpc.aio.server(options=options, interceptors=[*guards, RefuseUndecodable()])
+    interceptors = [*server_interceptors(telemetry), *guards, RefuseUndecodable()]
+    server = grpc.aio.server(options=options, interceptors=interceptors)
     scheduler_pb2_grpc.add_SchedulerServiceServicer_to_server(parts.api, server)
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(parts.stream, server)
     reserved = _reserved_within_horizon(config, parts.store)
@@ -376,13 +387,15 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     hold_config = check_cost_config(config)
     scheduler_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
     async with contextlib.AsyncExitStack() as stack:
-        exported = start_metrics("lowtide-scheduler", config.scheduler.metrics_listen, views=TASK_VIEWS)
-        stack.callback(exported.shutdown)
+        # Closed last: the spans of the calls the server ends while stopping are flushed too (in a
+        # thread: the export must not stop the event loop, another service of this process may run on it).
+        telemetry = start_telemetry("lowtide-scheduler", config.scheduler.metrics_listen, views=TASK_VIEWS)
+        stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)
         # Opened once the ports are bound (below): a database connection never holds a listen port.
         db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
         stack.push_async_callback(db.close)
-        parts = _build_parts(config, db, hold_config, exported, scheduler_id)
-        server, health_servicer, port = _grpc_server(config, parts)
+        parts = _build_parts(config, db, hold_config, telemetry, scheduler_id)
+        server, health_servicer, port = _grpc_server(config, parts, telemetry)
         stack.push_async_callback(server.stop, None)
         await apply_migrations(url)
         await db.open()

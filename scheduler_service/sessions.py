@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from lowtide.errors import LowtideError
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.domain.dispatch import GroupKey
 from scheduler_service.domain.model import Attempt
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 # Messages waiting for a worker that does not read its stream: assignments never exceed its
 # slots, but rejections answer every report it sends, so a worker that writes without reading
@@ -72,6 +76,8 @@ class WorkerSession:
         self.claiming = 0
         # When each in-flight attempt was sent (loop time), for the pool's run-time samples.
         self.sent_at: dict[int, float] = {}
+        # The trace context of each traced in-flight attempt (tracing on only), for its result's span.
+        self.traces: dict[int, Context] = {}
         self.outbox: asyncio.Queue[worker_pb2.SchedulerMessage] = asyncio.Queue()
         self.wake = Wake()
         # The dispatch group it is in while registered.

@@ -31,6 +31,7 @@ from scheduler_service.domain.submission import (
 from scheduler_service.fixed_starts import FixedStarts
 from scheduler_service.release_planning import ReleasePlanner
 from scheduler_service.store import Store, SubmissionWrites
+from scheduler_service.tracing import with_trace_context
 
 __all__ = ["Overload", "Submission", "Submitted", "store_tasks"]
 
@@ -118,9 +119,18 @@ class Submission:
     """A client's submission: planned, admitted under the configured limits, stored, announced."""
 
     def __init__(
-        self, *, config: Config, store: Store, dispatcher: Dispatcher, fixed: FixedStarts, planner: ReleasePlanner
+        self,
+        *,
+        config: Config,
+        store: Store,
+        dispatcher: Dispatcher,
+        fixed: FixedStarts,
+        planner: ReleasePlanner,
+        tracing: bool,
     ) -> None:
         self._config = config
+        # Tracing on: each task carries the submission's trace context (scheduler_service.tracing).
+        self._tracing = tracing
         self._store = store
         self._dispatcher = dispatcher
         self._fixed = fixed
@@ -143,7 +153,7 @@ class Submission:
 
     async def submit(self, tasks: Sequence[NewTask], submitted_by: str | None = None) -> list[Submitted]:
         """Stores the tasks (see store_tasks) and wakes what should look at them now."""
-        planned = self._planner.plan_submitted(tasks)
+        planned = self._planner.plan_submitted(with_trace_context(tasks) if self._tracing else tasks)
         out = await store_tasks(
             self._store,
             planned,

@@ -18,7 +18,7 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 
 from lowtide.config import Config
 from scheduler_service.cost import CostHolds
-from scheduler_service.domain.timings import HoldEpisode, LabelCap, SentAttempt, timings
+from scheduler_service.domain.timings import HoldEpisode, LabelCap, SentAttempt, Timings, timings
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.sessions import WorkerSession
@@ -91,9 +91,10 @@ class TaskMetrics:
     def _labels(self, queue: str, activity_type: str) -> dict[str, str]:
         return {"queue": self._queue(queue), "activity_type": self._type(activity_type)}
 
-    def sent(self, session: WorkerSession, rows: Iterable[ClaimedRow]) -> None:
-        """Attempts just sent to `session`'s worker."""
+    def sent(self, session: WorkerSession, rows: Iterable[ClaimedRow]) -> list[Timings]:
+        """Attempts just sent to `session`'s worker; their timings, in order (for their traces)."""
         rows = list(rows)
+        out = []
         self.dispatched.add(len(rows), {"pool": session.pool})
         now = datetime.now(UTC)
         episode = self._episode()
@@ -110,6 +111,7 @@ class TaskMetrics:
                 )
             )
             figures = timings(_sent_attempt(row, deferrable), sent_at=now, episode=episode)
+            out.append(figures)
             self.queue_wait.record(figures.queue_wait, labels)
             self.dispatch_latency.record(figures.dispatch_latency, labels)
             if figures.held is not None:
@@ -117,6 +119,7 @@ class TaskMetrics:
                 self.held.record(seconds, {**labels, "reason": reason})
             if row.signal_at_dispatch is not None:
                 self.signal_at_dispatch.record(row.signal_at_dispatch, {**labels, **signal_labels})
+        return out
 
     def ended(self, rows: Iterable[FinishedRow]) -> None:
         """Attempts the completer applied (a worker's report): by state, and their run time."""

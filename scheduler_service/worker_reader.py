@@ -21,6 +21,7 @@ from scheduler_service.domain.retry import after_failure, after_success
 from scheduler_service.fixed_starts import FixedStarts
 from scheduler_service.sessions import WorkerSession
 from scheduler_service.store import Store
+from scheduler_service.tracing import now_ns
 
 if TYPE_CHECKING:
     from scheduler_service.metrics import SchedulerMetrics
@@ -112,12 +113,14 @@ class WorkerReader:
                 empty.append(ref)
                 continue
             del session.in_flight[ref[0]]
+            # Only traced attempts have a context here (tracing on): their result gets a span.
+            traced = (session.traces.pop(ref[0], None), now_ns()) if session.traces else None
             sent_at = session.sent_at.pop(ref[0], None)
             if not attempt.fixed and sent_at is not None and outcome_kind == "success":
                 self.fixed.record_run(session.pool, clock - sent_at)
             if attempt.fixed and outcome.state is State.PENDING:
                 self.fixed.mark_due(session.pool, outcome.run_at)
-            self._completer.add(outcome, session)
+            self._completer.add(outcome, session, traced)
         session.reject(stale, "the attempt is not held by this worker")
         session.reject(empty, "the result has no outcome: set success or failure")
         if stale:

@@ -24,8 +24,9 @@ from lowtide.errors import ConfigError, DatabaseUnavailable, LowtideError
 from lowtide.grpc_options import signal_server_options
 from lowtide.grpc_status import RefuseUndecodable
 from lowtide.listen import add_listen_port
-from lowtide.metrics import Metrics, start_metrics
+from lowtide.metrics import Metrics
 from lowtide.tasks import cancel_all
+from lowtide.telemetry import Telemetry, server_interceptors, start_telemetry
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.api import SignalApi
@@ -125,14 +126,16 @@ async def _maintain(signals: Signals, *, stale_after: timedelta, refresh: timede
         await asyncio.sleep(_tick(stale_after, refresh))
 
 
-def _grpc_server(signals: Signals, config: Config) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+def _grpc_server(
+    signals: Signals, config: Config, telemetry: Telemetry
+) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     listen = config.signal.listen
     check_listen(config.auth, listen, "signal")
     # The limits of lowtide/grpc_options.py; among them no SO_REUSEPORT: a second service on the
     # same port is an error, not a silent split of the subscribers between two processes.
     server = grpc.aio.server(
         options=signal_server_options(),
-        interceptors=[*auth_interceptors(config, SIGNAL_METHODS), RefuseUndecodable()],
+        interceptors=[*server_interceptors(telemetry), *auth_interceptors(config, SIGNAL_METHODS), RefuseUndecodable()],
     )
     signal_pb2_grpc.add_SignalServiceServicer_to_server(SignalApi(signals), server)
     health_servicer = health.aio.HealthServicer()
@@ -182,15 +185,18 @@ async def start_signal_service(
         stack.push_async_callback(db.close)
         unit = feed.unit if feed else feed_unit(cfg)
         signals = Signals(SignalStore(db), Fanout(), definitions(config, feed_unit=unit), default=config.cost.signal)
+        # Closed last: the spans of the calls the server ends while stopping are flushed too (in a
+        # thread: the export must not stop the event loop, another service of this process may run on it).
+        telemetry = start_telemetry("lowtide-signal", cfg.metrics_listen)
+        stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)
+        metrics = telemetry.metrics
         # The port first: a database connection never holds it (50052 is in the ephemeral range).
-        server, health_servicer, port = _grpc_server(signals, config)
+        server, health_servicer, port = _grpc_server(signals, config, telemetry)
         stack.push_async_callback(server.stop, None)
         await apply_migrations(url)
         await db.open()
         await signals.start()
         await server.start()
-        metrics = start_metrics("lowtide-signal", cfg.metrics_listen)
-        stack.callback(metrics.shutdown)
         stats = FeedStats()
         register_signal_metrics(metrics, signals.fanout, stats, cfg.feed)
         replica_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"

@@ -26,6 +26,12 @@ async def _health(args: argparse.Namespace, config: Config) -> int:
     from lowtide.health import check_health
     from lowtide_proto.channel import Security
 
+    if args.http:
+        from lowtide.health import check_http
+
+        answer = await check_http(args.http, within=args.timeout)
+        print(answer.message, flush=True, file=sys.stdout if answer.serving else sys.stderr)
+        return 0 if answer.serving else 1
     address = str(args.target or config.scheduler.listen)
     answer = await check_health(address, args.service, within=args.timeout, security=Security(**security()))
     if args.json:
@@ -50,6 +56,15 @@ def register(commands: Commands, parents: Parents) -> None:
         "--service", default="", help="a service name, e.g. lowtide.v1.SignalService (default: the whole server)"
     )
     health.add_argument(
+        "--http", metavar="URL", type=_http_url, help="check an HTTP URL instead (the web console): exit 0 on 200"
+    )
+    health.add_argument(
         "--timeout", type=seconds, default=3.0, help="seconds to wait for the answer, at most 3600 (default 3)"
     )
     health.set_defaults(handler=_health)
+
+
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")) or len(text) > 2000:
+        raise argparse.ArgumentTypeError(f"not an http:// or https:// URL: {text[:80]!r}")
+    return text

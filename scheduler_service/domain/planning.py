@@ -180,12 +180,15 @@ def _step_mean(
 @dataclass(frozen=True, slots=True)
 class PlanTask:
     """A held task with a deadline. `earliest` is when it may start at all (its submission, or a
-    later not-before); a deadline on the finish is turned into a latest start by `finishing_by`."""
+    later not-before); a deadline on the finish is turned into a latest start by `finishing_by`.
+    `planned` is the start its last plan chose, if any: keeping it is scored on the forecast mean
+    alone, so a re-plan leaves it only for a start that is better even allowing for the error."""
 
     task_id: int
     earliest: datetime
     latest_start: datetime
     duration: timedelta
+    planned: datetime | None = None
 
     def __post_init__(self) -> None:
         if self.duration < timedelta(0):
@@ -290,6 +293,9 @@ def _plan_one(
 
     span = task.duration // _US
     scored = forecast._scored_starts(forecast._offset(earliest), forecast._offset(latest), span, caution)
+    if task.planned is not None and earliest < task.planned <= latest:
+        kept = forecast._offset(task.planned)
+        scored.append((round(forecast._mean(kept, span), _DECIMALS), kept))
     # Lowest score first, and of equal scores the earliest start.
     best_score, best = min(scored)
     if load is None:

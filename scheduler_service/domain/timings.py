@@ -46,6 +46,8 @@ class Timings:
     queue_wait: float
     dispatch_latency: float
     held: tuple[str, float] | None
+    # When that hold began and released it (the task's task.held span), with `held`.
+    held_between: tuple[datetime, datetime] | None = None
 
 
 def _seconds(later: datetime, earlier: datetime) -> float:
@@ -60,20 +62,20 @@ def timings(row: SentAttempt, *, sent_at: datetime, episode: HoldEpisode | None)
     held waited from its due time (or the hold's start, if later) to the hold's end (or to its own
     deadline, `max_defer`). A task held through several episodes counts the last one only."""
     claimable = row.run_at
-    held: tuple[str, float] | None = None
+    reason, began = None, row.run_at
     if row.planned_since is not None:
-        held = (PLANNED_RELEASE, _seconds(row.run_at, row.planned_since))
+        reason, began = PLANNED_RELEASE, row.planned_since
     elif row.deferrable and row.released_by == "max_defer":
         claimable = max(row.run_at, row.hold_deadline or row.run_at)
-        began = row.run_at if episode is None else max(row.run_at, episode.began)
-        held = (COST_HOLD, _seconds(claimable, began))
+        reason, began = COST_HOLD, row.run_at if episode is None else max(row.run_at, episode.began)
     elif row.deferrable and episode is not None and episode.ended is not None and episode.ended > row.run_at:
         claimable = episode.ended
-        held = (COST_HOLD, _seconds(episode.ended, max(row.run_at, episode.began)))
+        reason, began = COST_HOLD, max(row.run_at, episode.began)
     return Timings(
         queue_wait=_seconds(row.started_at, row.run_at),
         dispatch_latency=_seconds(sent_at, claimable),
-        held=held,
+        held=None if reason is None else (reason, _seconds(claimable, began)),
+        held_between=None if reason is None else (began, max(began, claimable)),
     )
 
 

@@ -108,6 +108,8 @@ class PlannableTask:
     created_at: datetime
     latest_start: datetime
     estimated_duration_ms: int | None
+    # The release its last plan chose (None: not planned on a forecast yet).
+    planned_release_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -741,7 +741,7 @@ RETURNING {{_started_attempt}}
 
 -- plannable_tasks --
 -- Pending first attempts with a latest start: the tasks whose release the planner chooses.
-SELECT id, queue, activity_type, kind, created_at, latest_start, estimated_duration_ms
+SELECT id, queue, activity_type, kind, created_at, latest_start, estimated_duration_ms, planned_release_at
 FROM lowtide.tasks
 WHERE state = 'pending' AND attempt = 0 AND latest_start IS NOT NULL AND start_at IS NULL
   AND deps_pending = 0

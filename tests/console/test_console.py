@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -84,16 +85,35 @@ def test_the_overview_draws_the_signal_its_threshold_and_a_planned_release_after
     browser.get(open_stack.url + "/tasks?state=pending&type=train")
     assert str(task["id"]) in text_of(browser, "#tasks-table")
     browser.save_screenshot(str(screenshots / "console-tasks.png"))
+    # A fixed-start task is a reservation: the pools page draws its window on the timeline.
+    fixed = ("task", "submit", "echo", "--start-in", "1h", "--tolerance", "5m", "--estimated-duration", "10m")
+    reserved = open_stack.cli(*fixed, "--target", open_stack.scheduler)
     browser.get(open_stack.url + "/pools")
     assert browser.find_elements(By.ID, "pools-table")
+    bar = wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#timeline g.reservation"))[0]
+    assert f"#{reserved['id']} echo" in bar.text
     browser.save_screenshot(str(screenshots / "console-pools.png"))
 
+    # An admin (auth off: anyone on loopback) cancels the held task from its page.
+    browser.get(f"{open_stack.url}/tasks/{task['id']}")
+    confirm(browser, "cancel")
+    assert wait(browser, lambda b: b.find_element(By.ID, "done-message")).text == f"Task {task['id']} is cancelled."
+    assert open_stack.cli("task", "get", str(task["id"]), "--target", open_stack.scheduler)["state"] == "cancelled"
 
-def test_pausing_a_queue_from_the_page_changes_lowtide_status(browser: WebDriver, open_stack: Stack) -> None:
+
+def test_pausing_a_queue_from_the_page_changes_lowtide_status(
+    browser: WebDriver, open_stack: Stack, screenshots: Path
+) -> None:
     open_stack.cli("task", "submit", "echo", "--target", open_stack.scheduler)
     browser.get(open_stack.url + "/")
     assert not paused(open_stack, "default")
-    confirm(browser, "pause")
+    # With the keyboard alone: Tab from the queue field to Pause, Enter, and Enter again on the
+    # confirmation, whose button has the focus.
+    browser.find_element(By.ID, "queue").send_keys(Keys.TAB)
+    assert browser.switch_to.active_element.get_attribute("id") == "pause"
+    browser.switch_to.active_element.send_keys(Keys.ENTER)
+    wait(browser, lambda b: b.switch_to.active_element.get_attribute("id") == "confirm")
+    browser.switch_to.active_element.send_keys(Keys.ENTER)
     assert "paused" in wait(browser, lambda b: b.find_element(By.ID, "done-message")).text
     assert paused(open_stack, "default")
     browser.get(open_stack.url + "/")
@@ -101,6 +121,19 @@ def test_pausing_a_queue_from_the_page_changes_lowtide_status(browser: WebDriver
     confirm(browser, "resume")
     assert "running" in wait(browser, lambda b: b.find_element(By.ID, "done-message")).text
     assert not paused(open_stack, "default")
+
+    # On a phone's width nothing runs off the side: wide tables scroll inside their own box.
+    size = browser.get_window_size()
+    browser.set_window_size(390, 844)
+    try:
+        for page in ("/", "/pools", "/tasks"):
+            browser.get(open_stack.url + page)
+            overflow = browser.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"{page} is {overflow}px wider than the phone"
+        browser.get(open_stack.url + "/")
+        browser.save_screenshot(str(screenshots / "console-phone.png"))
+    finally:
+        browser.set_window_size(size["width"], size["height"])
 
 
 def sign_in(browser: WebDriver, stack: Stack, token: str) -> None:

@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 # Compose's `${NAME:-default}` interpolation, as `docker compose` does it with NAME unset.
 _DEFAULTED = re.compile(r"\$\{(\w+):?-([^}]*)\}")
-# A host:port inside the compose network (or a wildcard listen) that must be mapped here.
-_ADDRESS = re.compile(r"\b(0\.0\.0\.0|127\.0\.0\.1|signal|scheduler):(\d+)\b")
+# A host:port inside the compose network (or a wildcard listen) that must be mapped here; the
+# collector's is where tests stand a local OTLP receiver.
+_ADDRESS = re.compile(r"\b(0\.0\.0\.0|127\.0\.0\.1|signal|scheduler|otel-collector):(\d+)\b")
 
 
 def interpolate(value: str) -> str:

@@ -31,7 +31,7 @@ from tests.deploy.node import ensure_node_modules
 from tests.helpers import eventually
 
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
-PYTHON_SERVICES = ["signal", "scheduler", "worker"]
+PYTHON_SERVICES = ["signal", "scheduler", "console", "worker"]
 # Metrics the lead is adding with fixed-start reservations: the dashboard has their panels
 # already; they are required as soon as the scheduler's code names them.
 FIXED_START_METRICS = {"lowtide_pool_fixed_start_hit_ratio", "lowtide_pool_desired_workers"}
@@ -213,6 +213,13 @@ async def test_compose_services_serve_work_and_export_the_dashboard_metrics(stac
             [fixed] = await client.submit_many([spec])
             task = await client.wait(fixed.id, timeout=timedelta(seconds=20))
             assert task.state == COMPLETED, f"{task}\n{stack.logs()}"
+
+    # The console reaches both services at the addresses compose gives it, and draws the signal.
+    console = _target(stack, "console", "LOWTIDE_CONSOLE_LISTEN").replace("0.0.0.0", "127.0.0.1")
+    async with httpx.AsyncClient(timeout=10) as http:
+        overview = await http.get(f"http://{console}/")
+    assert overview.status_code == 200, overview.text[-2000:]
+    assert 'class="threshold-line"' in overview.text and 'data-queue="default"' in overview.text
 
     scraped = {
         name: f"http://{_target(stack, name, f'LOWTIDE_{name.upper()}_METRICS_LISTEN')}/metrics"

@@ -35,7 +35,9 @@ class Services:
     scheduler: Scheduler
 
 
-async def _services(database_url: str, tmp_path: Path, feed: str, **settings: object) -> tuple[SignalServer, Scheduler]:
+async def _services(
+    database_url: str, tmp_path: Path, feed: str, forecast_model: str = "iid", **settings: object
+) -> tuple[SignalServer, Scheduler]:
     start = datetime(2020, 1, 1, tzinfo=UTC)
     trace = tmp_path / "trace.csv"
     rows = [f"{(start + timedelta(minutes=10 * i)).strftime('%Y-%m-%d %H:%M:%S')},{v}" for i, v in enumerate(TRACE)]
@@ -47,7 +49,7 @@ async def _services(database_url: str, tmp_path: Path, feed: str, **settings: ob
         feed=feed,
         replay_file=str(trace),
         replay_speed=600.0,
-        replay_forecast_model="iid",
+        replay_forecast_model=forecast_model,
         replay_forecast_error=0.0,
         replay_loop=False,
         refresh=timedelta(milliseconds=200),
@@ -225,7 +227,7 @@ async def test_a_worker_on_another_replica_starts_at_the_leaders_new_plan_not_a_
 ) -> None:
     # Dispatchers poll every 5 s here: only a wake-up at the planned time starts the task on time.
     slow_poll = {"poll_interval": timedelta(seconds=5)}
-    signal, leader = await _services(database_url, tmp_path, "static", **slow_poll)
+    signal, leader = await _services(database_url, tmp_path, "static", "iid", **slow_poll)
     follower = None
     try:
         await eventually(lambda: _leads(leader))
@@ -301,3 +303,24 @@ async def test_a_plan_for_the_end_of_the_window_still_starts_by_the_latest_start
     # Planned as late as it may be, released then, and claimed before the latest start passed.
     assert done.planned_release_at.ToDatetime(tzinfo=UTC) <= latest
     assert latest - timedelta(milliseconds=300) <= started_at <= latest
+
+
+async def test_a_forecast_stating_its_error_is_planned_on_allowing_for_it(database_url: str, tmp_path: Path) -> None:
+    # The replay's default forecasts state each point's expected error; the scheduler plans on it.
+    signal, scheduler = await _services(database_url, tmp_path, "replay", forecast_model="horizon")
+    services = Services(signal, scheduler)
+    try:
+        await eventually(lambda: _forecast_known(services))
+        async with Client(scheduler.target) as client:
+            task = await client.submit(
+                "train",
+                "cautious",
+                latest_start=datetime.now(UTC) + timedelta(seconds=8),
+                estimated_duration=timedelta(seconds=1),
+            )
+            assert task.HasField("planned_release_at")
+            explained = await client.explain(task.id)
+            assert "allowing for its expected error" in explained.explanation
+    finally:
+        await scheduler.stop(grace=0.5)
+        await signal.stop(grace=0.5)

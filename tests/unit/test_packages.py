@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -59,11 +60,49 @@ def test_the_protocol_package_needs_grpcio_and_protobuf_only() -> None:
 
 def test_the_client_needs_the_protocol_package_grpcio_and_protobuf_only() -> None:
     allowed = set(sys.stdlib_module_names) | {"grpc", "google", "lowtide_proto", "lowtide_client"}
+    # opentelemetry-api is optional (the `tracing` extra), imported in one module that does without it.
+    optional = {"lowtide_client/_tracing.py": {"opentelemetry"}}
     foreign = {
         f"{path.relative_to(_REPO)}: {name}"
         for path in _python_files(_CLIENT / "lowtide_client")
         for name in _imports(path)
-        if name.split(".")[0] not in allowed
+        if name.split(".")[0] not in allowed | optional.get(str(path.relative_to(_CLIENT)), set())
     }
     assert foreign == set()
     assert _requirements(_CLIENT / "pyproject.toml") == {"grpcio", "protobuf", "lowtide-proto"}
+
+
+def test_the_client_runs_an_attempt_without_opentelemetry_installed() -> None:
+    """With opentelemetry unimportable, a traced assignment still runs (untraced) and reports."""
+    script = """
+import asyncio, sys
+from concurrent.futures import ThreadPoolExecutor
+
+class NoOpenTelemetry:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "opentelemetry":
+            raise ImportError(f"No module named {name!r}")
+
+sys.meta_path.insert(0, NoOpenTelemetry())
+from lowtide_client._attempts import Attempts
+from lowtide_client._activities import make_activity
+from lowtide_proto.lowtide.v1 import worker_pb2
+
+async def main():
+    done = asyncio.Event()
+    echo = make_activity("echo", lambda p: p, local=False)
+    attempts = Attempts(activities={"echo": echo}, executor=ThreadPoolExecutor(1), slots=1, on_result=done.set)
+    attempts.start(worker_pb2.Assignment(task={"task_id": 7, "attempt": 1}, activity_type="echo", payload=b"hi",
+        headers={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}))
+    await asyncio.wait_for(done.wait(), 10)
+    assert "opentelemetry" not in sys.modules
+    print(attempts.unsent[0].success)
+
+asyncio.run(main())
+"""
+    env = {"PYTHONPATH": f"{_CLIENT}:{_PROTO}", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "b'hi'", out.stdout

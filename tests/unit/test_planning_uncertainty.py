@@ -4,6 +4,7 @@ forecast is never worse than planning once."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from hypothesis import given, settings
@@ -36,6 +37,21 @@ def test_a_dip_within_the_noise_is_not_waited_for_and_a_real_one_is() -> None:
     assert "allowing for its expected error" in chosen.reason
 
 
+def test_a_re_plan_keeps_the_last_plan_unless_a_start_is_surely_better() -> None:
+    forecast = Forecast.of([(at(0), 100.0, 0.0), (at(30), 95.0, 0.02), (at(60), 90.0, 0.1), (at(90), 60.0, 0.1)])
+    # Planned afresh, 90 at an hour is not surely under 100 (and 95 at half an hour is): half an hour.
+    assert plan([task(latest=60)], forecast, ROOMY, T0, signal_low=False)[0].release_at == at(30)
+    # Planned for the hour before, the plan stays (95 allowing for its error is not under 90).
+    kept = replace(task(latest=60), planned=at(60))
+    assert plan([kept], forecast, ROOMY, T0, signal_low=False)[0].release_at == at(60)
+    # A start surely better than the plan is taken: 60 at 90 minutes, even at 66.
+    moved = replace(task(latest=90), planned=at(60))
+    assert plan([moved], forecast, ROOMY, T0, signal_low=False)[0].release_at == at(90)
+    # A last plan outside the window counts for nothing.
+    gone = replace(task(latest=30), planned=at(60))
+    assert plan([gone], forecast, ROOMY, T0, signal_low=False)[0].release_at == at(30)
+
+
 def test_of_two_equal_forecast_windows_the_nearer_and_surer_one() -> None:
     forecast = Forecast.of([(at(0), 300.0, 0.0), (at(30), 100.0, 0.05), (at(60), 300.0, 0.1), (at(90), 100.0, 0.2)])
     assert plan([task(latest=90)], forecast, ROOMY, T0, signal_low=False)[0].release_at == at(30)
@@ -54,10 +70,15 @@ def test_with_zero_error_or_no_caution_the_plan_is_as_before(
 
 
 @settings(max_examples=200)
-@given(task_lists(), forecasts(), capacities(), error_lists)
+@given(task_lists(), forecasts(), capacities(), error_lists, st.lists(st.none() | st.integers(-60, 600)))
 def test_with_errors_never_after_the_latest_start_and_capacity_never_exceeded(
-    tasks: list[PlanTask], forecast: Forecast, capacity: Capacity, errors: list[float]
+    tasks: list[PlanTask], forecast: Forecast, capacity: Capacity, errors: list[float], last: list[int | None]
 ) -> None:
+    # Some tasks come with a last plan (anywhere, in their window or not).
+    tasks = [
+        replace(t, planned=None if m is None else at(m))
+        for t, m in zip(tasks, (last + [None] * len(tasks))[: len(tasks)], strict=True)
+    ]
     plans = plan(tasks, with_errors(forecast, errors), capacity, T0, signal_low=False)
     durations = {t.task_id: t.duration for t in tasks}
     for t, p in zip(tasks, plans, strict=True):
@@ -72,11 +93,12 @@ def test_with_errors_never_after_the_latest_start_and_capacity_never_exceeded(
 
 
 def _replanned(t: PlanTask, forecast: Forecast) -> datetime:
-    """Where the task starts when planned again at every minute until it is released."""
+    """Where the task starts when planned again at every minute until it is released, each plan
+    knowing the last one."""
     release = plan([t], forecast, ROOMY, T0, signal_low=False)[0].release_at
     now = T0 + minutes(1)
     while now < release:
-        release = plan([t], forecast, ROOMY, now, signal_low=False)[0].release_at
+        release = plan([replace(t, planned=release)], forecast, ROOMY, now, signal_low=False)[0].release_at
         now += minutes(1)
     return release
 

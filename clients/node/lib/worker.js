@@ -9,6 +9,7 @@ const grpc = require('@grpc/grpc-js');
 const { loadLowtide } = require('./protos');
 const { toMillis } = require('./duration');
 const { channelSettings } = require('./security');
+const { traceContext, runTraced } = require('./tracing');
 
 /** Thrown by an activity for a failure that retrying cannot fix: the task fails at once. */
 class NonRetryableError extends Error {
@@ -225,6 +226,8 @@ class Worker extends EventEmitter {
       queue: assignment.queue,
       // The task's headers as submitted ({ traceparent: '00-…' }, say); {} for none.
       headers: { ...assignment.headers },
+      // Its W3C trace context ({ traceId, spanId, traceFlags, traceState }), or null: see lib/tracing.js.
+      trace: traceContext(assignment.headers),
       // Aborted when the scheduler cancels the attempt; its result would not be applied.
       signal: controller.signal,
       heartbeat: () => this._heartbeat(),
@@ -233,7 +236,12 @@ class Worker extends EventEmitter {
     const fn = this.activities[assignment.activity_type];
     entry.done = (async () => {
       if (!fn) throw Object.assign(new Error(`no activity ${assignment.activity_type} here`), { name: 'UnknownActivity' });
-      return fn(Buffer.from(assignment.payload), ctx);
+      const attributes = {
+        'lowtide.task.id': Number(ref.task_id),
+        'lowtide.task.attempt': ref.attempt,
+        'lowtide.activity_type': assignment.activity_type,
+      };
+      return runTraced(ctx.trace, attributes, () => fn(Buffer.from(assignment.payload), ctx));
     })().then(
       (value) => this._report(entry, { success: Buffer.from(value ?? '') }),
       (error) =>

@@ -102,14 +102,23 @@ test('reports failures: retried per policy, or at once when non-retryable', LIMI
   });
 });
 
-test('an activity sees the headers its task was submitted with', LIMIT, async () => {
-  const activities = { n_headers: async (_payload, ctx) => JSON.stringify(ctx.headers) };
+test('an activity sees the headers its task was submitted with, and their trace context', LIMIT, async () => {
+  const activities = {
+    n_headers: async (_payload, ctx) => JSON.stringify({ headers: ctx.headers, trace: ctx.trace }),
+  };
   await withWorker({ activities }, async () => {
     const headers = { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' };
     const submitted = await client.submit('n_headers', '', { headers });
     const task = await finished(submitted.id);
     assert.equal(task.state, 'TASK_STATE_COMPLETED', JSON.stringify(task.last_failure));
-    assert.deepEqual(JSON.parse(Buffer.from(task.result).toString()), headers);
+    const seen = JSON.parse(Buffer.from(task.result).toString());
+    assert.deepEqual(seen.headers, headers);
+    assert.deepEqual(seen.trace, {
+      traceId: '0af7651916cd43dd8448eb211c80319c',
+      spanId: 'b7ad6b7169203331',
+      traceFlags: 1,
+      traceState: '',
+    });
     assert.deepEqual(task.headers, headers);
   });
 });

@@ -22,6 +22,7 @@ from lowtide_client._activities import (
     success_result,
 )
 from lowtide_client._log import log_event
+from lowtide_client._tracing import attempt_span, failed
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 
 __all__ = ["Attempt", "Attempts"]
@@ -121,7 +122,7 @@ class Attempts:
         )
         loop = asyncio.get_running_loop()
         task = loop.create_task(
-            self._execute(attempt, assignment.activity_type, assignment.payload),
+            self._execute(attempt, assignment.activity_type, assignment.payload, assignment.headers),
             name=f"lowtide-attempt-{ref.task_id}-{ref.attempt}",
         )
         attempt.task = task
@@ -171,29 +172,35 @@ class Attempts:
         if tasks:
             await asyncio.wait(tasks, timeout=_CANCEL_WAIT)
 
-    async def _execute(self, attempt: Attempt, activity_type: str, payload: bytes) -> None:
+    async def _execute(self, attempt: Attempt, activity_type: str, payload: bytes, headers: Mapping[str, str]) -> None:
         # CancelledError (scheduler cancel, deadline, shutdown) propagates: never reported.
+        ref = attempt.ref
         async with self._slot_guard:
-            activity = self._activities.get(activity_type)
-            try:
-                if activity is None:
-                    raise UnknownActivityType(f"activity {activity_type!r} is not registered on this worker")
-                result = success_result(attempt.ref, await invoke(activity, payload, self._executor))
-            except Exception as exc:
-                log_event(
-                    logging.INFO,
-                    "worker.attempt_failed",
-                    exc_info=True,
-                    task_id=attempt.ref.task_id,
-                    attempt=attempt.ref.attempt,
-                    activity_type=activity_type,
-                    error_type=type(exc).__name__,
-                )
-                result = failure_result(attempt.ref, exc)
+            with attempt_span(headers, task_id=ref.task_id, attempt=ref.attempt, activity_type=activity_type) as span:
+                result = await self._run(attempt, activity_type, payload, span)
         if attempt.discarded:
             return
         self.unsent.append(result)
         self._on_result()
+
+    async def _run(self, attempt: Attempt, activity_type: str, payload: bytes, span: object) -> worker_pb2.TaskResult:
+        activity = self._activities.get(activity_type)
+        try:
+            if activity is None:
+                raise UnknownActivityType(f"activity {activity_type!r} is not registered on this worker")
+            return success_result(attempt.ref, await invoke(activity, payload, self._executor))
+        except Exception as exc:
+            log_event(
+                logging.INFO,
+                "worker.attempt_failed",
+                exc_info=True,
+                task_id=attempt.ref.task_id,
+                attempt=attempt.ref.attempt,
+                activity_type=activity_type,
+                error_type=type(exc).__name__,
+            )
+            failed(span, exc)
+            return failure_result(attempt.ref, exc)
 
     def _finished(self, attempt: Attempt) -> None:
         # A done callback rather than a finally: a task cancelled before its first step never

@@ -1,0 +1,195 @@
+"""The carbon evaluation's simulations, on 30-minute rows: a 30-minute job arrives on every row
+and may wait `slack` rows; a policy picks each job's start row; a pool of `slots` runs at most
+that many jobs in a row (None: unbounded).
+
+- `replanned`: as the scheduler does it: on each row a new forecast is issued and every pending
+  job is planned again, all together, with the pool's capacity; the jobs planned for now start
+  (at most `slots` of them, tightest latest start first), the rest wait for the next row.
+- `planned_once`: as the old bench did: each job is planned at its arrival, on that forecast,
+  with the runs already planned as commitments, and then run when planned (queueing for a slot
+  when the plan found none).
+- `oracle_unbounded`: the cheapest row in each job's window, the true future known.
+- `oracle_pool`: the cheapest assignment of jobs to rows with at most `slots` jobs a row, exact
+  (an LP over the job-row pairs, integral since it is a transportation problem, solved by HiGHS).
+- `threshold`: the cost hold: the first row under last week's percentile, at the latest at the
+  end of the slack.
+
+Each returns the start row of every job (the same order as the arrivals).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
+
+from lowtide.forecast_error import ErrorModel
+from scheduler_service.domain.planning import CAUTION, Capacity, Commitment, Forecast, PlanTask, plan
+
+ROW = timedelta(minutes=30)
+HORIZON_ROWS = 96  # 48 hours, as the UK Carbon Intensity API publishes
+UNBOUNDED = 10**6
+
+
+@dataclass(frozen=True)
+class Rows:
+    times: list[datetime]
+    values: list[float]
+
+
+class Forecasts:
+    """The forecast issued on each row under one error model, drawn once (seeded by row) and
+    shared by every policy, slack and pool, so they are compared on the same forecasts."""
+
+    def __init__(self, rows: Rows, model: ErrorModel, seed: str) -> None:
+        self._rows, self._model, self._seed = rows, model, seed
+        self._cache: dict[int, Forecast] = {}
+        self._errors = [model.stddev(i * ROW) for i in range(HORIZON_ROWS + 1)]
+
+    def at(self, k: int) -> Forecast:
+        cached = self._cache.get(k)
+        if cached is not None:
+            return cached
+        times, values = self._rows.times, self._rows.values
+        last = min(len(values) - 1, k + HORIZON_ROWS)
+        truth = values[k : last + 1]
+        noisy = self._model.perturb(truth, ROW, random.Random(f"{self._seed}:{k}"))
+        points = [(times[k + i], noisy[i], self._errors[i]) for i in range(len(truth))]
+        forecast = Forecast.of(points, end=times[last] + ROW)
+        self._cache[k] = forecast
+        return forecast
+
+
+def replanned(
+    rows: Rows,
+    arrivals: range,
+    slack: int,
+    slots: int | None,
+    forecasts: Forecasts,
+    *,
+    caution: float = CAUTION,
+    sticky: bool = True,
+) -> list[int]:
+    times = rows.times
+    pool = slots or UNBOUNDED
+    started: dict[int, int] = {}
+    pending: list[int] = []
+    # Each pending job's last planned start, handed to the next plan (as the scheduler does).
+    previous: dict[int, datetime] = {}
+    k = arrivals.start
+    while k < arrivals.stop or pending:
+        if k < arrivals.stop:
+            pending.append(k)
+        tasks = [PlanTask(a, times[a], times[a + slack], ROW, previous.get(a) if sticky else None) for a in pending]
+        plans = plan(
+            tasks, forecasts.at(k), Capacity(pool), times[k], signal_low=False, resolution=ROW, caution=caution
+        )
+        previous = {p.task_id: p.release_at for p in plans}
+        due = sorted(p.task_id for p in plans if p.release_at <= times[k])
+        # At most `slots` start; the tightest latest start (the earliest arrival) first.
+        for a in due[:pool]:
+            started[a] = k
+        if due:
+            chosen = set(due[:pool])
+            pending = [a for a in pending if a not in chosen]
+        k += 1
+    return [started[a] for a in arrivals]
+
+
+def planned_once(
+    rows: Rows, arrivals: range, slack: int, slots: int | None, forecasts: Forecasts, *, caution: float = CAUTION
+) -> list[int]:
+    times = rows.times
+    pool = slots or UNBOUNDED
+    planned: dict[int, int] = {}
+    ahead: list[int] = []  # planned start rows of the jobs planned so far, still to come
+    for a in arrivals:
+        ahead = [s for s in ahead if s >= a]
+        committed = tuple(Commitment(times[s], times[s] + ROW) for s in ahead) if slots else ()
+        task = PlanTask(a, times[a], times[a + slack], ROW)
+        (p,) = plan(
+            [task],
+            forecasts.at(a),
+            Capacity(pool, committed),
+            times[a],
+            signal_low=False,
+            resolution=ROW,
+            caution=caution,
+        )
+        start = bisect.bisect_left(times, p.release_at)
+        planned[a] = start
+        ahead.append(start)
+    if slots is None:
+        return [planned[a] for a in arrivals]
+    # Run as planned, `slots` a row; a job whose row is full queues (earliest planned first).
+    queue: list[tuple[int, int]] = []
+    order = sorted(arrivals, key=lambda a: (planned[a], a))
+    started: dict[int, int] = {}
+    i, k = 0, min(planned.values())
+    while i < len(order) or queue:
+        while i < len(order) and planned[order[i]] <= k:
+            heapq.heappush(queue, (planned[order[i]], order[i]))
+            i += 1
+        for _ in range(min(slots, len(queue))):
+            started[heapq.heappop(queue)[1]] = k
+        k += 1
+    return [started[a] for a in arrivals]
+
+
+def oracle_unbounded(rows: Rows, arrivals: range, slack: int) -> list[int]:
+    values = rows.values
+    return [min(range(a, a + slack + 1), key=lambda k: (values[k], k)) for a in arrivals]
+
+
+def oracle_pool(rows: Rows, arrivals: range, slack: int, slots: int) -> list[int]:
+    """min sum of values[start] over jobs, each job one row in [a, a + slack], at most `slots` a
+    row: variables x[job, row] in [0, 1]; the constraint matrix is an interval (network) matrix,
+    so HiGHS's optimal vertex is integral."""
+    jobs = len(arrivals)
+    first = arrivals.start
+    cols = slack + 1
+    job = np.repeat(np.arange(jobs), cols)
+    row = job + np.tile(np.arange(cols), jobs)  # relative to the first arrival
+    cost = np.asarray(rows.values, dtype=float)[first + row]
+    var = np.arange(jobs * cols)
+    a_eq = coo_matrix((np.ones(jobs * cols), (job, var)), shape=(jobs, jobs * cols)).tocsr()
+    span = jobs + slack
+    a_ub = coo_matrix((np.ones(jobs * cols), (row, var)), shape=(span, jobs * cols)).tocsr()
+    result = linprog(
+        cost,
+        A_ub=a_ub,
+        b_ub=np.full(span, slots, dtype=float),
+        A_eq=a_eq,
+        b_eq=np.ones(jobs),
+        bounds=(0, 1),
+        method="highs",
+    )
+    if result.status != 0:
+        raise RuntimeError(f"the pool oracle's LP failed: {result.message}")
+    x = result.x.reshape(jobs, cols)
+    picks = x.argmax(axis=1)
+    if not np.allclose(x.max(axis=1), 1.0, atol=1e-6):
+        raise RuntimeError("the pool oracle's LP has a fractional optimum")
+    return [first + i + int(c) for i, c in enumerate(picks)]
+
+
+def threshold(rows: Rows, arrivals: range, slack: int, percentile: int) -> list[int]:
+    values = rows.values
+    week = 7 * 48
+    starts = []
+    for a in arrivals:
+        past = sorted(values[max(0, a - week) : a]) or [values[a]]
+        limit = past[max(0, -(-percentile * len(past) // 100) - 1)]
+        starts.append(next((k for k in range(a, a + slack + 1) if values[k] < limit), a + slack))
+    return starts
+
+
+def costs(rows: Rows, starts: Sequence[int]) -> float:
+    return sum(rows.values[k] for k in starts)

@@ -1,0 +1,113 @@
+"""One trace per task: its W3C trace context travels in the task's headers.
+
+At submission, a task whose submitter set no `traceparent` header gets the current span's: the
+SubmitTask call's (the grpc interceptor's span, itself the child of the submitter's when its call
+carried a traceparent in its metadata). Everything after is a child of that context: `task.held`
+(when the task waited on a cost hold or a planned release, recorded at its release with the time
+it began), `task.dispatch` (claim → assignment sent), the worker's run (in the worker library, from
+Assignment.headers) and `task.result` (the report received → recorded). A task with no trace
+context (a schedule's, or one submitted while tracing was off) gets no spans.
+
+Nothing here runs while tracing is off: the components hold a `TaskTraces` or None, checked once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from scheduler_service.domain.model import NewTask, Outcome
+from scheduler_service.rows.claims import ClaimedRow
+
+# Only the W3C trace context (traceparent, tracestate): bounded, whatever OTEL_PROPAGATORS says.
+W3C = TraceContextTextMapPropagator()
+
+
+def with_trace_context(tasks: Sequence[NewTask]) -> Sequence[NewTask]:
+    """The tasks, each whose submitter set no traceparent carrying the current span's context."""
+    carrier: dict[str, str] = {}
+    W3C.inject(carrier)
+    if "traceparent" not in carrier:
+        return tasks
+    return [
+        t if "traceparent" in t.headers else dataclasses.replace(t, headers={**t.headers, **carrier}) for t in tasks
+    ]
+
+
+def task_context(headers: Mapping[str, str] | None) -> Context | None:
+    """The trace context a task's headers carry, or None."""
+    if not headers or "traceparent" not in headers:
+        return None
+    context = W3C.extract(headers)
+    return context if trace.get_current_span(context).get_span_context().is_valid else None
+
+
+def _ns(at: datetime) -> int:
+    return int(at.timestamp() * 1e9)
+
+
+class TaskTraces:
+    """The spans of tasks' paths through the scheduler, on the service's tracer."""
+
+    def __init__(self, tracer: trace.Tracer) -> None:
+        self._tracer = tracer
+
+    def held(self, context: Context, row: ClaimedRow, reason: str, began: datetime, released: datetime) -> None:
+        """The task waited from `began` to `released` on a cost hold or a planned release."""
+        seconds = max(0.0, (released - began).total_seconds())
+        span = self._tracer.start_span(
+            "task.held",
+            context=context,
+            start_time=_ns(began),
+            attributes={
+                "lowtide.task.id": row.id,
+                "lowtide.hold.reason": reason,
+                "lowtide.hold.seconds": seconds,
+                "lowtide.queue": row.queue,
+                "lowtide.activity_type": row.activity_type,
+            },
+        )
+        span.end(end_time=max(_ns(released), _ns(began)))
+
+    def dispatched(self, context: Context, row: ClaimedRow, claimed_ns: int) -> None:
+        """Claimed at `claimed_ns`, sent to its worker now."""
+        span = self._tracer.start_span(
+            "task.dispatch",
+            context=context,
+            kind=SpanKind.PRODUCER,
+            start_time=claimed_ns,
+            attributes={
+                "lowtide.task.id": row.id,
+                "lowtide.task.attempt": row.attempt,
+                "lowtide.queue": row.queue,
+                "lowtide.activity_type": row.activity_type,
+                "lowtide.worker.id": row.worker_id,
+            },
+        )
+        span.end()
+
+    def recorded(self, context: Context, outcome: Outcome, received_ns: int) -> None:
+        """The worker's report, received at `received_ns`, is written now."""
+        attributes: dict[str, str | int] = {
+            "lowtide.task.id": outcome.task_id,
+            "lowtide.task.attempt": outcome.attempt,
+            # completed, failed (for good) or pending (a retry is due at run_at).
+            "lowtide.task.status": outcome.state.value,
+        }
+        if outcome.failure is not None:
+            attributes["error.type"] = outcome.failure.error_type
+        span = self._tracer.start_span("task.result", context=context, start_time=received_ns, attributes=attributes)
+        if outcome.failure is not None:
+            span.set_status(Status(StatusCode.ERROR, outcome.failure.message[:200]))
+        span.end()
+
+
+def now_ns() -> int:
+    return time.time_ns()
