@@ -85,9 +85,20 @@ def test_the_overview_draws_the_signal_its_threshold_and_a_planned_release_after
     browser.get(open_stack.url + "/tasks?state=pending&type=train")
     assert str(task["id"]) in text_of(browser, "#tasks-table")
     browser.save_screenshot(str(screenshots / "console-tasks.png"))
+    # A fixed-start task is a reservation: the pools page draws its window on the timeline.
+    fixed = ("task", "submit", "echo", "--start-in", "1h", "--tolerance", "5m", "--estimated-duration", "10m")
+    reserved = open_stack.cli(*fixed, "--target", open_stack.scheduler)
     browser.get(open_stack.url + "/pools")
     assert browser.find_elements(By.ID, "pools-table")
+    bar = wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#timeline g.reservation"))[0]
+    assert f"#{reserved['id']} echo" in bar.text
     browser.save_screenshot(str(screenshots / "console-pools.png"))
+
+    # An admin (auth off: anyone on loopback) cancels the held task from its page.
+    browser.get(f"{open_stack.url}/tasks/{task['id']}")
+    confirm(browser, "cancel")
+    assert wait(browser, lambda b: b.find_element(By.ID, "done-message")).text == f"Task {task['id']} is cancelled."
+    assert open_stack.cli("task", "get", str(task["id"]), "--target", open_stack.scheduler)["state"] == "cancelled"
 
 
 def test_pausing_a_queue_from_the_page_changes_lowtide_status(
