@@ -23,6 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from scheduler_service.convert import MAX_HEADERS, MAX_HEADERS_BYTES
 from scheduler_service.domain.model import NewTask, Outcome
 from scheduler_service.rows.claims import ClaimedRow
 
@@ -31,14 +32,21 @@ W3C = TraceContextTextMapPropagator()
 
 
 def with_trace_context(tasks: Sequence[NewTask]) -> Sequence[NewTask]:
-    """The tasks, each whose submitter set no traceparent carrying the current span's context."""
+    """The tasks, each whose submitter set no traceparent carrying the current span's context;
+    a task whose headers leave no room for it within their bounds (convert.headers) goes without."""
     carrier: dict[str, str] = {}
     W3C.inject(carrier)
     if "traceparent" not in carrier:
         return tasks
-    return [
-        t if "traceparent" in t.headers else dataclasses.replace(t, headers={**t.headers, **carrier}) for t in tasks
-    ]
+    return [t if "traceparent" in t.headers else _traced(t, carrier) for t in tasks]
+
+
+def _traced(task: NewTask, carrier: Mapping[str, str]) -> NewTask:
+    headers = {**task.headers, **carrier}
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in headers.items())
+    if len(headers) > MAX_HEADERS or size > MAX_HEADERS_BYTES:
+        return task
+    return dataclasses.replace(task, headers=headers)
 
 
 def task_context(headers: Mapping[str, str] | None) -> Context | None:

@@ -205,6 +205,10 @@ async def test_every_rpc_of_both_services_gets_a_span_unary_and_streaming(traced
         async with grpc.aio.insecure_channel(target) as channel:
             answer = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
+            # Watch writes with context.write (as WorkerService/Connect does): a stream too.
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())
+            assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+            watch.cancel()
             reflect = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
                 iter([reflection_pb2.ServerReflectionRequest(list_services="")])
             )
@@ -225,9 +229,10 @@ async def test_every_rpc_of_both_services_gets_a_span_unary_and_streaming(traced
         ("lowtide-signal", "/lowtide.v1.SignalService/Subscribe"),
         ("lowtide-scheduler", "/lowtide.v1.WorkerService/Connect"),
     }
+    watched = {(service, "/grpc.health.v1.Health/Watch") for service in ("lowtide-scheduler", "lowtide-signal")}
 
     async def exported() -> set[tuple[str, str]]:
-        return expected - {(s.service, s.name) for s in traced.receiver.spans}
+        return (expected | watched) - {(s.service, s.name) for s in traced.receiver.spans}
 
     async def none_missing() -> bool:
         return not await exported()
