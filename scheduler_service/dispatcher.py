@@ -5,7 +5,8 @@ group is asked for a claim — by a submit (in this process or, through NOTIFY, 
 freed slot, by a cancel — the dispatcher claims for all of it at once: due fixed starts first (on
 held slots or any free one), then work that needs resources, then regular work, each in one
 statement up to the group's free slots, every row recorded for the worker it is handed to. Each
-group has at most one claim running, in a task of its own, so groups do not wait for each other.
+group has at most two claims running (on different slots), each in a task of its own, so groups
+do not wait for each other and slots freed during a claim are claimed at once.
 Every poll_interval each group claims once anyway: the fallback, per replica, not per worker.
 """
 
@@ -15,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,10 @@ if TYPE_CHECKING:
     from scheduler_service.metrics import SchedulerMetrics
 
 log = logging.getLogger("lowtide.scheduler.dispatcher")
+
+# Claims that may run at once for one group: a second starts for slots freed while the first
+# runs, instead of leaving them idle until it returns.
+CLAIMS_PER_GROUP = 2
 
 
 class Parked:
@@ -173,8 +178,8 @@ class Dispatcher:
                     self.polls += 1
                     self._registry.poll()
                 for group in self._registry.take_wanted():
-                    if not group.busy:
-                        group.busy = True
+                    if group.claims < CLAIMS_PER_GROUP:
+                        group.claims += 1
                         claim = loop.create_task(self._serve(group), name="dispatch-claim")
                         self._claims.add(claim)
                         claim.add_done_callback(self._claims.discard)
@@ -209,7 +214,7 @@ class Dispatcher:
                     # A full batch: more may be waiting, so claim again at once.
                     group.wanted = True
         finally:
-            group.busy = False
+            group.claims -= 1
 
     async def _claim_for(self, group: Group, polled: bool) -> bool:
         """One round for the group: due fixed starts, slot holds, resources, regular work.
@@ -230,15 +235,16 @@ class Dispatcher:
         self.claims_run += 1
         claimed_ns = now_ns()
         wanted = sum(free for _, free in slots)
-        rows = await self._store.claim(
-            slots=slots,
-            queues=key.queues,
-            worker_types=key.activity_types,
-            limits=self._limits,
-            held=self.held_map(key),
-            signal=self.holds.value,
-        )
-        sent = await self._send(members, rows, claimed_ns)
+        with _reserved(members, slots):
+            rows = await self._store.claim(
+                slots=slots,
+                queues=key.queues,
+                worker_types=key.activity_types,
+                limits=self._limits,
+                held=self.held_map(key),
+                signal=self.holds.value,
+            )
+            sent = await self._send(members, rows, claimed_ns)
         return fixed_full or resources_full or (sent and len(rows) == wanted)
 
     async def _claim_fixed(self, key: GroupKey, members: list[WorkerSession], polled: bool) -> bool:
@@ -252,17 +258,18 @@ class Dispatcher:
         self.fixed.due.discard(key.pool)
         self.claims_run += 1
         claimed_ns = now_ns()
-        rows = await self._store.claim_fixed_due(
-            slots=slots,
-            pool=key.pool,
-            queues=key.queues,
-            worker_types=key.activity_types,
-            signal=self.holds.value,
-        )
-        if not rows:
-            return False
-        self.fixed.dispatched([r.id for r in rows])
-        await self._send(members, rows, claimed_ns)
+        with _reserved(members, slots):
+            rows = await self._store.claim_fixed_due(
+                slots=slots,
+                pool=key.pool,
+                queues=key.queues,
+                worker_types=key.activity_types,
+                signal=self.holds.value,
+            )
+            if not rows:
+                return False
+            self.fixed.dispatched([r.id for r in rows])
+            await self._send(members, rows, claimed_ns)
         self.metrics.fixed_started(rows)
         if len(rows) == sum(room for _, room in slots):
             self.fixed.due.add(key.pool)
@@ -274,25 +281,28 @@ class Dispatcher:
         Due fixed starts among them may use the workers' held slots."""
         if not self.resources:
             return False
-        fixed_slots = hand_out([(s.worker_id, s.room) for s in members])
+        room = [(s.worker_id, s.room) for s in members]
+        fixed_slots = hand_out(room)
         if not fixed_slots:
             return False
         self.claims_run += 1
+        free_slots = hand_out([(s.worker_id, s.free) for s in members])
         claimed_ns = now_ns()
-        rows = await self._store.claim_with_resources(
-            fixed_slots=fixed_slots,
-            free_slots=hand_out([(s.worker_id, s.free) for s in members]),
-            pool=key.pool,
-            queues=key.queues,
-            worker_types=key.activity_types,
-            held=self.held_map(key),
-            capacities=self.resources,
-            signal=self.holds.value,
-        )
-        if not rows:
-            return False
-        self.fixed.dispatched([r.id for r in rows])
-        await self._send(members, rows, claimed_ns)
+        with _reserved(members, room):
+            rows = await self._store.claim_with_resources(
+                fixed_slots=fixed_slots,
+                free_slots=free_slots,
+                pool=key.pool,
+                queues=key.queues,
+                worker_types=key.activity_types,
+                held=self.held_map(key),
+                capacities=self.resources,
+                signal=self.holds.value,
+            )
+            if not rows:
+                return False
+            self.fixed.dispatched([r.id for r in rows])
+            await self._send(members, rows, claimed_ns)
         return len(rows) == len(fixed_slots)
 
     async def _send(self, members: list[WorkerSession], rows: list[ClaimedRow], claimed_ns: int) -> bool:
@@ -339,6 +349,20 @@ class Dispatcher:
             if timing.held is not None and timing.held_between is not None:
                 self.traces.held(context, row, timing.held[0], *timing.held_between)
             self.traces.dispatched(context, row, claimed_ns)
+
+
+@contextlib.contextmanager
+def _reserved(members: list[WorkerSession], slots: list[tuple[str, int]]) -> Iterator[None]:
+    """Reserves the slots a claim may fill while it runs, so a claim running beside it for the
+    same group takes other slots."""
+    sessions = {s.worker_id: s for s in members}
+    for worker_id, count in slots:
+        sessions[worker_id].claiming += count
+    try:
+        yield
+    finally:
+        for worker_id, count in slots:
+            sessions[worker_id].claiming -= count
 
 
 def assignment(row: ClaimedRow) -> worker_pb2.Assignment:

@@ -72,6 +72,8 @@ class WorkerSession:
         self.regroup = False
         # Fixed-start tasks this worker keeps a slot idle for (see fixed_starts.py).
         self.held: set[int] = set()
+        # Slots that claims running now may fill (reserved by the dispatcher while they run).
+        self.claiming = 0
         # When each in-flight attempt was sent (loop time), for the pool's run-time samples.
         self.sent_at: dict[int, float] = {}
         # The trace context of each traced in-flight attempt (tracing on only), for its result's span.
@@ -122,13 +124,13 @@ class WorkerSession:
         """Slots not busy (held ones included): what due fixed starts may take."""
         if self.closed or self.draining:
             return 0
-        return max(0, self.slots - len(self.in_flight))
+        return max(0, self.slots - len(self.in_flight) - self.claiming)
 
     @property
     def free(self) -> int:
         if self.closed or self.draining:
             return 0
-        return max(0, self.slots - len(self.in_flight) - len(self.held))
+        return max(0, self.slots - len(self.in_flight) - len(self.held) - self.claiming)
 
     def send(self, message: worker_pb2.SchedulerMessage) -> None:
         if self.closed:
@@ -162,7 +164,8 @@ class WorkerSession:
 
 class Group:
     """The sessions of one replica that may run the same work (equal keys): one claim serves them
-    all, and at most one runs for them at a time."""
+    all, and at most CLAIMS_PER_GROUP run for them at a time (each on slots the others do not
+    take)."""
 
     def __init__(self, key: GroupKey) -> None:
         self.key = key
@@ -172,8 +175,8 @@ class Group:
         # A claim was asked for since the last one began; the replica's poll came since then.
         self.wanted = False
         self.polled = False
-        # A claim runs for the group now.
-        self.busy = False
+        # Claims running for the group now.
+        self.claims = 0
 
 
 class Registry:
