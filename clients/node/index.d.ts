@@ -38,8 +38,12 @@ export interface ActivityContext {
   [key: string]: unknown;
 }
 
-/** An activity: returns (or resolves to) the result, a Buffer or a string; throws to fail the attempt. */
-export type Activity = (payload: Buffer, ctx: ActivityContext) => unknown;
+/**
+ * An activity: gets the payload (a Buffer, or the parsed value of a JSON task, one with
+ * `content-type: application/json`) and returns (or resolves to) the result: a Buffer or a string,
+ * or for a JSON task any value, sent as JSON. Throws to fail the attempt.
+ */
+export type Activity = (payload: any, ctx: ActivityContext) => unknown;
 
 export interface WorkerOptions extends Security {
   /** Scheduler address, host:port. */
@@ -100,6 +104,7 @@ export interface Task {
   attempt: number;
   payload: Buffer;
   result: Buffer;
+  headers: Record<string, string>;
   [field: string]: unknown;
 }
 
@@ -113,8 +118,8 @@ export interface SubmitOptions {
 /** A promise-based client of SchedulerService. */
 export class SchedulerClient {
   constructor(target: string, security?: Security);
-  /** Submits one task; returns the stored task. */
-  submit(activityType: string, payload?: Buffer | string, options?: SubmitOptions): Promise<Task>;
+  /** Submits one task; returns the stored task. A Buffer or string is sent as it is, any other value as JSON. */
+  submit(activityType: string, payload?: unknown, options?: SubmitOptions): Promise<Task>;
   get(id: number): Promise<Task>;
   /** Waits up to `timeoutMs` (default 10000) for the task to finish; returns it, finished or not. */
   wait(id: number, timeoutMs?: number): Promise<Task>;
@@ -130,3 +135,17 @@ export const PROTO_DIR: string;
 
 /** Token and TLS files from the environment (LOWTIDE_TOKEN, LOWTIDE_CA, LOWTIDE_CERT, LOWTIDE_KEY). */
 export function fromEnv(env?: Record<string, string | undefined>): Security;
+
+/** The header naming a payload's (and its result's) encoding. */
+export const CONTENT_TYPE: 'content-type';
+/** Its value for a JSON task. */
+export const JSON_TYPE: 'application/json';
+
+/** A payload to submit: a Buffer or string as it is; any other value as JSON, with its header added. */
+export function encodePayload(
+  value: unknown,
+  headers?: Record<string, string>,
+): { payload: Buffer; headers: Record<string, string> };
+
+/** A task's result: the parsed value for a JSON task, else a Buffer. */
+export function decodeResult(task: Pick<Task, 'result' | 'headers'>): any;
