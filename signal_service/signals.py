@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from lowtide.config import Config
 from lowtide.errors import NotFound
-from signal_service.domain import Point, Reading, SignalForecast, SignalState, check_unit, validate_value
+from signal_service.domain import Point, Reading, SignalForecast, SignalState, check_source, check_unit, validate_value
 from signal_service.fanout import Fanout
 from signal_service.store import SignalStore
 
@@ -112,6 +112,7 @@ class Signals:
         """Validates and stores a value; a refused value (InvalidArgument) changes nothing."""
         definition = self.resolve(name)
         check_unit(unit, definition.unit)
+        check_source(source)
         validate_value(value, definition.unit)
         reading = Reading(value, observed_at or datetime.now(UTC), definition.unit)
         state = await self.store.record(definition.name, reading, source=source)

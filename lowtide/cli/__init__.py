@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 
-from lowtide.cli import common, queues, schedules, serve, signals, status, tasks, tools
+from lowtide.cli import common, completion, queues, schedules, serve, signals, status, tasks, tools
 from lowtide.logs import configure_logging
 
 
@@ -25,6 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     # In this order in `lowtide --help`.
     for group in (serve, signals, tasks, queues, schedules, status, tools):
         group.register(commands, parents)
+    completion.register(commands, parents, parser)
     return parser
 
 

@@ -22,10 +22,12 @@ from lowtide.cli.common import (
     timestamp,
     whole,
 )
+from lowtide.cli.progress import Progress
 from lowtide.config import Config
 from lowtide.errors import InvalidArgument
 from lowtide_client import Client, TaskKind, TaskOptions, TaskState, task_spec
 
+_BATCH = 1000  # tasks per SubmitTasks call of `task submit --count N`
 _STATES = {name.removeprefix("TASK_STATE_").lower(): value for name, value in TaskState.items() if value}
 
 
@@ -86,13 +88,19 @@ async def _task_submit(args: argparse.Namespace, config: Config) -> int:
     key = args.idempotency_key
     async with Client(target(args, config), **security()) as client:
         if args.count > 1:
-            specs = [
-                task_spec(args.type, payload, **_submit_options(args, f"{key}-{i}" if key else None))
-                for i in range(args.count)
-            ]
-            submitted = await client.submit_many(specs)
-            for item in submitted:
-                show(args, item, f"task {item.id} {'submitted' if item.created else 'exists already'}")
+            # In batches of _BATCH so that a terminal sees the progress; each batch's lines as it lands.
+            progress = Progress(args.count, "submitted")
+            try:
+                for start in range(0, args.count, _BATCH):
+                    specs = [
+                        task_spec(args.type, payload, **_submit_options(args, f"{key}-{i}" if key else None))
+                        for i in range(start, min(start + _BATCH, args.count))
+                    ]
+                    for item in await client.submit_many(specs, batch_size=_BATCH):
+                        show(args, item, f"task {item.id} {'submitted' if item.created else 'exists already'}")
+                    progress.advance(len(specs))
+            finally:
+                progress.end()
             return 0
         task = await client.submit(args.type, payload, **_submit_options(args, key))
         if args.wait and not task.HasField("start_at"):

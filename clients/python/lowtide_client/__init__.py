@@ -11,6 +11,7 @@ from lowtide_client._errors import NonRetryableError
 from lowtide_client._holds import CostHold
 from lowtide_client._signal import SignalClient
 from lowtide_client._spec import TaskOptions, task_spec
+from lowtide_client._typed import Submitted, TaskNotCompleted
 from lowtide_client._worker import Worker
 from lowtide_proto.durations import format_duration, parse_duration
 from lowtide_proto.lowtide.v1.task_pb2 import RetryPolicy, Task, TaskKind, TaskSpec, TaskState
@@ -22,8 +23,10 @@ __all__ = [
     "NonRetryableError",
     "RetryPolicy",
     "SignalClient",
+    "Submitted",
     "Task",
     "TaskKind",
+    "TaskNotCompleted",
     "TaskOptions",
     "TaskSpec",
     "TaskState",

@@ -10,10 +10,12 @@ import asyncio
 import contextvars
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Any
 
+from lowtide_client import _codec
 from lowtide_client._errors import NonRetryableError
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 
@@ -29,8 +31,10 @@ __all__ = [
 ]
 
 ActivityResult = bytes | str | None
-#: ``fn(payload) -> bytes | str | None``, either a plain function or a coroutine function.
-ActivityFunction = Callable[[bytes], ActivityResult | Awaitable[ActivityResult]]
+#: ``fn(payload) -> bytes | str | None``, either a plain function or a coroutine function; or a
+#: typed one, ``fn(params: Params) -> Result`` (a dataclass, a pydantic model or JSON types),
+#: whose payload is decoded and whose return value is encoded as JSON (``_codec``).
+ActivityFunction = Callable[[Any], object]
 
 
 class UnknownActivityType(Exception):
@@ -48,6 +52,10 @@ class Activity:
     fn: ActivityFunction
     local: bool
     is_async: bool
+    #: Typed: the first parameter is annotated with something other than ``bytes``; the
+    #: payload is decoded for it and the return value encoded (``_codec``).
+    typed: bool = False
+    parameter: Any = Any
 
 
 def make_activity(name: str, fn: ActivityFunction, *, local: bool) -> Activity:
@@ -59,7 +67,9 @@ def make_activity(name: str, fn: ActivityFunction, *, local: bool) -> Activity:
     is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - looking for async __call__, not callability
     )
-    return Activity(name=name, fn=fn, local=local, is_async=is_async)
+    parameter, _ = _codec.hints(fn)
+    typed = not _codec.is_raw(parameter)
+    return Activity(name=name, fn=fn, local=local, is_async=is_async, typed=typed, parameter=parameter)
 
 
 async def invoke(activity: Activity, payload: bytes, executor: Executor) -> bytes:
@@ -69,16 +79,20 @@ async def invoke(activity: Activity, payload: bytes, executor: Executor) -> byte
     blocking code cannot stall the stream (heartbeats, cancels) for the whole worker. The
     caller's context variables are carried into the thread.
     """
-    value: ActivityResult | Awaitable[ActivityResult]
+    value: object
+    fn: Callable[[Any], object] = activity.fn
+    argument: object = _codec.decode(payload, activity.parameter) if activity.typed else payload
     if activity.is_async:
-        value = activity.fn(payload)
+        value = fn(argument)
     else:
         loop = asyncio.get_running_loop()
-        call = functools.partial(contextvars.copy_context().run, activity.fn, payload)
+        call = functools.partial(contextvars.copy_context().run, fn, argument)
         value = await loop.run_in_executor(executor, call)
     if inspect.isawaitable(value):
         # A plain function that returns an awaitable (e.g. a lambda around a coroutine).
         value = await value
+    if activity.typed:
+        return b"" if value is None else _codec.encode(value)[0]
     return _to_bytes(activity.name, value)
 
 

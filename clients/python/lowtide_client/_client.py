@@ -10,15 +10,16 @@ from __future__ import annotations
 import builtins
 import itertools
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from types import TracebackType
-from typing import Unpack
+from typing import Any, TypeVar, Unpack, overload
 
 import grpc
 
 from lowtide_client._calls import Calls
 from lowtide_client._spec import TaskOptions, _duration, _miss_policy, task_spec
+from lowtide_client._typed import Submitted, activity_name, encode_payload, result_type
 from lowtide_proto.channel import Security
 from lowtide_proto.durations import duration_to_proto
 from lowtide_proto.lowtide.v1 import schedule_pb2, scheduler_pb2, task_pb2
@@ -43,6 +44,9 @@ _WAIT_SLICE = timedelta(seconds=60)
 # The gRPC deadline of a WaitTask call is its wait plus this margin, so that a scheduler that
 # vanished without closing the connection cannot hang wait() forever.
 _WAIT_MARGIN = 10.0
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 class Client:
@@ -88,15 +92,46 @@ class Client:
         """Close the channel if this client opened it. Safe to call more than once."""
         await self._calls.close()
 
+    @overload
     async def submit(
         self, activity_type: str, payload: bytes | str = b"", **options: Unpack[TaskOptions]
-    ) -> task_pb2.Task:
+    ) -> task_pb2.Task: ...
+
+    @overload
+    async def submit(  # an async fn matches the next overload too; this one comes first
+        self, activity_type: Callable[[_T], Awaitable[_R]], payload: _T, **options: Unpack[TaskOptions]
+    ) -> Submitted[_R]: ...
+
+    @overload
+    async def submit(
+        self, activity_type: Callable[[_T], _R], payload: _T, **options: Unpack[TaskOptions]
+    ) -> Submitted[_R]: ...
+
+    async def submit(
+        self, activity_type: str | Callable[[Any], Any], payload: Any = b"", **options: Unpack[TaskOptions]
+    ) -> task_pb2.Task | Submitted[Any]:
         """Submit one task and return it as stored.
 
-        The options are those of ``task_spec`` (``TaskOptions``). With an ``idempotency_key``
-        that names an existing task, that task is returned instead of a new one.
+        Typed: ``await client.submit(train, Params(...))`` names the activity by the function
+        (the name it was registered under in this process, else its ``__name__``), encodes
+        the value as JSON with the header ``content-type: application/json`` (bytes pass as
+        they are), and returns a ``Submitted`` whose ``await .result()`` is the task's result
+        decoded as the function's return annotation says. A type checker checks the value
+        against the function's parameter.
+
+        By name: ``submit("resize", b"...")`` sends the payload bytes as they are (a ``str``
+        UTF-8 encoded) and returns the stored task. The options are those of ``task_spec``
+        (``TaskOptions``). With an ``idempotency_key`` that names an existing task, that
+        task is returned instead of a new one.
         """
-        spec = task_spec(activity_type, payload, **options)
+        if isinstance(activity_type, str):
+            return await self._submit_spec(task_spec(activity_type, payload, **options))
+        data, headers = encode_payload(payload, options.get("headers"))
+        options["headers"] = headers
+        task = await self._submit_spec(task_spec(activity_name(activity_type), data, **options))
+        return Submitted(task=task, client=self, returns=result_type(activity_type))
+
+    async def _submit_spec(self, spec: task_pb2.TaskSpec) -> task_pb2.Task:
         response: scheduler_pb2.SubmitTaskResponse = await self._calls.call(
             "SubmitTask", scheduler_pb2.SubmitTaskRequest(task=spec)
         )

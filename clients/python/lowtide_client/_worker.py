@@ -107,7 +107,13 @@ class Worker:
         return self._worker_id
 
     def register(self, name: str, fn: ActivityFunction, *, local: bool = False) -> None:
-        """Register ``fn(payload: bytes) -> bytes | str | None`` as the activity ``name``.
+        """Register ``fn`` as the activity ``name``.
+
+        Typed first: ``fn(params: Params) -> Result``, where the annotations (a dataclass, a
+        pydantic model, or JSON types) say how the payload is decoded and the result encoded
+        (JSON, ``content-type: application/json``); ``Client.submit(fn, Params(...))`` submits
+        one. A ``bytes`` (or unannotated) parameter takes the payload bytes as they are:
+        ``fn(payload: bytes) -> bytes | str | None``.
 
         ``fn`` may be a plain function (run in the worker's thread pool, so blocking code
         cannot stall heartbeats) or a coroutine function (run on the event loop). Return
@@ -122,6 +128,8 @@ class Worker:
         if name in self._activities:
             raise ValueError(f"activity {name!r} is already registered")
         self._activities[name] = make_activity(name, fn, local=local)
+        with contextlib.suppress(AttributeError, TypeError):  # e.g. a bound method
+            fn.__lowtide_activity__ = name  # type: ignore[attr-defined]  # Client.submit(fn) uses it
 
     def activity(self, name: str, *, local: bool = False) -> Callable[[_F], _F]:
         """Decorator form of ``register``: ``@worker.activity("resize")``; returns ``fn`` as is."""

@@ -209,6 +209,12 @@ class TaskSpec(_message.Message):
     activity_type: _builtins.str
     """required"""
     payload: _builtins.bytes
+    """Opaque to the scheduler. Its encoding is named by the header "content-type" (see `headers`):
+    "application/json" is a UTF-8 JSON document, which the typed APIs of the client libraries
+    write and read (a Python dataclass or pydantic model is a JSON object, field by field; a
+    Node activity gets the parsed value); the task's result (Task.result) is then encoded the
+    same way. No content-type: raw bytes, passed to the activity as they are.
+    """
     priority: _builtins.int
     """Higher runs first; FIFO within one priority."""
     idempotency_key: _builtins.str
@@ -276,7 +282,7 @@ class TaskSpec(_message.Message):
     @_builtins.property
     def headers(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Metadata carried with the task to every attempt's worker (a W3C trace context, say:
-        "traceparent", "tracestate"). At most 32; a key is 1 to 128 letters, digits, '-', '_' or '.'
+        "traceparent", "tracestate"; "content-type", the payload's and result's encoding). At most 32; a key is 1 to 128 letters, digits, '-', '_' or '.'
         starting with a letter or digit; a value at most 1024 bytes without control characters;
         keys and values together at most 8192 bytes.
         """
@@ -490,6 +496,7 @@ class Task(_message.Message):
     attempt: _builtins.int
     """Attempts started so far; a hold never moves it."""
     result: _builtins.bytes
+    """encoded as the payload is (headers["content-type"]; see TaskSpec.payload)"""
     worker_id: _builtins.str
     cancel_requested: _builtins.bool
     released_by: _builtins.str

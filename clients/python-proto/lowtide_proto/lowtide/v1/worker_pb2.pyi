@@ -425,7 +425,10 @@ class Assignment(_message.Message):
 
     @_builtins.property
     def headers(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """The task's headers as submitted (TaskSpec.headers), the same on every attempt."""
+        """The task's headers as submitted (TaskSpec.headers), the same on every attempt. With
+        "content-type: application/json" the payload is JSON, and the result the worker sends
+        (TaskResult.success) should be JSON too (see TaskSpec.payload).
+        """
 
     def __init__(
         self,
