@@ -6,6 +6,7 @@ failures surface as ``grpc.aio.AioRpcError``, unwrapped, so their status codes a
 scheduler's own.
 """
 
+from lowtide_client import activity
 from lowtide_client._client import FINISHED_STATES, Client, reservation_conflict
 from lowtide_client._errors import NonRetryableError
 from lowtide_client._holds import CostHold
@@ -31,6 +32,7 @@ __all__ = [
     "TaskSpec",
     "TaskState",
     "Worker",
+    "activity",
     "format_duration",
     "parse_duration",
     "reservation_conflict",
