@@ -12,6 +12,7 @@ from lowtide_client._errors import NonRetryableError
 from lowtide_client._holds import CostHold
 from lowtide_client._signal import SignalClient
 from lowtide_client._spec import TaskOptions, task_spec
+from lowtide_client._sync import SyncClient, SyncSubmitted
 from lowtide_client._typed import Submitted, TaskNotCompleted
 from lowtide_client._worker import Worker
 from lowtide_proto.durations import format_duration, parse_duration
@@ -25,6 +26,8 @@ __all__ = [
     "RetryPolicy",
     "SignalClient",
     "Submitted",
+    "SyncClient",
+    "SyncSubmitted",
     "Task",
     "TaskKind",
     "TaskNotCompleted",
