@@ -1,6 +1,7 @@
-"""An OTLP trace receiver for the tests: a real grpc server implementing the collector's
-TraceService/Export (opentelemetry-proto), standing where the OpenTelemetry Collector would be.
-It keeps every span it is sent, with the service.name of the resource it came from."""
+"""An OTLP receiver for the tests: a real grpc server implementing the collector's
+TraceService/Export and MetricsService/Export (opentelemetry-proto), standing where the
+OpenTelemetry Collector would be. It keeps every span it is sent, with the service.name of the
+resource it came from, and every histogram data point by metric name."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 
@@ -65,14 +68,37 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
+class _MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
+    def __init__(self, histograms: dict[str, list[metrics_pb2.HistogramDataPoint]]) -> None:
+        self._histograms = histograms
+
+    async def Export(
+        self, request: metrics_service_pb2.ExportMetricsServiceRequest, context: Any
+    ) -> metrics_service_pb2.ExportMetricsServiceResponse:
+        for resource_metrics in request.resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    if metric.WhichOneof("data") == "histogram":
+                        self._histograms.setdefault(metric.name, []).extend(metric.histogram.data_points)
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+
+def attributes(point: metrics_pb2.HistogramDataPoint) -> dict[str, str]:
+    return {kv.key: kv.value.string_value for kv in point.attributes}
+
+
 class OtlpReceiver:
     """`async with OtlpReceiver(port) as receiver`: serves OTLP/gRPC on 127.0.0.1:port (0: any free)."""
 
     def __init__(self, port: int = 0) -> None:
         self.spans: list[Received] = []
+        self.histograms: dict[str, list[metrics_pb2.HistogramDataPoint]] = {}
         self._server = grpc.aio.server()
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
             _TraceService(self.spans), self._server
+        )
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            _MetricsService(self.histograms), self._server
         )
         self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
 

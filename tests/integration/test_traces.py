@@ -24,11 +24,12 @@ from lowtide.config import Config, SignalConfig
 from lowtide_client import Client, SignalClient, task_spec
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
 from scheduler_service.server import Scheduler, start_scheduler
+from scheduler_service.task_metrics import DISPATCH_LATENCY, QUEUE_WAIT, RUN
 from signal_service.server import SignalServer, start_signal_service
 from tests.conftest import NO_AUTH
 from tests.cost.conftest import cost_config
 from tests.helpers import eventually
-from tests.otlp import OtlpReceiver, Received
+from tests.otlp import OtlpReceiver, Received, attributes
 
 REPO = Path(__file__).resolve().parents[2]
 SUBMIT = "/lowtide.v1.SchedulerService/SubmitTask"
@@ -76,6 +77,8 @@ async def traced(database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: P
     async with OtlpReceiver() as receiver:
         otel = {
             "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_METRIC_EXPORT_INTERVAL": "200",
             "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
             "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
             # Export each batch soon: the test waits for spans, not for the default 5 s.
@@ -154,6 +157,22 @@ async def test_each_task_has_one_trace_from_submission_through_the_worker_to_its
     assert failed.attribute("lowtide.task.status") == "failed"
     assert failed.attribute("error.type") == "ValueError"
     assert traces[3]["task.run"].attribute("error.type") == "ValueError"
+    # The same tasks' histogram points reach the same receiver over OTLP, labelled and bucketed.
+    await eventually(lambda: _histograms_of(traced.receiver, {"echo", "boom"}), within=20)
+
+
+async def _histograms_of(receiver: OtlpReceiver, types: set[str]) -> bool:
+    """Whether run time, queue wait and dispatch latency have points for each of the types, the
+    run-time points counting each finished attempt (the services export cumulative sums)."""
+    for name in (RUN, QUEUE_WAIT, DISPATCH_LATENCY):
+        points = receiver.histograms.get(name, [])
+        seen = {
+            attributes(p).get("activity_type") for p in points if p.count and attributes(p).get("queue") == "default"
+        }
+        if not types <= seen or any(len(p.explicit_bounds) < 10 for p in points):
+            return False
+    runs = {attributes(p).get("activity_type"): p.count for p in receiver.histograms[RUN]}
+    return runs.get("echo", 0) >= 3 and runs.get("boom", 0) >= 1
 
 
 async def test_a_held_task_trace_says_how_long_it_was_held_and_why(traced: Traced) -> None:
