@@ -16,7 +16,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 _ENUM_PREFIXES = {"state": "TASK_STATE_", "kind": "TASK_KIND_"}
-_BYTES_FIELDS = ("payload", "result")
+_BYTES_FIELDS = ("payload", "result", "heartbeat_details")
 
 
 def to_dict(message: Message) -> dict[str, Any]:
@@ -58,6 +58,8 @@ def task_line(task: Any, *, listed: bool = False) -> str:
         parts.append(f"result=(not in lists: lowtide task get {task.id})" if listed else f"result={_show(task.result)}")
     if task.HasField("last_failure") and state != "completed":
         parts.append(f"error={task.last_failure.error_type}: {task.last_failure.message}")
+    if task.heartbeat_details and not listed:
+        parts.append(f"heartbeat_details={_show(task.heartbeat_details)}")
     return " ".join(parts)
 
 

@@ -370,4 +370,5 @@ def task_message(row: TaskRow) -> task_pb2.Task:
         planned_intensity=row.planned_intensity,
         plan_reason=row.plan_reason or "",
         headers=row.headers,
+        heartbeat_details=row.heartbeat_details or b"",
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("lowtide.scheduler.workers")
 
 MAX_SLOTS = 10_000
+# Heartbeat details (an activity's progress) are stored per task; bounded like headers.
+MAX_HEARTBEAT_DETAILS = 4096
 
 
 def holds(session: WorkerSession, ref: tuple[int, int]) -> bool:
@@ -81,11 +83,14 @@ class WorkerReader:
         # The lease is renewed with every other session's on the replica's next tick (leases.py).
         session.heard = True
         held = [(r.task_id, r.attempt) for r in heartbeat.running if holds(session, (r.task_id, r.attempt))]
-        if held:
-            try:
+        details = _held_details(session, heartbeat.details)
+        try:
+            if held:
                 await self._store.heartbeat(session.worker_id, held)
-            except DatabaseUnavailable as error:
-                log.warning("worker.heartbeat_deferred", extra={"worker_id": session.worker_id, "error": str(error)})
+            if details:
+                await self._store.heartbeat_details(session.worker_id, details)
+        except DatabaseUnavailable as error:
+            log.warning("worker.heartbeat_deferred", extra={"worker_id": session.worker_id, "error": str(error)})
 
     def on_results(self, session: WorkerSession, results: worker_pb2.Results) -> None:
         now = datetime.now(UTC)
@@ -128,3 +133,20 @@ class WorkerReader:
         if empty:
             self.metrics.rejected.add(len(empty), {"reason": "no_outcome"})
         session.wake.set()
+
+
+def _held_details(
+    session: WorkerSession, reported: Sequence[worker_pb2.HeartbeatDetails]
+) -> list[tuple[int, int, bytes]]:
+    """The heartbeat details of the attempts the session holds (the last per attempt wins)."""
+    kept: dict[tuple[int, int], bytes] = {}
+    for entry in reported:
+        if len(entry.details) > MAX_HEARTBEAT_DETAILS:
+            raise InvalidArgument(
+                "heartbeat.details",
+                f"task {entry.task.task_id}: {len(entry.details)} bytes is over the limit of {MAX_HEARTBEAT_DETAILS}",
+            )
+        ref = (entry.task.task_id, entry.task.attempt)
+        if holds(session, ref):
+            kept[ref] = bytes(entry.details)
+    return [(task_id, attempt, data) for (task_id, attempt), data in kept.items()]

@@ -10,6 +10,7 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
+import hypothesis
 import psycopg
 import pytest
 from psycopg import conninfo
@@ -17,6 +18,12 @@ from psycopg import conninfo
 from lowtide.config import AuthConfig, Config, SchedulerConfig
 from lowtide.db import apply_migrations
 from scheduler_service.server import Scheduler, start_scheduler
+
+# The suite shares two cores with the services it starts: a property's example may take far longer
+# than hypothesis's default 200 ms deadline for reasons that have nothing to do with the property.
+# Speed is measured by `make bench`, never by a test.
+hypothesis.settings.register_profile("lowtide", deadline=None)
+hypothesis.settings.load_profile("lowtide")
 
 # Auth off, as `lowtide up` runs it on loopback: for fixtures built here and, through the
 # environment, for the services tests start as processes (`lowtide scheduler serve`, ...).

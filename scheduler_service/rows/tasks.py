@@ -71,6 +71,8 @@ class TaskRow:
     headers: dict[str, str]
     # The tasks this one depends on, ascending; None for none.
     depends_on: list[int] | None
+    # The newest heartbeat details its activity reported; None for none (and in a listing).
+    heartbeat_details: bytes | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,12 +73,12 @@ t.id, t.queue, t.kind, t.activity_type, t.priority, t.idempotency_key, t.state, 
 
 -- get_task --
 -- One task, whole, with what it depends on.
-SELECT {{_task_row}}, t.payload, t.result
+SELECT {{_task_row}}, t.payload, t.result, t.heartbeat_details
 FROM lowtide.tasks t WHERE t.id = %(id)s
 
 -- list_tasks --
 -- A page of tasks, newest first, without payloads and results.
-SELECT {{_task_row}}, ''::bytea AS payload, NULL::bytea AS result
+SELECT {{_task_row}}, ''::bytea AS payload, NULL::bytea AS result, NULL::bytea AS heartbeat_details
 FROM lowtide.tasks t
 WHERE (%(queue)s::text IS NULL OR t.queue = %(queue)s::text)
   AND (%(state)s::text IS NULL OR t.state = %(state)s::text)
@@ -334,6 +334,13 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt)
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.state = 'running'
   AND t.worker_id = %(worker_id)s AND t.heartbeat_ms IS NOT NULL
 
+-- heartbeat_details --
+-- Stores the heartbeat details a worker sent for its running attempts (the newest wins).
+UPDATE lowtide.tasks t
+SET heartbeat_details = u.details
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(details)s::bytea[]) AS u(id, attempt, details)
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.state = 'running' AND t.worker_id = %(worker_id)s
+
 -- cancel_task --
 -- Ends a pending or running task as cancelled; returns it with the state it had before.
 WITH old AS (
@@ -348,7 +355,7 @@ SET cancel_requested = true,
     schedule_to_start_deadline = NULL
 FROM old
 WHERE t.id = old.id
-RETURNING {{_task_row}}, t.payload, t.result, old.state AS previous_state
+RETURNING {{_task_row}}, t.payload, t.result, t.heartbeat_details, old.state AS previous_state
 
 -- notify_cancel --
 -- Tells every replica to stop an attempt on its worker (payload: id:attempt:worker).

@@ -131,6 +131,17 @@ class TaskStore(StoreBase):
             {"worker_id": worker_id, "ids": [r[0] for r in refs], "attempts": [r[1] for r in refs]},
         )
 
+    async def heartbeat_details(self, worker_id: str, details: Sequence[tuple[int, int, bytes]]) -> None:
+        await self.db.execute(
+            Q["heartbeat_details"],
+            {
+                "worker_id": worker_id,
+                "ids": [d[0] for d in details],
+                "attempts": [d[1] for d in details],
+                "details": [d[2] for d in details],
+            },
+        )
+
     async def cancel(self, task_id: int) -> CancelledRow | None:
         async with self.db.transaction() as tx:
             row = await tx.fetch_one_as(CancelledRow, Q["cancel_task"], {"id": task_id})

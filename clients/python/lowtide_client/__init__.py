@@ -6,11 +6,13 @@ failures surface as ``grpc.aio.AioRpcError``, unwrapped, so their status codes a
 scheduler's own.
 """
 
+from lowtide_client import activity
 from lowtide_client._client import FINISHED_STATES, Client, reservation_conflict
 from lowtide_client._errors import NonRetryableError
 from lowtide_client._holds import CostHold
 from lowtide_client._signal import SignalClient
 from lowtide_client._spec import TaskOptions, task_spec
+from lowtide_client._sync import SyncClient, SyncSubmitted
 from lowtide_client._typed import Submitted, TaskNotCompleted
 from lowtide_client._worker import Worker
 from lowtide_proto.durations import format_duration, parse_duration
@@ -24,6 +26,8 @@ __all__ = [
     "RetryPolicy",
     "SignalClient",
     "Submitted",
+    "SyncClient",
+    "SyncSubmitted",
     "Task",
     "TaskKind",
     "TaskNotCompleted",
@@ -31,6 +35,7 @@ __all__ = [
     "TaskSpec",
     "TaskState",
     "Worker",
+    "activity",
     "format_duration",
     "parse_duration",
     "reservation_conflict",

@@ -23,6 +23,7 @@ from lowtide_client._activities import (
 )
 from lowtide_client._log import log_event
 from lowtide_client._tracing import attempt_span, failed
+from lowtide_client.activity import ActivityContext, _enter
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 
 __all__ = ["Attempt", "Attempts"]
@@ -32,6 +33,8 @@ __all__ = ["Attempt", "Attempts"]
 _DEADLINE_GRACE = 5.0
 # How long abandoned (cancelled) attempts get to unwind.
 _CANCEL_WAIT = 5.0
+# Heartbeat details an activity reported go out within about this long.
+_DETAILS_DELAY = 0.1
 
 
 @dataclass(eq=False, slots=True)
@@ -43,6 +46,9 @@ class Attempt:
     task: asyncio.Task[None] | None = None
     deadline_handle: asyncio.TimerHandle | None = None
     discarded: bool = False
+    context: ActivityContext | None = None
+    #: Heartbeat details the activity reported, not yet sent.
+    details: bytes | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -51,6 +57,8 @@ class Attempt:
     def abandon(self) -> None:
         """Stop the attempt and drop its result: it is no longer this worker's to report."""
         self.discarded = True
+        if self.context is not None:
+            self.context.cancelled.set()  # what a plain function (in a thread) can check
         if self.task is not None:
             self.task.cancel()
 
@@ -96,7 +104,23 @@ class Attempts:
     def heartbeat_period(self, interval: float) -> float:
         """Heartbeat often enough for the lease and for every running attempt's own timeout."""
         timeouts = [a.heartbeat_timeout for a in self.running.values() if a.heartbeat_timeout]
+        if any(a.details is not None for a in self.running.values()):
+            timeouts.append(_DETAILS_DELAY * 3)  # reported details go out soon
         return max(0.05, min([interval, *(t / 3 for t in timeouts)]))
+
+    def take_details(self) -> list[worker_pb2.HeartbeatDetails]:
+        """The heartbeat details reported since the last heartbeat (then forgotten)."""
+        taken = []
+        for attempt in self.running.values():
+            if attempt.details is not None:
+                taken.append(worker_pb2.HeartbeatDetails(task=attempt.ref, details=attempt.details))
+                attempt.details = None
+        return taken
+
+    def _details_reported(self, attempt: Attempt, data: bytes) -> None:
+        if self.running.get(attempt.key) is attempt:
+            attempt.details = data
+            self.started.set()  # wakes the heartbeat loop to send them
 
     def tasks(self) -> set[asyncio.Task[None]]:
         return {attempt.task for attempt in self.running.values() if attempt.task is not None}
@@ -121,6 +145,18 @@ class Attempts:
             heartbeat_timeout=heartbeat_timeout,
         )
         loop = asyncio.get_running_loop()
+        attempt.context = ActivityContext(
+            task_id=ref.task_id,
+            attempt=ref.attempt,
+            activity_type=assignment.activity_type,
+            deadline=(
+                assignment.start_to_close_deadline.ToDatetime(tzinfo=UTC)
+                if assignment.HasField("start_to_close_deadline")
+                else None
+            ),
+            headers=dict(assignment.headers),
+            _report=lambda data: loop.call_soon_threadsafe(self._details_reported, attempt, data),
+        )
         task = loop.create_task(
             self._execute(attempt, assignment.activity_type, assignment.payload, assignment.headers),
             name=f"lowtide-attempt-{ref.task_id}-{ref.attempt}",
@@ -175,6 +211,8 @@ class Attempts:
     async def _execute(self, attempt: Attempt, activity_type: str, payload: bytes, headers: Mapping[str, str]) -> None:
         # CancelledError (scheduler cancel, deadline, shutdown) propagates: never reported.
         ref = attempt.ref
+        if attempt.context is not None:
+            _enter(attempt.context)  # this task's own context, copied into a plain function's thread
         async with self._slot_guard:
             with attempt_span(headers, task_id=ref.task_id, attempt=ref.attempt, activity_type=activity_type) as span:
                 result = await self._run(attempt, activity_type, payload, span)

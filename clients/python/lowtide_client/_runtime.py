@@ -319,7 +319,9 @@ class Runtime:
         while True:
             due = last + self._attempts.heartbeat_period(interval) - loop.time()
             if due <= 0:
-                heartbeat = worker_pb2.Heartbeat(running=self._attempts.running_refs())
+                heartbeat = worker_pb2.Heartbeat(
+                    running=self._attempts.running_refs(), details=self._attempts.take_details()
+                )
                 queue.put_nowait(worker_pb2.WorkerMessage(heartbeat=heartbeat))
                 last = loop.time()
                 continue

@@ -485,6 +485,7 @@ class Task(_message.Message):
     PLANNED_INTENSITY_FIELD_NUMBER: _builtins.int
     PLAN_REASON_FIELD_NUMBER: _builtins.int
     HEADERS_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_DETAILS_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     queue: _builtins.str
     kind: Global___TaskKind.ValueType
@@ -517,6 +518,10 @@ class Task(_message.Message):
     """Why the task was shed (queue over max_depth), when it was."""
     planned_intensity: _builtins.float
     plan_reason: _builtins.str
+    heartbeat_details: _builtins.bytes
+    """The newest heartbeat details its activity reported (Heartbeat.details), kept after the
+    attempt ends; empty in a listing and when none were reported.
+    """
     @_builtins.property
     def retry_policy(self) -> Global___RetryPolicy: ...
     @_builtins.property
@@ -602,10 +607,11 @@ class Task(_message.Message):
         planned_intensity: _builtins.float | None = ...,
         plan_reason: _builtins.str = ...,
         headers: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        heartbeat_details: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity", "_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "created_at", b"created_at", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "last_failure", b"last_failure", "latest_start", b"latest_start", "max_defer", b"max_defer", "planned_intensity", b"planned_intensity", "planned_release_at", b"planned_release_at", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity", "_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "dependencies_pending", b"dependencies_pending", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "headers", b"headers", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "latest_start", b"latest_start", "max_defer", b"max_defer", "miss_reason", b"miss_reason", "missed", b"missed", "on_miss", b"on_miss", "payload", b"payload", "plan_reason", b"plan_reason", "planned_intensity", b"planned_intensity", "planned_release_at", b"planned_release_at", "pool", b"pool", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "resources", b"resources", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "shed_reason", b"shed_reason", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity", "_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "dependencies_pending", b"dependencies_pending", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "headers", b"headers", "heartbeat_details", b"heartbeat_details", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "latest_start", b"latest_start", "max_defer", b"max_defer", "miss_reason", b"miss_reason", "missed", b"missed", "on_miss", b"on_miss", "payload", b"payload", "plan_reason", b"plan_reason", "planned_intensity", b"planned_intensity", "planned_release_at", b"planned_release_at", "pool", b"pool", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "resources", b"resources", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "shed_reason", b"shed_reason", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__planned_intensity: _TypeAlias = _typing.Literal["planned_intensity"]  # noqa: Y015
     _WhichOneofArgType__planned_intensity: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity"]  # noqa: Y015

@@ -219,20 +219,52 @@ class Heartbeat(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RUNNING_FIELD_NUMBER: _builtins.int
+    DETAILS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def running(self) -> _containers.RepeatedCompositeFieldContainer[_task_pb2.TaskRef]: ...
+    @_builtins.property
+    def details(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeartbeatDetails]:
+        """Progress an activity reported (its heartbeat details), stored on the task and shown as
+        Task.heartbeat_details; the newest wins. Only for attempts this worker runs (others are
+        ignored); at most 4096 bytes each, or the stream ends with INVALID_ARGUMENT.
+        """
+
     def __init__(
         self,
         *,
         running: _abc.Iterable[_task_pb2.TaskRef] | None = ...,
+        details: _abc.Iterable[Global___HeartbeatDetails] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["running", b"running"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "running", b"running"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Heartbeat: _TypeAlias = Heartbeat  # noqa: Y015
+
+@_typing.final
+class HeartbeatDetails(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_FIELD_NUMBER: _builtins.int
+    DETAILS_FIELD_NUMBER: _builtins.int
+    details: _builtins.bytes
+    @_builtins.property
+    def task(self) -> _task_pb2.TaskRef: ...
+    def __init__(
+        self,
+        *,
+        task: _task_pb2.TaskRef | None = ...,
+        details: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeartbeatDetails: _TypeAlias = HeartbeatDetails  # noqa: Y015
 
 @_typing.final
 class HoldUpdate(_message.Message):
