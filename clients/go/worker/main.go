@@ -1,0 +1,163 @@
+// A lowtide worker in Go: one WorkerService.Connect stream, built from stubs that build.sh
+// generates from the repository's protos/ with protoc-gen-go and protoc-gen-go-grpc. It runs
+// `echo` (the result is the payload), heartbeats at the interval the welcome names, and on
+// SIGTERM or a scheduler's Drain takes no new work, lets running attempts report, and exits 0.
+//
+// Configured by environment: LOWTIDE_TARGET (default 127.0.0.1:50051), LOWTIDE_POOL (default),
+// LOWTIDE_QUEUES (comma-separated, default), LOWTIDE_SLOTS (4).
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "lowtide/lowtidev1"
+)
+
+var activities = map[string]func([]byte) ([]byte, error){
+	"echo": func(payload []byte) ([]byte, error) { return payload, nil },
+}
+
+func env(name, fallback string) string {
+	if value := os.Getenv(name); value != "" {
+		return value
+	}
+	return fallback
+}
+
+// stream serialises sends: a gRPC stream allows one sender at a time.
+type stream struct {
+	mu      sync.Mutex
+	call    pb.WorkerService_ConnectClient
+	running map[int64]*pb.TaskRef
+}
+
+func (s *stream) send(message *pb.WorkerMessage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.call.Send(message); err != nil {
+		log.Printf("send failed: %v", err)
+	}
+}
+
+func (s *stream) run(assignment *pb.Assignment, done *sync.WaitGroup) {
+	defer done.Done()
+	result := &pb.TaskResult{Task: assignment.Task}
+	fn, known := activities[assignment.ActivityType]
+	if !known {
+		result.Outcome = &pb.TaskResult_Failure{Failure: &pb.TaskFailure{
+			ErrorType: "UnknownActivity", Message: "no activity " + assignment.ActivityType, NonRetryable: true}}
+	} else if value, err := fn(assignment.Payload); err != nil {
+		result.Outcome = &pb.TaskResult_Failure{Failure: &pb.TaskFailure{ErrorType: "Error", Message: err.Error()}}
+	} else {
+		result.Outcome = &pb.TaskResult_Success{Success: value}
+	}
+	s.mu.Lock()
+	delete(s.running, assignment.Task.TaskId)
+	s.mu.Unlock()
+	s.send(&pb.WorkerMessage{Message: &pb.WorkerMessage_Results{Results: &pb.Results{Results: []*pb.TaskResult{result}}}})
+}
+
+func (s *stream) heartbeats(every time.Duration, stop <-chan struct{}) {
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ticker.C:
+			s.mu.Lock()
+			refs := make([]*pb.TaskRef, 0, len(s.running))
+			for _, ref := range s.running {
+				refs = append(refs, ref)
+			}
+			s.mu.Unlock()
+			s.send(&pb.WorkerMessage{Message: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{Running: refs}}})
+		}
+	}
+}
+
+func main() {
+	target := env("LOWTIDE_TARGET", "127.0.0.1:50051")
+	slots, err := strconv.Atoi(env("LOWTIDE_SLOTS", "4"))
+	if err != nil || slots < 1 {
+		log.Fatalf("LOWTIDE_SLOTS must be a positive whole number, not %q", os.Getenv("LOWTIDE_SLOTS"))
+	}
+	// Plaintext, as on loopback; grpc-go 1.33 (Debian 12) predates credentials/insecure.
+	conn, err := grpc.Dial(target, grpc.WithInsecure())
+	if err != nil {
+		log.Fatalf("cannot dial %s: %v", target, err)
+	}
+	defer conn.Close()
+	call, err := pb.NewWorkerServiceClient(conn).Connect(context.Background())
+	if err != nil {
+		log.Fatalf("cannot connect to %s: %v", target, err)
+	}
+	s := &stream{call: call, running: map[int64]*pb.TaskRef{}}
+	types := []*pb.ActivityType{}
+	for name := range activities {
+		types = append(types, &pb.ActivityType{Name: name})
+	}
+	s.send(&pb.WorkerMessage{Message: &pb.WorkerMessage_Hello{Hello: &pb.Hello{
+		Pool: env("LOWTIDE_POOL", "default"), Queues: strings.Split(env("LOWTIDE_QUEUES", "default"), ","),
+		ActivityTypes: types, Slots: uint32(slots)}}})
+
+	var running sync.WaitGroup
+	draining := make(chan struct{})
+	var drainOnce sync.Once
+	drain := func() {
+		drainOnce.Do(func() {
+			close(draining)
+			go func() { // no new work: once what runs has reported, end the stream
+				running.Wait()
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				_ = s.call.CloseSend()
+			}()
+		})
+	}
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	go func() { <-signals; drain() }()
+
+	for {
+		message, err := call.Recv()
+		if err != nil {
+			select {
+			case <-draining:
+				return // the scheduler ended the stream after our CloseSend
+			default:
+				log.Fatalf("stream to %s failed: %v", target, err)
+			}
+		}
+		switch m := message.Message.(type) {
+		case *pb.SchedulerMessage_Welcome:
+			fmt.Printf("go worker %s connected to %s\n", m.Welcome.WorkerId, target)
+			every := m.Welcome.HeartbeatInterval.AsDuration()
+			if every <= 0 {
+				every = 5 * time.Second
+			}
+			go s.heartbeats(every, draining)
+		case *pb.SchedulerMessage_Assignments:
+			for _, assignment := range m.Assignments.Assignments {
+				s.mu.Lock()
+				s.running[assignment.Task.TaskId] = assignment.Task
+				s.mu.Unlock()
+				running.Add(1)
+				go s.run(assignment, &running)
+			}
+		case *pb.SchedulerMessage_Drain:
+			drain()
+		}
+	}
+}

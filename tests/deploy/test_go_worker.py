@@ -1,0 +1,70 @@
+"""The Go worker in clients/go, built by its build.sh from protos/ with Debian's Go toolchain
+(protoc-gen-go, protoc-gen-go-grpc), runs `echo` against a real scheduler and drains on SIGTERM.
+Skipped, saying what is missing, where that toolchain is not installed."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from lowtide_client import Client, TaskState
+from scheduler_service.server import Scheduler
+from tests.deploy.node import run_bounded
+
+GO_DIR = Path(__file__).resolve().parents[2] / "clients" / "go"
+GOCODE = Path("/usr/share/gocode/src")
+COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
+
+
+def _toolchain_or_skip() -> None:
+    missing = [tool for tool in ("go", "protoc", "protoc-gen-go-grpc") if shutil.which(tool) is None]
+    missing += [
+        package
+        for package, folder in (
+            ("golang-google-protobuf-dev", "google.golang.org/protobuf"),
+            ("golang-google-grpc-dev", "google.golang.org/grpc"),
+        )
+        if not (GOCODE / folder).is_dir()
+    ]
+    if missing:
+        pytest.skip(
+            "the Go toolchain is not installed (missing: " + ", ".join(missing) + "); on Debian: apt-get install "
+            "golang-go protobuf-compiler protoc-gen-go-grpc golang-google-protobuf-dev golang-google-grpc-dev"
+        )
+
+
+async def test_the_go_worker_runs_echo_against_a_real_scheduler(scheduler: Scheduler, tmp_path: Path) -> None:
+    _toolchain_or_skip()
+    binary = tmp_path / "lowtide-go-worker"
+    code, out, err = await run_bounded(
+        str(GO_DIR / "build.sh"), str(binary), cwd=GO_DIR, env={"PATH": "/usr/bin:/bin"}, within=300
+    )
+    assert code == 0, f"build.sh failed ({code}):\n{out}\n{err}"
+    worker = await asyncio.create_subprocess_exec(
+        str(binary),
+        env={"LOWTIDE_TARGET": scheduler.target, "LOWTIDE_SLOTS": "2"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with Client(scheduler.target) as client:
+            tasks = [await client.submit("echo", f"from go {i}".encode()) for i in range(3)]
+            done = [await client.wait(task.id, timeout=timedelta(seconds=30)) for task in tasks]
+        if any(t.state != COMPLETED for t in done):
+            if worker.returncode is None:
+                worker.kill()
+            pytest.fail(f"tasks not completed: {done}; worker said: {(await worker.communicate())[1].decode()}")
+        assert [t.result for t in done] == [f"from go {i}".encode() for i in range(3)]
+        worker.send_signal(signal.SIGTERM)
+        out_bytes, err_bytes = await asyncio.wait_for(worker.communicate(), 30)
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            await worker.wait()
+    assert worker.returncode == 0, err_bytes.decode()
+    assert f"connected to {scheduler.target}" in out_bytes.decode()
