@@ -29,26 +29,16 @@ from lowtide.tasks import cancel_all
 from lowtide.telemetry import Telemetry, server_interceptors, start_telemetry
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
-from scheduler_service.completer import Completer
-from scheduler_service.cost import CostHolds
 from scheduler_service.database_health import follow_database
-from scheduler_service.dispatcher import Dispatcher, Parked
-from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale, local_conflicts
-from scheduler_service.fixed_starts import DuePools, FixedStarts
+from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.domain.holds import HoldConfig, local_conflicts
 from scheduler_service.keda import SERVICE_NAME as KEDA_SERVICE
 from scheduler_service.keda import add_keda_scaler
-from scheduler_service.leases import Leases
-from scheduler_service.maintenance import Maintenance
 from scheduler_service.metrics import SchedulerMetrics
-from scheduler_service.release_planning import ReleasePlanner
-from scheduler_service.scheduler_api import SchedulerApi
-from scheduler_service.schedules import ScheduleMaterializer
+from scheduler_service.parts import Parts, build_parts
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
-from scheduler_service.submission import Submission
-from scheduler_service.task_control import TaskControl
 from scheduler_service.task_metrics import VIEWS as TASK_VIEWS
-from scheduler_service.tracing import TaskTraces
 from scheduler_service.waiters import Waiters
 from scheduler_service.worker_stream import WorkerStream
 
@@ -58,25 +48,6 @@ SERVICES = (
     scheduler_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name,
     worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
 )
-
-
-@dataclass
-class Parts:
-    """The scheduler's components, each built with everything it uses (see `_build_parts`)."""
-
-    store: Store
-    registry: Registry
-    holds: CostHolds
-    fixed: FixedStarts
-    metrics: SchedulerMetrics
-    dispatcher: Dispatcher
-    planner: ReleasePlanner
-    api: SchedulerApi
-    completer: Completer
-    stream: WorkerStream
-    leases: Leases
-    waiters: Waiters
-    maintenance: Maintenance
 
 
 @dataclass
@@ -212,119 +183,6 @@ def _database_url(config: Config, database_url: str | None) -> str:
     return url
 
 
-def _cost_holds(config: Config, hold_config: HoldConfig, parked: Parked) -> CostHolds:
-    return CostHolds(
-        target=config.scheduler.signal_target,
-        signal=config.cost.signal,
-        policy=HoldPolicy(
-            release_below=config.cost.release_below,
-            min_hold=config.cost.min_hold,
-            on_stale=OnStale(config.cost.on_stale),
-        ),
-        config=hold_config,
-        on_release=parked.release,
-        stale_after=config.signal.stale_after,
-        token=config.auth.signal_token or None,
-        ca=config.tls.signal_ca or None,
-    )
-
-
-def _build_parts(
-    config: Config, db: Database, hold_config: HoldConfig, telemetry: Telemetry, scheduler_id: str
-) -> Parts:
-    """Every component, in dependency order. The two cycles (the cost hold releases what the
-    dispatcher parked; a completed dependency makes a fixed start due) go through small objects
-    made first: `Parked` and `DuePools`."""
-    cfg = config.scheduler
-    limits = {t: c.max_concurrency for t, c in config.types.items() if c.max_concurrency is not None}
-    registry = Registry()
-    due = DuePools(registry)
-    store = Store(db, on_unblocked=due.unblocked)
-    parked = Parked(registry)
-    holds = _cost_holds(config, hold_config, parked)
-    fixed = FixedStarts(store, registry, config, due)
-    exported = telemetry.metrics
-    traces = None if telemetry.tracer is None else TaskTraces(telemetry.tracer)
-    metrics = SchedulerMetrics(
-        exported, store=store, registry=registry, holds=holds, parked=parked.__len__, config=config, fixed=fixed
-    )
-    dispatcher = Dispatcher(
-        store,
-        registry,
-        poll_interval=cfg.poll_interval,
-        limits=limits,
-        holds=holds,
-        hold_recheck=config.cost.hold_recheck,
-        parked=parked,
-        fixed=fixed,
-        metrics=metrics,
-        resources=config.resources,
-        traces=traces,
-    )
-    planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
-    submission = Submission(
-        config=config, store=store, dispatcher=dispatcher, fixed=fixed, planner=planner, tracing=traces is not None
-    )
-    waiters = Waiters(store)
-    api = SchedulerApi(
-        config=config,
-        store=store,
-        registry=registry,
-        dispatcher=dispatcher,
-        metrics=metrics,
-        submission=submission,
-        tasks=TaskControl(config=config, store=store, registry=registry, dispatcher=dispatcher),
-        waiters=waiters,
-    )
-    completer = Completer(store, metrics=metrics, on_applied=waiters.applied, traces=traces)
-    stream = WorkerStream(
-        store=store,
-        registry=registry,
-        dispatcher=dispatcher,
-        completer=completer,
-        scheduler_id=scheduler_id,
-        heartbeat_interval=cfg.heartbeat_interval,
-        lease_timeout=cfg.lease_timeout,
-        fixed=fixed,
-        metrics=metrics,
-    )
-    leases = Leases(
-        store,
-        registry,
-        scheduler_id=scheduler_id,
-        lease_timeout=cfg.lease_timeout,
-        heartbeat_interval=cfg.heartbeat_interval,
-    )
-    maintenance = Maintenance(
-        store,
-        registry,
-        holder=scheduler_id,
-        interval=cfg.maintenance_interval,
-        lease=cfg.leader_lease,
-        on_requeued=registry.wake_all,
-        on_replicas=waiters.others_running,
-        fixed=fixed,
-        metrics=metrics,
-        schedules=ScheduleMaterializer(store, config),
-        planner=planner,
-    )
-    return Parts(
-        store,
-        registry,
-        holds,
-        fixed,
-        metrics,
-        dispatcher,
-        planner,
-        api,
-        completer,
-        stream,
-        leases,
-        waiters,
-        maintenance,
-    )
-
-
 def _reserved_within_horizon(config: Config, store: Store) -> Callable[[str], Awaitable[int]]:
     async def reserved(pool: str) -> int:
         """Admitted fixed starts of the pool that start inside its autoscale horizon."""
@@ -394,7 +252,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         # Opened once the ports are bound (below): a database connection never holds a listen port.
         db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
         stack.push_async_callback(db.close)
-        parts = _build_parts(config, db, hold_config, telemetry, scheduler_id)
+        parts = build_parts(config, db, hold_config, telemetry, scheduler_id)
         server, health_servicer, port = _grpc_server(config, parts, telemetry)
         stack.push_async_callback(server.stop, None)
         await apply_migrations(url)

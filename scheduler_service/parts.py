@@ -1,0 +1,196 @@
+"""The scheduler's components and the order they are built in: the composition root's wiring,
+apart from starting and stopping them (scheduler_service.server)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lowtide.config import Config
+from lowtide.db import Database
+from lowtide.telemetry import Telemetry
+from scheduler_service.completer import Completer
+from scheduler_service.cost import CostHolds
+from scheduler_service.dispatcher import Dispatcher, Parked
+from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale
+from scheduler_service.fixed_starts import DuePools, FixedStarts
+from scheduler_service.leases import Leases
+from scheduler_service.maintenance import Maintenance
+from scheduler_service.metrics import SchedulerMetrics
+from scheduler_service.release_planning import ReleasePlanner
+from scheduler_service.scheduler_api import SchedulerApi
+from scheduler_service.schedules import ScheduleMaterializer
+from scheduler_service.sessions import Registry
+from scheduler_service.store import Store
+from scheduler_service.submission import Submission
+from scheduler_service.task_control import TaskControl
+from scheduler_service.tracing import TaskTraces
+from scheduler_service.waiters import Waiters
+from scheduler_service.worker_stream import WorkerStream
+
+
+@dataclass
+class Parts:
+    """The scheduler's components, each built with everything it uses (see `build_parts`)."""
+
+    store: Store
+    registry: Registry
+    holds: CostHolds
+    fixed: FixedStarts
+    metrics: SchedulerMetrics
+    dispatcher: Dispatcher
+    planner: ReleasePlanner
+    api: SchedulerApi
+    completer: Completer
+    stream: WorkerStream
+    leases: Leases
+    waiters: Waiters
+    maintenance: Maintenance
+
+
+@dataclass(frozen=True)
+class _Core:
+    """What dispatch needs, built first; the serving parts are built on it."""
+
+    store: Store
+    registry: Registry
+    holds: CostHolds
+    fixed: FixedStarts
+    metrics: SchedulerMetrics
+    dispatcher: Dispatcher
+    planner: ReleasePlanner
+    traces: TaskTraces | None
+
+
+def _cost_holds(config: Config, hold_config: HoldConfig, parked: Parked) -> CostHolds:
+    return CostHolds(
+        target=config.scheduler.signal_target,
+        signal=config.cost.signal,
+        policy=HoldPolicy(
+            release_below=config.cost.release_below,
+            min_hold=config.cost.min_hold,
+            on_stale=OnStale(config.cost.on_stale),
+        ),
+        config=hold_config,
+        on_release=parked.release,
+        stale_after=config.signal.stale_after,
+        token=config.auth.signal_token or None,
+        ca=config.tls.signal_ca or None,
+    )
+
+
+def build_parts(
+    config: Config, db: Database, hold_config: HoldConfig, telemetry: Telemetry, scheduler_id: str
+) -> Parts:
+    """Every component, in dependency order: dispatch's core first, then what serves on it."""
+    core = _dispatch_core(config, db, hold_config, telemetry)
+    return _serving_parts(config, core, scheduler_id)
+
+
+def _dispatch_core(config: Config, db: Database, hold_config: HoldConfig, telemetry: Telemetry) -> _Core:
+    """The store, the cost hold, fixed starts, metrics, the dispatcher and the planner. The two
+    cycles (the cost hold releases what the dispatcher parked; a completed dependency makes a
+    fixed start due) go through small objects made first: `Parked` and `DuePools`."""
+    limits = {t: c.max_concurrency for t, c in config.types.items() if c.max_concurrency is not None}
+    registry = Registry()
+    due = DuePools(registry)
+    store = Store(db, on_unblocked=due.unblocked)
+    parked = Parked(registry)
+    holds = _cost_holds(config, hold_config, parked)
+    fixed = FixedStarts(store, registry, config, due)
+    traces = None if telemetry.tracer is None else TaskTraces(telemetry.tracer)
+    metrics = SchedulerMetrics(
+        telemetry.metrics,
+        store=store,
+        registry=registry,
+        holds=holds,
+        parked=parked.__len__,
+        config=config,
+        fixed=fixed,
+    )
+    dispatcher = Dispatcher(
+        store,
+        registry,
+        poll_interval=config.scheduler.poll_interval,
+        limits=limits,
+        holds=holds,
+        hold_recheck=config.cost.hold_recheck,
+        parked=parked,
+        fixed=fixed,
+        metrics=metrics,
+        resources=config.resources,
+        traces=traces,
+    )
+    planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
+    return _Core(store, registry, holds, fixed, metrics, dispatcher, planner, traces)
+
+
+def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
+    """The API, the worker stream with its completer and leases, and maintenance."""
+    cfg = config.scheduler
+    store, registry, dispatcher, metrics, fixed = core.store, core.registry, core.dispatcher, core.metrics, core.fixed
+    submission = Submission(
+        config=config,
+        store=store,
+        dispatcher=dispatcher,
+        fixed=fixed,
+        planner=core.planner,
+        tracing=core.traces is not None,
+    )
+    waiters = Waiters(store)
+    api = SchedulerApi(
+        config=config,
+        store=store,
+        registry=registry,
+        dispatcher=dispatcher,
+        metrics=metrics,
+        submission=submission,
+        tasks=TaskControl(config=config, store=store, registry=registry, dispatcher=dispatcher),
+        waiters=waiters,
+    )
+    completer = Completer(store, metrics=metrics, on_applied=waiters.applied, traces=core.traces)
+    stream = WorkerStream(
+        store=store,
+        registry=registry,
+        dispatcher=dispatcher,
+        completer=completer,
+        scheduler_id=scheduler_id,
+        heartbeat_interval=cfg.heartbeat_interval,
+        lease_timeout=cfg.lease_timeout,
+        fixed=fixed,
+        metrics=metrics,
+    )
+    leases = Leases(
+        store,
+        registry,
+        scheduler_id=scheduler_id,
+        lease_timeout=cfg.lease_timeout,
+        heartbeat_interval=cfg.heartbeat_interval,
+    )
+    maintenance = Maintenance(
+        store,
+        registry,
+        holder=scheduler_id,
+        interval=cfg.maintenance_interval,
+        lease=cfg.leader_lease,
+        on_requeued=registry.wake_all,
+        on_replicas=waiters.others_running,
+        fixed=fixed,
+        metrics=metrics,
+        schedules=ScheduleMaterializer(store, config),
+        planner=core.planner,
+    )
+    return Parts(
+        store,
+        registry,
+        core.holds,
+        fixed,
+        metrics,
+        dispatcher,
+        core.planner,
+        api,
+        completer,
+        stream,
+        leases,
+        waiters,
+        maintenance,
+    )
