@@ -51,7 +51,7 @@ def test_toml_values_and_environment_overrides(tmp_path: Path) -> None:
         ("[types.x]\nadaptive_concurrency = { maxx = 3 }\n", "adaptive_concurrency: unknown key(s) maxx"),
         ("[types.x]\nadaptive_concurrency = 20\n", "adaptive_concurrency: must be a table"),
         ("[types.x]\nadaptive_concurrency = { initial = 300 }\n", "initial: must be between min (1) and max (200)"),
-        ("[types.x]\nadaptive_concurrency = { probe = \"soon\" }\n", "adaptive_concurrency.probe"),
+        ('[types.x]\nadaptive_concurrency = { probe = "soon" }\n', "adaptive_concurrency.probe"),
         ("[types.x]\nlocal = true\nadaptive_concurrency = {}\n", "a local activity runs inline"),
     ],
 )
