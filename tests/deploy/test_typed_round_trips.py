@@ -14,8 +14,7 @@ import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import timedelta
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from lowtide_client import Client, Worker
