@@ -58,7 +58,7 @@ def _toolchain_or_skip() -> None:
         )
 
 
-async def test_the_go_worker_runs_echo_and_a_typed_activity_against_a_real_scheduler(scheduler: Scheduler, tmp_path: Path) -> None:
+async def test_the_go_worker_runs_echo_and_a_typed_activity(scheduler: Scheduler, tmp_path: Path) -> None:
     _toolchain_or_skip()
     binary = tmp_path / "lowtide-go-worker"
     code, out, err = await run_bounded(
