@@ -258,7 +258,7 @@ def test_every_lowtide_variable_the_code_reads_is_known() -> None:
         "scheduler_service",
         "signal_service",
         "clients/python/lowtide_client",
-        "clients/python-proto/lowtide_proto",
+        "clients/python/lowtide_proto",
         "tests",
         "bench",
     ]
