@@ -141,11 +141,7 @@ test('beats at the welcome\'s idle interval while nothing runs, at the busy one 
     const idleMs = Number(welcome.idle_heartbeat_interval.seconds) * 1000;
     assert.ok(idleMs >= 10000, `idle interval ${idleMs} ms`);
     const beats = [];
-    const write = worker._write.bind(worker);
-    worker._write = (message) => {
-      if (message.heartbeat) beats.push(message.heartbeat.running.length);
-      return write(message);
-    };
+    worker.on('heartbeat', (running) => beats.push(running.length));
     await sleep(1200); // four busy intervals, idle
     assert.deepEqual(beats, [], 'an idle worker beat at the busy interval');
     const submitted = await client.submit('n_beat', '', { maxAttempts: 1 });
