@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
 from psycopg import conninfo
-from psycopg.rows import class_row, dict_row
+from psycopg.rows import BaseRowFactory, class_row, dict_row
 
 from lowtide.errors import DatabaseUnavailable
 
@@ -49,6 +50,27 @@ def conninfo_problem(url: str) -> str | None:
     return None
 
 
+def typed_row(cls: type[T]) -> BaseRowFactory[T]:
+    """psycopg's `class_row` for a frozen dataclass; for a typed NamedTuple (the rows of the hot
+    path: claims and completions) the values go into the tuple as they come, without a keyword
+    dict and an __init__ call per row. Either way the query's columns must be the class's fields:
+    for a NamedTuple, in its order, checked once per statement rather than once per row."""
+    fields: tuple[str, ...] | None = getattr(cls, "_fields", None)
+    if fields is None or not issubclass(cls, tuple):
+        return class_row(cls)
+    make: Callable[[Sequence[Any]], T] = functools.partial(tuple.__new__, cls)
+
+    def factory(cursor: Any) -> Callable[[Sequence[Any]], T]:
+        if cursor.description is None:
+            return make  # no rows to make (a statement without RETURNING)
+        names = tuple(column.name for column in cursor.description)
+        if names != fields:
+            raise TypeError(f"{cls.__name__} has the fields {fields}, the query returns the columns {names}")
+        return make
+
+    return factory
+
+
 class Transaction:
     """One connection inside a transaction. Obtained from `Database.transaction()`."""
 
@@ -65,11 +87,11 @@ class Transaction:
         return rows[0] if rows else None
 
     async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None) -> list[T]:
-        """The rows as `cls` values (a frozen dataclass whose fields are the query's columns, by
-        psycopg's `class_row`): a column the class does not name, or a field no column fills, fails
-        at once rather than a key missing later."""
+        """The rows as `cls` values (a frozen dataclass or a typed NamedTuple whose fields are the
+        query's columns, see `typed_row`): a column the class does not name, or a field no column
+        fills, fails at once rather than a key missing later."""
         with wrap_exceptions():
-            async with self._conn.cursor(row_factory=class_row(cls)) as cur:
+            async with self._conn.cursor(row_factory=typed_row(cls)) as cur:
                 await cur.execute(sql, params)
                 return await cur.fetchall() if cur.description else []
 
