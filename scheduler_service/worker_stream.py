@@ -160,17 +160,21 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             detached = asyncio.ensure_future(session.detached.wait())
             overflowed = asyncio.ensure_future(session.overflowed.wait())
             ended = asyncio.ensure_future(session.ended.wait())
+            stops = (reader, detached, overflowed, ended)
             while True:
-                get = asyncio.ensure_future(session.outbox.get())
-                done, _ = await asyncio.wait(
-                    {get, reader, detached, overflowed, ended}, return_when=asyncio.FIRST_COMPLETED
-                )
-                if get not in done:
-                    get.cancel()
-                    break
+                if not session.outbox.empty() and not any(stop.done() for stop in stops):
+                    # Already queued (the common case under load): no waiting to set up.
+                    message = session.outbox.get_nowait()
+                else:
+                    get = asyncio.ensure_future(session.outbox.get())
+                    done, _ = await asyncio.wait({get, *stops}, return_when=asyncio.FIRST_COMPLETED)
+                    if get not in done:
+                        get.cancel()
+                        break
+                    message = get.result()
                 # A worker that does not read blocks this write (flow control); the overflow
                 # must still end the stream.
-                write = asyncio.ensure_future(context.write(get.result()))
+                write = asyncio.ensure_future(context.write(message))
                 finished, _ = await asyncio.wait({write, overflowed}, return_when=asyncio.FIRST_COMPLETED)
                 if write not in finished:
                     write.cancel()
