@@ -105,29 +105,48 @@ class Transaction:
             return cur.rowcount
 
 
+# The dispatcher's claims run on connections of their own, where each statement is prepared once
+# and keeps PostgreSQL's generic plan: a claim is one big statement (candidates per (queue, type),
+# window functions, the slots it fills) whose custom plan took about as long to make, every time,
+# as the claim took to run, while its plan never depends on the values it is given (the candidate
+# walk is the same index scan for any queue, type or cap). Other statements stay on the main pool
+# with custom plans: their optional filters (`%(state)s IS NULL OR ...`) need the values to plan.
+_GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+
+
+def _pool(
+    url: str, min_size: int, max_size: int, **kwargs: Any
+) -> psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[Row]]:
+    return psycopg_pool.AsyncConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        kwargs={"autocommit": True, "row_factory": dict_row, **kwargs},
+        # A pool that cannot get a connection in this time fails the request instead
+        # of hanging it while the database is away.
+        timeout=5.0,
+        reconnect_timeout=0,
+    )
+
+
 class Database:
-    def __init__(self, url: str, *, min_size: int = 2, max_size: int = 16) -> None:
+    def __init__(self, url: str, *, min_size: int = 2, max_size: int = 16, planned_max: int = 4) -> None:
         self.url = url
-        self._pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[Row]] = psycopg_pool.AsyncConnectionPool(
-            url,
-            min_size=min_size,
-            max_size=max_size,
-            open=False,
-            kwargs={"autocommit": True, "row_factory": dict_row},
-            # A pool that cannot get a connection in this time fails the request instead
-            # of hanging it while the database is away.
-            timeout=5.0,
-            reconnect_timeout=0,
-        )
+        self._pool = _pool(url, min_size, max_size)
+        # For statements run with `planned=True` (see _GENERIC_PLANS); none open until one runs.
+        self._planned = _pool(url, 0, planned_max, options=_GENERIC_PLANS, prepare_threshold=0)
         # The connection `ping` keeps for itself (None until the first ping, or after a failure).
         self._ping_conn: psycopg.AsyncConnection[Row] | None = None
 
     async def open(self, *, wait: bool = True) -> None:
         with wrap_exceptions():
             await self._pool.open(wait=wait, timeout=10.0)
+            await self._planned.open(wait=wait, timeout=10.0)
 
     async def close(self) -> None:
         await self._drop_ping_connection()
+        await self._planned.close()
         await self._pool.close()
 
     async def ping(self, sql: str, *, within: float) -> str | None:
@@ -153,9 +172,11 @@ class Database:
                 await asyncio.wait_for(conn.close(), 1.0)
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Transaction]:
+    async def transaction(self, *, planned: bool = False) -> AsyncIterator[Transaction]:
+        """`planned`: on the connections whose statements keep one generic plan (_GENERIC_PLANS)."""
+        pool = self._planned if planned else self._pool
         with wrap_exceptions():
-            async with self._pool.connection() as conn, conn.transaction():
+            async with pool.connection() as conn, conn.transaction():
                 yield Transaction(conn)
 
     async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:
@@ -167,10 +188,11 @@ class Database:
         rows = await self.fetch(sql, params)
         return rows[0] if rows else None
 
-    async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None) -> list[T]:
-        """See `Transaction.fetch_as`."""
+    async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None, *, planned: bool = False) -> list[T]:
+        """See `Transaction.fetch_as`; `planned` as for `transaction`."""
+        pool = self._planned if planned else self._pool
         with wrap_exceptions():
-            async with self._pool.connection() as conn:
+            async with pool.connection() as conn:
                 return await Transaction(conn).fetch_as(cls, sql, params)
 
     async def fetch_one_as(self, cls: type[T], sql: str, params: Params | None = None) -> T | None:
