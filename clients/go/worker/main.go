@@ -1,6 +1,7 @@
 // A lowtide worker in Go: one WorkerService.Connect stream, built from stubs that build.sh
 // generates from the repository's protos/ with protoc-gen-go and protoc-gen-go-grpc. It runs
-// `echo` (the result is the payload), heartbeats at the interval the welcome names, and on
+// `total`, a typed activity (JSON in, JSON out, as the Python and Node clients send typed values),
+// and `echo` (the result is the payload), heartbeats at the interval the welcome names, and on
 // SIGTERM or a scheduler's Drain takes no new work, lets running attempts report, and exits 0.
 //
 // Configured by environment: LOWTIDE_TARGET (default 127.0.0.1:50051), LOWTIDE_POOL (default),
@@ -9,6 +10,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"os"
@@ -20,13 +22,64 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/protobuf/proto"
 
 	pb "lowtide/lowtidev1"
 )
 
+// typed makes an activity of a function of JSON values: the payload of a typed task (one with
+// `content-type: application/json`, see TaskSpec.payload in protos/lowtide/v1/task.proto) is
+// decoded into P, and the result R goes back as JSON, which a typed client decodes again.
+func typed[P, R any](fn func(P) (R, error)) func([]byte) ([]byte, error) {
+	return func(payload []byte) ([]byte, error) {
+		var params P
+		if err := json.Unmarshal(payload, &params); err != nil {
+			return nil, fmt.Errorf("the payload is not the JSON this activity takes: %w", err)
+		}
+		result, err := fn(params)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(result)
+	}
+}
+
+// Scores and Total are `total`'s parameter and result.
+type Scores struct {
+	Name   string    `json:"name"`
+	Values []float64 `json:"values"`
+}
+
+type Total struct {
+	Name  string  `json:"name"`
+	Total float64 `json:"total"`
+	Count int     `json:"count"`
+}
+
 var activities = map[string]func([]byte) ([]byte, error){
+	"total": typed(func(s Scores) (Total, error) {
+		sum := 0.0
+		for _, v := range s.Values {
+			sum += v
+		}
+		return Total{Name: s.Name, Total: sum, Count: len(s.Values)}, nil
+	}),
 	"echo": func(payload []byte) ([]byte, error) { return payload, nil },
 }
+
+// protoCodec marshals with google.golang.org/protobuf (APIv2), what protoc-gen-go generates for.
+// grpc-go 1.33's default codec goes through github.com/golang/protobuf, which Debian 12 has at
+// 1.3 (golang-github-golang-protobuf-1-3-dev), older than APIv2: it cannot marshal these messages.
+type protoCodec struct{}
+
+func (protoCodec) Marshal(v interface{}) ([]byte, error) { return proto.Marshal(v.(proto.Message)) }
+func (protoCodec) Unmarshal(data []byte, v interface{}) error {
+	return proto.Unmarshal(data, v.(proto.Message))
+}
+func (protoCodec) Name() string { return "proto" }
+
+func init() { encoding.RegisterCodec(protoCodec{}) }
 
 func env(name, fallback string) string {
 	if value := os.Getenv(name); value != "" {
