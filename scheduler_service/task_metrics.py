@@ -114,16 +114,13 @@ class TaskMetrics:
         episode = self._episode()
         signal = self._holds.signal
         signal_labels = {"signal": self._holds.signal_name, "unit": signal.unit if signal else ""}
+        held_types: dict[str, frozenset[str]] = {}  # per queue, the types a cost hold may hold
         for row in rows:
             labels = self._labels(row.queue, row.activity_type)
-            deferrable = (
-                row.kind == "activity"
-                and row.start_at is None
-                and (
-                    row.activity_type in self._holds.config.for_queue(row.queue)
-                    or row.activity_type in session.cost_deferrable
-                )
-            )
+            types = held_types.get(row.queue)
+            if types is None:
+                types = held_types[row.queue] = self._holds.config.for_queue(row.queue) | session.cost_deferrable
+            deferrable = row.kind == "activity" and row.start_at is None and row.activity_type in types
             figures = timings(_sent_attempt(row, deferrable), sent_at=now, episode=episode)
             out.append(figures)
             self.queue_wait.record(figures.queue_wait, labels)
