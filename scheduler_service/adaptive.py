@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
 from lowtide.config import Config
 from lowtide.errors import DatabaseUnavailable
+from lowtide_proto.lowtide.v1 import scheduler_pb2
 from scheduler_service.domain.adaptive import (
     AdaptiveSettings,
     LimitState,
@@ -195,3 +199,74 @@ class AdaptiveLimits:
             self.updated_at[name] = when
         if raised:
             self._on_raised()
+
+
+async def adaptive_status(adaptive: AdaptiveLimits, store: Store) -> list[scheduler_pb2.AdaptiveLimitStatus]:
+    """GetStatus's adaptive limits: each adaptive type's limit, bounds, running attempts and the
+    figures of its last window (one query for the running counts)."""
+    names = sorted(adaptive.settings)
+    if not names:
+        return []
+    running = await store.running_by_type(names)
+    out = []
+    for name in names:
+        state, settings = adaptive.states[name], adaptive.settings[name]
+        status = scheduler_pb2.AdaptiveLimitStatus(
+            activity_type=name,
+            limit=state.value,
+            min=settings.min,
+            max=settings.max,
+            running=running.get(name, 0),
+            samples=state.samples,
+            latency_seconds=math.nan if state.latency_ms is None else state.latency_ms / 1000,
+            baseline_seconds=math.nan if state.baseline_ms is None else state.baseline_ms / 1000,
+            failure_rate=state.failure_rate,
+            reason=state.reason,
+        )
+        updated = adaptive.updated_at.get(name)
+        if updated is not None:
+            status.updated_at.FromDatetime(updated)
+        out.append(status)
+    return out
+
+
+def adaptive_gauges(meter: Meter, adaptive: AdaptiveLimits) -> None:
+    """Per adaptive type: its limit, and its last window's mean run time, baseline and failure
+    share (read from memory at each collection)."""
+
+    def gauge(read: Callable[[LimitState], float | None]) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            for name, state in adaptive.states.items():
+                value = read(state)
+                if value is not None:
+                    yield Observation(value, {"activity_type": name})
+
+        return observe
+
+    def seconds(ms: float | None) -> float | None:
+        return None if ms is None else ms / 1000
+
+    figures: list[tuple[str, str, str, Callable[[LimitState], float | None]]] = [
+        ("lowtide.adaptive.limit", "{task}", "The adaptive concurrency limit claims apply", lambda s: s.value),
+        (
+            "lowtide.adaptive.latency",
+            "s",
+            "Mean run time of the last window's successful attempts",
+            lambda s: seconds(s.latency_ms),
+        ),
+        (
+            "lowtide.adaptive.baseline",
+            "s",
+            "The no-load run time latency is compared with",
+            lambda s: seconds(s.baseline_ms),
+        ),
+        # Named with its unit's word, as lowtide.pool.fixed_start_hit_ratio.
+        (
+            "lowtide.adaptive.failure_ratio",
+            "1",
+            "Share of the last window's attempts that failed with a retryable error or timed out",
+            lambda s: s.failure_rate,
+        ),
+    ]
+    for name, unit, description, read in figures:
+        meter.create_observable_gauge(name, callbacks=[gauge(read)], unit=unit, description=description)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from lowtide.config import Config
 from lowtide.db import Database
 from lowtide.telemetry import Telemetry
-from scheduler_service.adaptive import AdaptiveLimits, adaptive_settings
+from scheduler_service.adaptive import AdaptiveLimits, adaptive_gauges, adaptive_settings
 from scheduler_service.completer import Completer
 from scheduler_service.cost import CostHolds
 from scheduler_service.dispatcher import Dispatcher, Parked
@@ -110,6 +110,7 @@ def _dispatch_core(
         window=config.scheduler.adaptive_window,
         on_raised=registry.wake_all,
     )
+    adaptive_gauges(telemetry.metrics.meter, adaptive)
     metrics = SchedulerMetrics(
         telemetry.metrics,
         store=store,

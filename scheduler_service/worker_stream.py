@@ -114,6 +114,9 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._live.add(session)
         self._none_live.clear()
         reader = asyncio.create_task(self._reader.read(session, request_iterator))
+        # Its failure is read by _close when the writing stops first; when a failed write (the
+        # worker went away) ends the stream instead, nobody would, and asyncio would log it.
+        reader.add_done_callback(_quiet)
         try:
             welcome = worker_pb2.Welcome(
                 worker_id=session.worker_id,
@@ -162,29 +165,35 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         """Writes the session's outbox to the stream until the reader ends or the session is
         detached, overflows or ends."""
         write: asyncio.Future[Any] | None = None
+        get: asyncio.Future[worker_pb2.SchedulerMessage] | None = None
+        detached = asyncio.ensure_future(session.detached.wait())
+        overflowed = asyncio.ensure_future(session.overflowed.wait())
+        ended = asyncio.ensure_future(session.ended.wait())
+        stops = (reader, detached, overflowed, ended)
         try:
-            detached = asyncio.ensure_future(session.detached.wait())
-            overflowed = asyncio.ensure_future(session.overflowed.wait())
-            ended = asyncio.ensure_future(session.ended.wait())
             while True:
-                get = asyncio.ensure_future(session.outbox.get())
-                done, _ = await asyncio.wait(
-                    {get, reader, detached, overflowed, ended}, return_when=asyncio.FIRST_COMPLETED
-                )
-                if get not in done:
-                    get.cancel()
-                    break
+                if not session.outbox.empty() and not any(stop.done() for stop in stops):
+                    # Already queued (the common case under load): no waiting to set up.
+                    message = session.outbox.get_nowait()
+                else:
+                    get = asyncio.ensure_future(session.outbox.get())
+                    done, _ = await asyncio.wait({get, *stops}, return_when=asyncio.FIRST_COMPLETED)
+                    if get not in done:
+                        break
+                    message = get.result()
                 # A worker that does not read blocks this write (flow control); the overflow
                 # must still end the stream.
-                write = asyncio.ensure_future(context.write(get.result()))
+                write = asyncio.ensure_future(context.write(message))
                 finished, _ = await asyncio.wait({write, overflowed}, return_when=asyncio.FIRST_COMPLETED)
                 if write not in finished:
-                    write.cancel()
                     break
                 write.result()
-            for waiter in (detached, overflowed, ended):
-                waiter.cancel()
         finally:
+            # However the writing ended (a write that failed as the worker went away, this
+            # handler cancelled): nothing it waited on is left pending behind it.
+            for waiter in (detached, overflowed, ended, get):
+                if waiter is not None:
+                    waiter.cancel()
             if write is not None and not write.done():
                 # Cut short (the call is over): its failure is of no interest to anyone.
                 write.cancel()

@@ -11,6 +11,8 @@ from typing import Any
 from lowtide.db import load_queries
 from scheduler_service.domain.adaptive import LimitState, SampleRow, Tally
 from scheduler_service.rows.adaptive import LimitRow
+from scheduler_service.rows.claims import RunningCount
+from scheduler_service.store.base import Q as TASK_QUERIES
 from scheduler_service.store.base import StoreBase
 
 Q = load_queries("scheduler_service.sql", "adaptive.sql")
@@ -41,6 +43,10 @@ class AdaptiveStore(StoreBase):
 
     async def adaptive_limits(self) -> list[LimitRow]:
         return await self.db.fetch_as(LimitRow, Q["adaptive_limits"])
+
+    async def running_by_type(self, types: list[str]) -> dict[str, int]:
+        rows = await self.db.fetch_as(RunningCount, TASK_QUERIES["count_running_by_type"], {"types": types})
+        return {r.activity_type: r.running for r in rows}
 
     async def save_limits(self, states: Mapping[str, LimitState]) -> None:
         if not states:

@@ -47,6 +47,26 @@ async def settle(tx: Transaction, ended: Sequence[Ended]) -> list[UnblockedRow]:
     return released
 
 
+def _finish_params(outcomes: Sequence[tuple[Outcome, str | None]]) -> dict[str, list[Any] | None]:
+    """finish_attempts' arrays, one element per outcome. Those of failures and retries go as
+    NULL (unnest pads them with NULLs) when no outcome in the batch has any: a batch of successes
+    sends five arrays, not nine with four of them all NULL."""
+    failures = [o.failure for o, _ in outcomes]
+    run_ats = [o.run_at for o, _ in outcomes]
+    failed = any(f is not None for f in failures)
+    return {
+        "ids": [o.task_id for o, _ in outcomes],
+        "attempts": [o.attempt for o, _ in outcomes],
+        "worker_ids": [worker_id for _, worker_id in outcomes],
+        "states": [o.state.value for o, _ in outcomes],
+        "results": [o.result for o, _ in outcomes],
+        "error_types": [f.error_type if f else None for f in failures] if failed else None,
+        "error_messages": [f.message if f else None for f in failures] if failed else None,
+        "non_retryable": [f.non_retryable if f else None for f in failures] if failed else None,
+        "run_ats": run_ats if any(r is not None for r in run_ats) else None,
+    }
+
+
 class TaskStore(StoreBase):
     async def get_task(self, task_id: int) -> TaskRow | None:
         return await self.db.fetch_one_as(TaskRow, Q["get_task"], {"id": task_id})
@@ -77,28 +97,7 @@ class TaskStore(StoreBase):
     async def finish(self, outcomes: Sequence[tuple[Outcome, str | None]]) -> dict[tuple[int, int], FinishedRow]:
         """Applies outcomes (each with the worker that reported it, or None for the scheduler's own
         verdicts); returns the attempts applied, by (id, attempt). The rest were stale."""
-        params: dict[str, list[Any]] = {
-            "ids": [],
-            "attempts": [],
-            "worker_ids": [],
-            "states": [],
-            "results": [],
-            "error_types": [],
-            "error_messages": [],
-            "non_retryable": [],
-            "run_ats": [],
-        }
-        for outcome, worker_id in outcomes:
-            failure = outcome.failure
-            params["ids"].append(outcome.task_id)
-            params["attempts"].append(outcome.attempt)
-            params["worker_ids"].append(worker_id)
-            params["states"].append(outcome.state.value)
-            params["results"].append(outcome.result)
-            params["error_types"].append(failure.error_type if failure else None)
-            params["error_messages"].append(failure.message if failure else None)
-            params["non_retryable"].append(failure.non_retryable if failure else None)
-            params["run_ats"].append(outcome.run_at)
+        params = _finish_params(outcomes)
         async with self.db.transaction() as tx:
             rows = await tx.fetch_as(FinishedRow, Q["finish_attempts"], params)
             released = await settle(tx, rows) if any(r.has_dependents for r in rows) else []

@@ -4,6 +4,7 @@ shared by replicas, in the claim's skip list like a static limit, named by expla
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from dataclasses import replace
 from datetime import timedelta
 
@@ -25,6 +26,11 @@ def adaptive_config(**adaptive: object) -> Config:
         make_config(adaptive_window=timedelta(milliseconds=200)),
         types={"api": TypeConfig(adaptive_concurrency=settings)},
     )
+
+
+def metrics_page(port: int | None) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return str(response.read().decode())
 
 
 def stored_limit(database_url: str) -> float | None:
@@ -60,6 +66,11 @@ async def test_a_type_at_its_adaptive_limit_waits_and_explain_says_so(database_u
             assert "at its adaptive concurrency limit (2/2" in answer.explanation
             # The worker's other eight slots stay free: the limit, not capacity, holds the rest back.
             assert len(await running()) == 2
+            # Status shows the limit, its bounds and what runs against it; so do the metrics.
+            (limit,) = (await client.status()).adaptive_limits
+            assert (limit.activity_type, limit.limit, limit.min, limit.max, limit.running) == ("api", 2, 1, 50, 2)
+            page = await asyncio.to_thread(metrics_page, scheduler.metrics.metrics.port)
+            assert 'lowtide_adaptive_limit{activity_type="api"} 2.0' in page
             gate.set()
             for task_id in ids:
                 assert (await client.wait(task_id, timeout=timedelta(seconds=20))).state == COMPLETED
@@ -103,12 +114,23 @@ async def test_the_limit_falls_on_failures_is_stored_and_shared_and_climbs_when_
             # The other replica applies the limit the leader stored.
             await eventually(lambda: asyncio.sleep(0, second.parts.adaptive.limits["api"] < 12), within=10)
             capacity = 1000
+            # Work enough to use a climbing limit (a type limited by its demand keeps its limit).
+            await client.submit_many([task_spec("api", **policy) for _ in range(3000)])  # type: ignore[arg-type]
 
             async def climbed() -> float | None:
                 limit = stored_limit(database_url)
                 return limit if limit is not None and limit >= 20 else None
 
             await eventually(climbed, within=60)
+            # What moved it is shown: the last window's latency, baseline and failure share.
+            async with Client(second.target) as other:
+                (shown,) = (await other.status()).adaptive_limits
+            assert shown.limit >= 12 and shown.samples > 0 and shown.latency_seconds > 0.04
+            assert 0 <= shown.failure_rate <= 1 and shown.reason
+            page = await asyncio.to_thread(metrics_page, first.metrics.metrics.port)
+            for name in ("lowtide_adaptive_latency_seconds", "lowtide_adaptive_baseline_seconds"):
+                assert f'{name}{{activity_type="api"}}' in page
+            assert 'lowtide_adaptive_failure_ratio{activity_type="api"}' in page
     finally:
         await second.stop(grace=1.0)
         await first.stop(grace=1.0)

@@ -22,7 +22,7 @@ from lowtide_client._activities import (
     success_result,
 )
 from lowtide_client._log import log_event
-from lowtide_client._tracing import attempt_span, failed
+from lowtide_client._tracing import attempt_span, failed, traced
 from lowtide_client.activity import ActivityContext, _enter
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 
@@ -217,8 +217,13 @@ class Attempts:
         if attempt.context is not None:
             _enter(attempt.context)  # this task's own context, copied into a plain function's thread
         async with self._slot_guard:
-            with attempt_span(headers, task_id=ref.task_id, attempt=ref.attempt, activity_type=activity_type) as span:
-                result = await self._run(attempt, activity_type, payload, span)
+            if traced(headers):
+                with attempt_span(
+                    headers, task_id=ref.task_id, attempt=ref.attempt, activity_type=activity_type
+                ) as span:
+                    result = await self._run(attempt, activity_type, payload, span)
+            else:
+                result = await self._run(attempt, activity_type, payload, None)
         if attempt.discarded:
             return
         self.unsent.append(result)
