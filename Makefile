@@ -11,6 +11,8 @@ BENCH_STAMP := $(VENV)/.installed-bench
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	@# lowtide_proto now ships in lowtide-client: drop the old separate distribution of an older venv.
+	@$(BIN)/python -m pip uninstall --quiet --disable-pip-version-check -y lowtide-proto 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
 		-e ./clients/python -e '.[dev,embedded]'
 	@touch $@

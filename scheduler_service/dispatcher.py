@@ -25,10 +25,9 @@ from google.protobuf import duration_pb2
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
-from scheduler_service.convert import KIND_TO_PROTO
+from scheduler_service.convert import KIND_OF_COLUMN
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.dispatch import GroupKey, hand_out, rotated
-from scheduler_service.domain.model import Kind
 from scheduler_service.domain.skiplist import effective_limits
 from scheduler_service.domain.timings import Timings
 from scheduler_service.rows.claims import ClaimedRow
@@ -390,7 +389,7 @@ def assignment(row: ClaimedRow) -> worker_pb2.Assignment:
     message = worker_pb2.Assignment(
         task=task_pb2.TaskRef(task_id=row.id, attempt=row.attempt),
         queue=row.queue,
-        kind=KIND_TO_PROTO[Kind(row.kind)],
+        kind=KIND_OF_COLUMN[row.kind],
         activity_type=row.activity_type,
         payload=row.payload,
         headers=row.headers or {},
