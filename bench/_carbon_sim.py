@@ -31,6 +31,7 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
 from lowtide.forecast_error import ErrorModel
+from scheduler_service.domain.demand import LOOKBACK, Submitted, expected_arrivals
 from scheduler_service.domain.planning import CAUTION, Capacity, Commitment, Forecast, PlanTask, plan
 
 ROW = timedelta(minutes=30)
@@ -79,6 +80,7 @@ def replanned(
 ) -> list[int]:
     times = rows.times
     pool = slots or UNBOUNDED
+    lookback = LOOKBACK // ROW
     started: dict[int, int] = {}
     pending: list[int] = []
     # Each pending job's last planned start, handed to the next plan (as the scheduler does).
@@ -88,8 +90,18 @@ def replanned(
         if k < arrivals.stop:
             pending.append(k)
         tasks = [PlanTask(a, times[a], times[a + slack], ROW, previous.get(a) if sticky else None) for a in pending]
+        # The work expected next, from the arrivals of the last day, as the scheduler estimates it.
+        recent = (Submitted(times[a], slack * ROW, ROW) for a in range(max(arrivals.start, k - lookback + 1), k + 1))
+        expected = expected_arrivals(recent, times[k]) if slots else []
         plans = plan(
-            tasks, forecasts.at(k), Capacity(pool), times[k], signal_low=False, resolution=ROW, caution=caution
+            tasks,
+            forecasts.at(k),
+            Capacity(pool),
+            times[k],
+            signal_low=False,
+            resolution=ROW,
+            caution=caution,
+            expected=expected,
         )
         previous = {p.task_id: p.release_at for p in plans}
         due = sorted(p.task_id for p in plans if p.release_at <= times[k])
