@@ -120,12 +120,14 @@ def planned_once(
 ) -> list[int]:
     times = rows.times
     pool = slots or UNBOUNDED
+    lookback = LOOKBACK // ROW
     planned: dict[int, int] = {}
     ahead: list[int] = []  # planned start rows of the jobs planned so far, still to come
     for a in arrivals:
         ahead = [s for s in ahead if s >= a]
         committed = tuple(Commitment(times[s], times[s] + ROW) for s in ahead) if slots else ()
         task = PlanTask(a, times[a], times[a + slack], ROW)
+        recent = (Submitted(times[r], slack * ROW, ROW) for r in range(max(arrivals.start, a - lookback + 1), a + 1))
         (p,) = plan(
             [task],
             forecasts.at(a),
@@ -134,6 +136,7 @@ def planned_once(
             signal_low=False,
             resolution=ROW,
             caution=caution,
+            expected=expected_arrivals(recent, times[a]) if slots else [],
         )
         start = bisect.bisect_left(times, p.release_at)
         planned[a] = start

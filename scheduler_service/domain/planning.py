@@ -11,6 +11,16 @@ taking the cheapest start where the pool still has room; a full window sends a t
 cheapest one. Room is counted on slots of `resolution`, and a task occupies every slot it
 touches, so the pool is never over-booked by rounding.
 
+The pending tasks are not the only ones that will want the cheap window: work keeps coming, and
+a task submitted in an hour, with less time left, may have no other. So the plan can be given
+the work expected to come (`expected`, see scheduler_service.domain.demand), which is planned
+beside the pending tasks, takes room, and gets no plan. Who gets the contested room is then
+decided by auction (scheduler_service.domain.assignment): each task bids for its cheapest start
+at the current prices of room, by how much it would lose by moving, so the task that loses
+least by moving is the one that moves (for tasks of one slot, the cheapest assignment there is,
+within a small epsilon). A pending task is never refused room for expected work: expected work
+is left out first.
+
 A forecast is not the future, and the further ahead the more it is off. Picking the lowest of
 many noisy values picks, more often than not, one that only looks low because of its noise (the
 winner's curse), and re-planning on each new forecast compares the exactly known current value
@@ -19,7 +29,9 @@ forecast states its expected error at each point (one standard deviation, relati
 scored not by its forecast mean but by a pessimistic one, mean + caution x sigma (per point, the
 value times 1 + caution x its expected error): waiting must be expected to save more than the
 noise would make it seem to. The current value is known, so starting now is scored as it is. A
-forecast that states no error (or zero) is planned on as before.
+re-plan keeps the task's last plan (`PlanTask.planned`) scored at mean - caution x sigma: the
+task moves only to a start better by more than the noise of both. A forecast that states no
+error (or zero) is planned on as before.
 
 Without a forecast that covers a task's window the plan falls back to the threshold hold, still
 bounded by the latest start; such a task takes no room in the plan, since when it will run is
@@ -30,14 +42,15 @@ of the forecast, the tasks, the capacity and `now`, so re-planning on a new fore
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from lowtide_proto.durations import format_duration
+from scheduler_service.domain.assignment import Bidder, auction
 from scheduler_service.domain.forecast import _DECIMALS, _US, Forecast
+from scheduler_service.domain.pool_load import Load
 
 __all__ = ["CAUTION", "Capacity", "Commitment", "Forecast", "Plan", "PlanKind", "PlanTask", "plan", "release_by"]
 
@@ -49,6 +62,15 @@ RELEASE_LEAD = timedelta(milliseconds=50)
 # forecast value (see the module's docstring); tuned on the carbon bench (`make bench`).
 CAUTION = 1.0
 
+# The auction that shares a small pool with expected work (scheduler_service.domain.assignment):
+# its bid increment as a share of the forecast's largest value (the plan is within tasks x that
+# of the cheapest; tuned on the carbon bench), the bids it may make per task (about 10 are made
+# on the bench, 20 at most), and the most (start, slot) pairs it weighs (beyond, the expected
+# work takes room greedily, priced by what it would lose if moved).
+EPSILON = 0.004
+BIDS_PER_TASK = 50
+AUCTION_WORK = 100_000
+
 
 def release_by(latest_start: datetime) -> datetime:
     """When a task with this latest start is released at the latest (plan or no plan)."""
@@ -59,8 +81,9 @@ def release_by(latest_start: datetime) -> datetime:
 class PlanTask:
     """A held task with a deadline. `earliest` is when it may start at all (its submission, or a
     later not-before); a deadline on the finish is turned into a latest start by `finishing_by`.
-    `planned` is the start its last plan chose, if any: keeping it is scored on the forecast mean
-    alone, so a re-plan leaves it only for a start that is better even allowing for the error."""
+    `planned` is the start its last plan chose, if any: keeping it is scored at the forecast mean
+    less its expected error, so a re-plan leaves it only for a start that is better by more than
+    the noise."""
 
     task_id: int
     earliest: datetime
@@ -142,7 +165,7 @@ def plan(
         # Expected work arriving after the last given task's latest start competes with none.
         last = max(t.latest_start for t in given)
         coming = [t for t in coming if t.earliest <= last]
-    load = _Load.for_tasks(given + coming, capacity, now, resolution)
+    load = Load.for_tasks(given + coming, capacity, now, resolution)
 
     # Tasks without a choice first (they run when they must, room or not), then tightest latest
     # start first: a task with little slack has few starts to choose from, and a roomier task can
@@ -150,17 +173,60 @@ def plan(
     def order(task: PlanTask) -> tuple[bool, datetime, datetime, int]:
         return task.latest_start > max(task.earliest, now), task.latest_start, task.earliest, task.task_id
 
+    ordered = sorted(range(len(given)), key=lambda i: order(given[i]))
+    plans: dict[int, Plan] = {}
+    pinned: dict[int, tuple[int, tuple[float, int]]] = {}
     if load is not None and forecast is not None and coming:
-        _reserve(sorted(coming, key=order), forecast, load, now, caution)
-    plans = {
-        i: _plan_one(given[i], forecast, load, now, signal_low, caution=caution)
-        for i in sorted(range(len(given)), key=lambda i: order(given[i]))
-    }
+        # Tasks without a choice take their room first; the others share what is left with the
+        # expected work, by auction (or, for a plan too large for one, greedily).
+        for i in ordered:
+            if not order(given[i])[0]:
+                plans[i] = _plan_one(given[i], forecast, load, now, signal_low, caution=caution)
+        chosen = [given[i] for i in ordered if i not in plans]
+        got = _assign(chosen, coming, forecast, load, now=now, caution=caution)
+        if got is None:
+            _reserve(sorted(coming, key=order), forecast, load, now, caution)
+        pinned = got or {}
+    for i in ordered:
+        if i not in plans:
+            at = pinned.get(given[i].task_id)
+            plans[i] = _plan_one(given[i], forecast, load, now, signal_low, caution=caution, pinned=at)
     return [plans[i] for i in range(len(given))]
 
 
+def _assign(
+    given: Sequence[PlanTask],
+    coming: Sequence[PlanTask],
+    forecast: Forecast,
+    load: Load,
+    *,
+    now: datetime,
+    caution: float,
+) -> dict[int, tuple[int, tuple[float, int]]] | None:
+    """The start (offset) the auction gives each given task with a choice, and its best (score,
+    offset), by task id, with the expected work bidding beside them (see
+    `scheduler_service.domain.assignment`); None when the plan is too large for an auction."""
+    bidders: list[Bidder] = []
+    work = 0
+    starts_of: dict[int, list[tuple[float, int]]] = {}
+    for n, task in enumerate([*given, *coming]):
+        earliest = max(task.earliest, now)
+        if task.latest_start <= earliest or not forecast.covers(earliest, task.latest_start + task.duration):
+            continue
+        starts = _starts(task, forecast, load, earliest, caution)
+        options = [(score, load.slots(forecast._time(o), forecast._time(o) + task.duration)) for score, o in starts]
+        work += sum(len(slots) for _, slots in options)
+        if work > AUCTION_WORK:
+            return None
+        bidders.append(Bidder(n, options, droppable=n >= len(given)))
+        starts_of[n] = starts
+    scale = max((abs(v) for v in forecast.values), default=0.0) or 1.0
+    got = auction(bidders, load.room(), epsilon=EPSILON * scale, max_bids=BIDS_PER_TASK * len(bidders))
+    return {given[n].task_id: (starts_of[n][option][1], starts_of[n][0]) for n, option in got.items() if n < len(given)}
+
+
 def _starts(
-    task: PlanTask, forecast: Forecast, load: _Load, earliest: datetime, caution: float
+    task: PlanTask, forecast: Forecast, load: Load, earliest: datetime, caution: float
 ) -> list[tuple[float, int]]:
     """(score, offset) of every start worth trying in the task's window, lowest score first: the
     forecast's kinks, and (beside other runs the best free start may be just clear of one of
@@ -179,7 +245,7 @@ def _starts(
     return scored
 
 
-def _reserve(coming: Sequence[PlanTask], forecast: Forecast, load: _Load, now: datetime, caution: float) -> None:
+def _reserve(coming: Sequence[PlanTask], forecast: Forecast, load: Load, now: datetime, caution: float) -> None:
     """Plans the expected work (tightest latest start first, each at its cheapest start with
     room), and prices the room each takes by what it would lose if moved: the score of its best
     start still free, less its own (the window's dearest start when none is free). A given task
@@ -203,7 +269,14 @@ def _reserve(coming: Sequence[PlanTask], forecast: Forecast, load: _Load, now: d
 
 
 def _plan_one(
-    task: PlanTask, forecast: Forecast | None, load: _Load | None, now: datetime, signal_low: bool, *, caution: float
+    task: PlanTask,
+    forecast: Forecast | None,
+    load: Load | None,
+    now: datetime,
+    signal_low: bool,
+    *,
+    caution: float,
+    pinned: tuple[int, tuple[float, int]] | None = None,
 ) -> Plan:
     earliest = max(task.earliest, now)
     latest = task.latest_start
@@ -229,6 +302,15 @@ def _plan_one(
             scored.append((forecast._score(kept, span, -caution), kept))
         # Lowest score first, and of equal scores the earliest start.
         return _forecast_plan(task, forecast, min(scored)[1], earliest)
+    if pinned is not None and load.fits(
+        forecast._time(pinned[0]), forecast._time(pinned[0]) + task.duration, firm_only=True
+    ):
+        # The auction's start (it had room for it).
+        (offset, (best_score, best)) = pinned
+        at = forecast._time(offset)
+        load.take(at, at + task.duration)
+        full = "" if offset == best else f"; the pool is wanted more at {_t(forecast._time(best))} ({best_score:g})"
+        return _forecast_plan(task, forecast, offset, earliest, note=full)
     scored = _starts(task, forecast, load, earliest, caution)
     best_score, best = scored[0]
     # The cheapest start with room, counting as dear the room expected work was planned in.
@@ -279,79 +361,3 @@ def _threshold_plan(task: PlanTask, forecast: Forecast | None, earliest: datetim
 
 def _t(at: datetime) -> str:
     return at.astimezone(UTC).isoformat(timespec="seconds")
-
-
-class _Load:
-    """Tasks per slot of `resolution`, from a grid anchored at `now` rounded down to a multiple of
-    the resolution since midnight UTC, so that slots line up with the grid's half hours."""
-
-    def __init__(self, capacity: int, anchor: datetime, resolution: timedelta, slots: int) -> None:
-        self.capacity = capacity
-        self._anchor = anchor
-        self._step = resolution
-        # Every planned run, and the given tasks' and commitments' alone (not expected work).
-        self._counts = [0] * slots
-        self._firm = [0] * slots
-        # Per slot, what each expected run in it would lose if moved (see `_reserve`).
-        self._held: list[list[float]] = [[] for _ in range(slots)]
-
-    @classmethod
-    def for_tasks(
-        cls, tasks: Sequence[PlanTask], capacity: Capacity, now: datetime, resolution: timedelta
-    ) -> _Load | None:
-        """None when the pool cannot run out of room (everything fits at once), which spares
-        the bookkeeping in the common case of a few held tasks."""
-        if capacity.max_running >= len(tasks) + sum(c.count for c in capacity.committed):
-            return None
-        midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-        anchor = midnight + ((now - midnight) // resolution) * resolution
-        horizon = max((max(t.latest_start, now) + t.duration for t in tasks), default=now)
-        load = cls(capacity.max_running, anchor, resolution, math.ceil((horizon - anchor) / resolution) + 1)
-        for commitment in capacity.committed:
-            load.add(commitment.start, commitment.end, commitment.count)
-        return load
-
-    def _span(self, start: datetime, end: datetime) -> range:
-        """The slots [start, end) touches; a run of zero length still takes the slot it is in."""
-        first = (start - self._anchor) // self._step
-        last = max(first + 1, -((self._anchor - end) // self._step))
-        return range(max(0, first), min(len(self._counts), last))
-
-    def add(self, start: datetime, end: datetime, count: int = 1, *, firm: bool = True) -> None:
-        for i in self._span(start, end):
-            self._counts[i] += count
-            if firm:
-                self._firm[i] += count
-
-    def price_held(self, start: datetime, end: datetime, loss: float) -> None:
-        for i in self._span(start, end):
-            self._held[i].append(loss)
-
-    def price(self, start: datetime, end: datetime) -> float:
-        """What a given run over [start, end) costs the expected work it would displace: in each
-        slot with no room but for expected runs, the least any of them would lose."""
-        return sum(
-            min(self._held[i]) for i in self._span(start, end) if self._held[i] and self._counts[i] >= self.capacity
-        )
-
-    def take(self, start: datetime, end: datetime) -> None:
-        """A given run: where the slot is full with expected runs, the cheapest to move gives way."""
-        for i in self._span(start, end):
-            held = self._held[i]
-            if held and self._counts[i] >= self.capacity:
-                held.remove(min(held))
-                self._counts[i] -= 1
-        self.add(start, end)
-
-    def peak(self, start: datetime, end: datetime, *, firm_only: bool = False) -> int:
-        span = self._span(start, end)
-        counts = self._firm if firm_only else self._counts
-        return max(counts[span.start : span.stop], default=0)
-
-    def fits(self, start: datetime, end: datetime, *, firm_only: bool = False) -> bool:
-        return self.peak(start, end, firm_only=firm_only) < self.capacity
-
-    def grid(self, earliest: datetime, latest: datetime) -> list[datetime]:
-        first = -((self._anchor - earliest) // self._step)
-        last = (latest - self._anchor) // self._step
-        return [self._anchor + k * self._step for k in range(first, last + 1)]
