@@ -8,6 +8,9 @@ that many jobs in a row (None: unbounded).
 - `planned_once`: as the old bench did: each job is planned at its arrival, on that forecast,
   with the runs already planned as commitments, and then run when planned (queueing for a slot
   when the plan found none).
+
+Both plan beside the work to expect as the scheduler estimates it (the arrivals of the last day,
+each expected again a day later: `scheduler_service.domain.demand`), with the same `plan()`.
 - `oracle_unbounded`: the cheapest row in each job's window, the true future known.
 - `oracle_pool`: the cheapest assignment of jobs to rows with at most `slots` jobs a row, exact
   (an LP over the job-row pairs, integral since it is a transportation problem, solved by HiGHS).
