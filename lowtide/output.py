@@ -81,7 +81,7 @@ def _show(raw: bytes) -> str:
 
 
 def status_text(status: Any) -> str:
-    """`lowtide status` for people: the hold, then queues, pools and carbon."""
+    """`lowtide status` for people: the hold, then queues, pools, adaptive limits and carbon."""
     hold = status.hold
     value = f"{hold.value:g}" if hold.HasField("value") else "no value yet"
     lines = [
@@ -106,6 +106,18 @@ def status_text(status: Any) -> str:
             f"{p.name:<16}{p.workers:>8}{p.slots:>8}{p.busy_slots:>8}{p.held_slots:>8}{p.reservations_ahead:>16}"
             f"{hit:>10}{p.desired_workers:>9}"
         )
+    if status.adaptive_limits:
+        lines += [
+            "",
+            f"{'adaptive type':<20}{'limit':>7}{'bounds':>11}{'running':>9}{'latency':>10}{'failure':>9}  why",
+        ]
+        for a in status.adaptive_limits:
+            latency = "-" if math.isnan(a.latency_seconds) else f"{a.latency_seconds * 1000:.0f}ms"
+            bounds = f"{a.min}-{a.max}"
+            lines.append(
+                f"{a.activity_type:<20}{a.limit:>7}{bounds:>11}{a.running:>9}{latency:>10}{a.failure_rate:>9.1%}"
+                f"  {a.reason}"
+            )
     if status.carbon:
         lines += ["", f"{'deferrable type':<20}{'tasks':>8}{'at submit':>12}{'at dispatch':>13}{'avoided':>10}"]
         for c in status.carbon:

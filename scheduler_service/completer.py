@@ -23,6 +23,7 @@ from scheduler_service.store import Store
 from scheduler_service.tracing import TaskTraces
 
 if TYPE_CHECKING:
+    from scheduler_service.adaptive import AdaptiveLimits
     from scheduler_service.metrics import SchedulerMetrics
 
 log = logging.getLogger("lowtide.scheduler.completer")
@@ -38,6 +39,8 @@ class Completer:
         metrics: SchedulerMetrics,
         on_applied: Callable[[list[int]], None],
         traces: TaskTraces | None,
+        adaptive: AdaptiveLimits,
+        on_freed: Callable[[list[tuple[str, str]]], None],
     ) -> None:
         self._store = store
         self._pending: list[tuple[Outcome, WorkerSession | None]] = []
@@ -49,6 +52,10 @@ class Completer:
         self._idle.set()
         self._on_applied = on_applied
         self.metrics = metrics
+        # Tallies what the attempts of adaptive types showed (in memory; written once a window).
+        self.adaptive = adaptive
+        # Told the (queue, type) of every attempt a batch ended: a type at its limit may be claimed again.
+        self._on_freed = on_freed
 
     def add(
         self, outcome: Outcome, session: WorkerSession | None, traced: tuple[Context | None, int] | None = None
@@ -85,6 +92,7 @@ class Completer:
                     if ref not in applied and session is not None:
                         stale.setdefault(id(session), (session, []))[1].append(ref)
                 self._count(batch, applied)
+                self._on_freed(sorted({(r.queue, r.activity_type) for r in applied.values()}))
                 if self._traced:
                     self._trace(batch, applied)
                 for session, refs in stale.values():
@@ -127,6 +135,9 @@ class Completer:
         self, batch: list[tuple[Outcome, WorkerSession | None]], applied: dict[tuple[int, int], FinishedRow]
     ) -> None:
         self.metrics.tasks.ended(applied.values())
+        self.adaptive.record(
+            (o, applied[(o.task_id, o.attempt)]) for o, _ in batch if (o.task_id, o.attempt) in applied
+        )
         rejected = sum(1 for outcome, _ in batch if (outcome.task_id, outcome.attempt) not in applied)
         if rejected:
             self.metrics.rejected.add(rejected, {"reason": "no_longer_held"})

@@ -30,6 +30,8 @@ MAX_ATTEMPTS = 10_000
 STATE_TO_PROTO = {state: getattr(task_pb2, f"TASK_STATE_{state.name}") for state in State}
 PROTO_TO_STATE = {v: k for k, v in STATE_TO_PROTO.items()}
 KIND_TO_PROTO = {Kind.ACTIVITY: task_pb2.TASK_KIND_ACTIVITY, Kind.WORKFLOW: task_pb2.TASK_KIND_WORKFLOW}
+# The same by the column's text ("activity"): a row's kind without an Enum call per row.
+KIND_OF_COLUMN = {kind.value: proto for kind, proto in KIND_TO_PROTO.items()}
 PROTO_TO_KIND = {
     task_pb2.TASK_KIND_UNSPECIFIED: Kind.ACTIVITY,
     task_pb2.TASK_KIND_ACTIVITY: Kind.ACTIVITY,
@@ -323,7 +325,7 @@ def task_message(row: TaskRow) -> task_pb2.Task:
     return task_pb2.Task(
         id=row.id,
         queue=row.queue,
-        kind=KIND_TO_PROTO[Kind(row.kind)],
+        kind=KIND_OF_COLUMN[row.kind],
         activity_type=row.activity_type,
         payload=row.payload or b"",
         priority=row.priority,

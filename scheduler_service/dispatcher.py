@@ -25,10 +25,10 @@ from google.protobuf import duration_pb2
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
-from scheduler_service.convert import KIND_TO_PROTO
+from scheduler_service.convert import KIND_OF_COLUMN
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.dispatch import GroupKey, hand_out, rotated
-from scheduler_service.domain.model import Kind
+from scheduler_service.domain.skiplist import effective_limits
 from scheduler_service.domain.timings import Timings
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.sessions import Group, Registry, WorkerSession
@@ -36,6 +36,7 @@ from scheduler_service.store import Store, attempt_of
 from scheduler_service.tracing import TaskTraces, now_ns, task_context
 
 if TYPE_CHECKING:
+    from scheduler_service.adaptive import AdaptiveLimits
     from scheduler_service.fixed_starts import FixedStarts
     from scheduler_service.metrics import SchedulerMetrics
 
@@ -81,11 +82,14 @@ class Dispatcher:
         metrics: SchedulerMetrics,
         resources: Mapping[str, int],
         traces: TaskTraces | None,
+        adaptive: AdaptiveLimits,
     ) -> None:
         self._store = store
         self._registry = registry
         self._poll = poll_interval.total_seconds()
-        self._limits = dict(limits)
+        # Static limits ([types.NAME] max_concurrency); adaptive ones are read from `adaptive`.
+        self.static_limits = dict(limits)
+        self.adaptive = adaptive
         self.holds = holds
         self._hold_recheck = hold_recheck.total_seconds()
         self.parked = parked
@@ -101,6 +105,20 @@ class Dispatcher:
         # between the replica's polls).
         self.claims_run = 0
         self.polls = 0
+
+    def limits(self) -> dict[str, int]:
+        """The limit per type a claim applies now: static and adaptive, the lower of the two."""
+        adaptive = self.adaptive.limits
+        return effective_limits(self.static_limits, adaptive) if adaptive else self.static_limits
+
+    def freed(self, pairs: list[tuple[str, str]]) -> None:
+        """Attempts of these (queue, type) pairs were written as ended: groups that may claim a
+        limited one claim again (a claim woken by the worker's report, before the write, still
+        counted them running, so it found the type at its limit)."""
+        limits = self.limits()
+        limited = [(q, t) for q, t in pairs if t in limits]
+        if limited:
+            self.wake_for(limited)
 
     def held_map(self, key: GroupKey) -> dict[str, frozenset[str]]:
         """Per queue, the types the cost hold holds for the group's workers now (read from memory)."""
@@ -240,7 +258,7 @@ class Dispatcher:
                 slots=slots,
                 queues=key.queues,
                 worker_types=key.activity_types,
-                limits=self._limits,
+                limits=self.limits(),
                 held=self.held_map(key),
                 signal=self.holds.value,
             )
@@ -369,7 +387,7 @@ def assignment(row: ClaimedRow) -> worker_pb2.Assignment:
     message = worker_pb2.Assignment(
         task=task_pb2.TaskRef(task_id=row.id, attempt=row.attempt),
         queue=row.queue,
-        kind=KIND_TO_PROTO[Kind(row.kind)],
+        kind=KIND_OF_COLUMN[row.kind],
         activity_type=row.activity_type,
         payload=row.payload,
         headers=row.headers or {},

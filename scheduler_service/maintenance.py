@@ -22,6 +22,7 @@ from scheduler_service.sessions import Registry
 from scheduler_service.store import Store, attempt_of
 
 if TYPE_CHECKING:
+    from scheduler_service.adaptive import AdaptiveLimits
     from scheduler_service.metrics import SchedulerMetrics
     from scheduler_service.release_planning import ReleasePlanner
     from scheduler_service.schedules import ScheduleMaterializer
@@ -54,8 +55,11 @@ class Maintenance:
         metrics: SchedulerMetrics,
         schedules: ScheduleMaterializer,
         planner: ReleasePlanner,
+        adaptive: AdaptiveLimits,
     ) -> None:
         self._fixed = fixed
+        # Timeouts are samples of adaptive types too.
+        self._adaptive = adaptive
         self._metrics = metrics
         # Recurring schedules: their fire times become tasks on the leader.
         self.schedules = schedules
@@ -109,6 +113,9 @@ class Maintenance:
                 failure = Failure(row.reason, _MESSAGES[row.reason])
                 outcomes.append((after_failure(attempt_of(row), failure, now), None))
             applied = await self._store.finish(outcomes)
+            self._adaptive.record(
+                (o, applied[(o.task_id, o.attempt)]) for o, _ in outcomes if (o.task_id, o.attempt) in applied
+            )
             for outcome, _ in outcomes:
                 ref = (outcome.task_id, outcome.attempt)
                 if ref in applied:

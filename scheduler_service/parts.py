@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from lowtide.config import Config
 from lowtide.db import Database
 from lowtide.telemetry import Telemetry
+from scheduler_service.adaptive import AdaptiveLimits, adaptive_gauges, adaptive_settings
 from scheduler_service.completer import Completer
 from scheduler_service.cost import CostHolds
 from scheduler_service.dispatcher import Dispatcher, Parked
@@ -45,6 +46,7 @@ class Parts:
     leases: Leases
     waiters: Waiters
     maintenance: Maintenance
+    adaptive: AdaptiveLimits
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class _Core:
     dispatcher: Dispatcher
     planner: ReleasePlanner
     traces: TaskTraces | None
+    adaptive: AdaptiveLimits
 
 
 def _cost_holds(config: Config, hold_config: HoldConfig, parked: Parked) -> CostHolds:
@@ -82,11 +85,13 @@ def build_parts(
     config: Config, db: Database, hold_config: HoldConfig, telemetry: Telemetry, scheduler_id: str
 ) -> Parts:
     """Every component, in dependency order: dispatch's core first, then what serves on it."""
-    core = _dispatch_core(config, db, hold_config, telemetry)
+    core = _dispatch_core(config, db, hold_config, telemetry, scheduler_id)
     return _serving_parts(config, core, scheduler_id)
 
 
-def _dispatch_core(config: Config, db: Database, hold_config: HoldConfig, telemetry: Telemetry) -> _Core:
+def _dispatch_core(
+    config: Config, db: Database, hold_config: HoldConfig, telemetry: Telemetry, scheduler_id: str
+) -> _Core:
     """The store, the cost hold, fixed starts, metrics, the dispatcher and the planner. The two
     cycles (the cost hold releases what the dispatcher parked; a completed dependency makes a
     fixed start due) go through small objects made first: `Parked` and `DuePools`."""
@@ -98,6 +103,14 @@ def _dispatch_core(config: Config, db: Database, hold_config: HoldConfig, teleme
     holds = _cost_holds(config, hold_config, parked)
     fixed = FixedStarts(store, registry, config, due)
     traces = None if telemetry.tracer is None else TaskTraces(telemetry.tracer)
+    adaptive = AdaptiveLimits(
+        store,
+        settings=adaptive_settings(config),
+        scheduler_id=scheduler_id,
+        window=config.scheduler.adaptive_window,
+        on_raised=registry.wake_all,
+    )
+    adaptive_gauges(telemetry.metrics.meter, adaptive)
     metrics = SchedulerMetrics(
         telemetry.metrics,
         store=store,
@@ -119,9 +132,10 @@ def _dispatch_core(config: Config, db: Database, hold_config: HoldConfig, teleme
         metrics=metrics,
         resources=config.resources,
         traces=traces,
+        adaptive=adaptive,
     )
     planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
-    return _Core(store, registry, holds, fixed, metrics, dispatcher, planner, traces)
+    return _Core(store, registry, holds, fixed, metrics, dispatcher, planner, traces, adaptive)
 
 
 def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
@@ -147,17 +161,13 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         tasks=TaskControl(config=config, store=store, registry=registry, dispatcher=dispatcher),
         waiters=waiters,
     )
-    completer = Completer(store, metrics=metrics, on_applied=waiters.applied, traces=core.traces)
-    stream = WorkerStream(
-        store=store,
-        registry=registry,
-        dispatcher=dispatcher,
-        completer=completer,
-        scheduler_id=scheduler_id,
-        heartbeat_interval=cfg.heartbeat_interval,
-        lease_timeout=cfg.lease_timeout,
-        fixed=fixed,
+    completer = Completer(
+        store,
         metrics=metrics,
+        on_applied=waiters.applied,
+        traces=core.traces,
+        adaptive=core.adaptive,
+        on_freed=dispatcher.freed,
     )
     leases = Leases(
         store,
@@ -165,6 +175,20 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         scheduler_id=scheduler_id,
         lease_timeout=cfg.lease_timeout,
         heartbeat_interval=cfg.heartbeat_interval,
+        idle_heartbeat_interval=cfg.idle_heartbeat_interval,
+    )
+    stream = WorkerStream(
+        store=store,
+        registry=registry,
+        dispatcher=dispatcher,
+        completer=completer,
+        beats=leases.beats,
+        scheduler_id=scheduler_id,
+        heartbeat_interval=cfg.heartbeat_interval,
+        idle_heartbeat_interval=cfg.idle_heartbeat_interval,
+        lease_timeout=cfg.lease_timeout,
+        fixed=fixed,
+        metrics=metrics,
     )
     maintenance = Maintenance(
         store,
@@ -178,7 +202,9 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         metrics=metrics,
         schedules=ScheduleMaterializer(store, config),
         planner=core.planner,
+        adaptive=core.adaptive,
     )
+    core.adaptive.leading = lambda: maintenance.leading
     return Parts(
         store,
         registry,
@@ -193,4 +219,5 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         leases,
         waiters,
         maintenance,
+        core.adaptive,
     )

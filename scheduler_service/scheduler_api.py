@@ -21,6 +21,7 @@ from lowtide.errors import InvalidArgument, TooLarge
 from lowtide.grpc_status import handles_errors
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
 from scheduler_service import convert
+from scheduler_service.adaptive import adaptive_status
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.fixed import Refused
 from scheduler_service.domain.model import NewTask
@@ -270,7 +271,10 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             for r in (await self._store.carbon_by_type(deferrable) if deferrable else [])
         ]
         queues = await self._queues(pending, running)
-        return scheduler_pb2.GetStatusResponse(queues=queues, pools=pools, hold=hold, carbon=carbon)
+        adaptive = await adaptive_status(self._dispatcher.adaptive, self._store)
+        return scheduler_pb2.GetStatusResponse(
+            queues=queues, pools=pools, hold=hold, carbon=carbon, adaptive_limits=adaptive
+        )
 
 
 def conflict_error(refused: Refused, batch: bool) -> errors.ReservationConflict:

@@ -230,6 +230,7 @@ def _background(
         asyncio.create_task(parts.waiters.announce(), name="waiters-announce"),
         asyncio.create_task(parts.waiters.check(), name="waiters-check"),
         asyncio.create_task(parts.maintenance.run(), name="maintenance"),
+        asyncio.create_task(parts.adaptive.run(), name="adaptive"),
         asyncio.create_task(listen, name="listen"),
         asyncio.create_task(parts.holds.run(), name="signal"),
         asyncio.create_task(parts.metrics.run(cfg.metrics_interval), name="metrics"),

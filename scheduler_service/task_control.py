@@ -76,6 +76,8 @@ class TaskControl:
         holds = self._dispatcher.holds
         limit_config = self._config.types.get(row.activity_type)
         limit = limit_config.max_concurrency if limit_config else None
+        adaptive = self._dispatcher.adaptive.states.get(row.activity_type)
+        limited = limit is not None or adaptive is not None
         pending = row.state == "pending"
         env = Surroundings(
             now=await self._store.now(),
@@ -83,7 +85,9 @@ class TaskControl:
             held=row.activity_type in holds.held_for(row.queue),
             hold=holds.state,
             limit=limit,
-            running_of_type=await self._store.running_of_type(row.activity_type) if pending and limit else 0,
+            adaptive_limit=adaptive.value if adaptive else None,
+            adaptive_reason=adaptive.reason if adaptive else "",
+            running_of_type=await self._store.running_of_type(row.activity_type) if pending and limited else 0,
             workers_for_type=await self._store.workers_for_type(row.queue, row.activity_type) if pending else 0,
         )
         text, codes = explain(facts_of(row), env)

@@ -10,6 +10,7 @@ the same buckets as the Prometheus endpoint.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -46,6 +47,9 @@ DISPATCH_BUCKETS = (
 # Grid carbon intensity in gCO2/kWh (or a power price per MWh): very clean grids to coal.
 SIGNAL_BUCKETS = (0, 25, 50, 75, 100, 125, 150, 200, 250, 300, 350, 400, 500, 600, 700, 800, 1000, 1500)
 
+# (queue, activity type) label sets kept made; the caps bound them already, this bounds the memo.
+MAX_LABEL_SETS = 4096
+
 VIEWS = [
     View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(buckets))
     for name, buckets in [
@@ -66,6 +70,7 @@ class TaskMetrics:
         self._queue = LabelCap({"default", *config.queues, *per_queue}, limit)
         held = holds.config.deferrable.union(*per_queue.values())
         self._type = LabelCap({*config.types, *held}, limit)
+        self._label_sets: dict[tuple[str, str], dict[str, str]] = {}
         self.dispatched = meter.create_counter(
             "lowtide.task.dispatched", unit="{task}", description="Attempts dispatched to workers"
         )
@@ -89,7 +94,16 @@ class TaskMetrics:
         )
 
     def _labels(self, queue: str, activity_type: str) -> dict[str, str]:
-        return {"queue": self._queue(queue), "activity_type": self._type(activity_type)}
+        """The labels of a (queue, type), made once: every task of a batch has the same few. The
+        caps keep what they said for a value, so a label kept here is the one they would give."""
+        key = (queue, activity_type)
+        labels = self._label_sets.get(key)
+        if labels is None:
+            if len(self._label_sets) >= MAX_LABEL_SETS:
+                self._label_sets.clear()
+            labels = {"queue": self._queue(queue), "activity_type": self._type(activity_type)}
+            self._label_sets[key] = labels
+        return labels
 
     def sent(self, session: WorkerSession, rows: Iterable[ClaimedRow]) -> list[Timings]:
         """Attempts just sent to `session`'s worker; their timings, in order (for their traces)."""
@@ -100,16 +114,13 @@ class TaskMetrics:
         episode = self._episode()
         signal = self._holds.signal
         signal_labels = {"signal": self._holds.signal_name, "unit": signal.unit if signal else ""}
+        held_types: dict[str, frozenset[str]] = {}  # per queue, the types a cost hold may hold
         for row in rows:
             labels = self._labels(row.queue, row.activity_type)
-            deferrable = (
-                row.kind == "activity"
-                and row.start_at is None
-                and (
-                    row.activity_type in self._holds.config.for_queue(row.queue)
-                    or row.activity_type in session.cost_deferrable
-                )
-            )
+            types = held_types.get(row.queue)
+            if types is None:
+                types = held_types[row.queue] = self._holds.config.for_queue(row.queue) | session.cost_deferrable
+            deferrable = row.kind == "activity" and row.start_at is None and row.activity_type in types
             figures = timings(_sent_attempt(row, deferrable), sent_at=now, episode=episode)
             out.append(figures)
             self.queue_wait.record(figures.queue_wait, labels)
@@ -123,11 +134,14 @@ class TaskMetrics:
 
     def ended(self, rows: Iterable[FinishedRow]) -> None:
         """Attempts the completer applied (a worker's report): by state, and their run time."""
+        # Counted once per (queue, type, state) of the batch, not once per task.
+        ended: Counter[tuple[str, str, str]] = Counter()
         for row in rows:
-            labels = self._labels(row.queue, row.activity_type)
-            self.finished.add(1, {**labels, "state": row.state})
+            ended[(row.queue, row.activity_type, row.state)] += 1
             if row.run_time is not None:
-                self.run.record(max(0.0, row.run_time.total_seconds()), labels)
+                self.run.record(max(0.0, row.run_time.total_seconds()), self._labels(row.queue, row.activity_type))
+        for (queue, activity_type, state), count in ended.items():
+            self.finished.add(count, {**self._labels(queue, activity_type), "state": state})
 
     def _episode(self) -> HoldEpisode | None:
         state = self._holds.state

@@ -24,6 +24,7 @@ from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.fixed_starts import FixedStarts
+from scheduler_service.heartbeats import Beats
 from scheduler_service.sessions import MAX_OUTBOX, Registry, WorkerSession
 from scheduler_service.store import Store
 from scheduler_service.worker_attach import Attachments, session_from_hello
@@ -51,8 +52,10 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         registry: Registry,
         dispatcher: Dispatcher,
         completer: Completer,
+        beats: Beats,
         scheduler_id: str,
         heartbeat_interval: timedelta,
+        idle_heartbeat_interval: timedelta,
         lease_timeout: timedelta,
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
@@ -61,6 +64,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._dispatcher = dispatcher
         self._completer = completer
         self._heartbeat_interval = heartbeat_interval
+        self._idle_heartbeat_interval = idle_heartbeat_interval
         self._lease = lease_timeout
         self.fixed = fixed
         self.metrics = metrics
@@ -75,6 +79,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._reader = WorkerReader(
             store=store,
             completer=completer,
+            beats=beats,
             fixed=fixed,
             metrics=metrics,
         )
@@ -109,11 +114,15 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._live.add(session)
         self._none_live.clear()
         reader = asyncio.create_task(self._reader.read(session, request_iterator))
+        # Its failure is read by _close when the writing stops first; when a failed write (the
+        # worker went away) ends the stream instead, nobody would, and asyncio would log it.
+        reader.add_done_callback(_quiet)
         try:
             welcome = worker_pb2.Welcome(
                 worker_id=session.worker_id,
                 heartbeat_interval=_duration(self._heartbeat_interval),
                 lease_timeout=_duration(self._lease),
+                idle_heartbeat_interval=_duration(self._idle_heartbeat_interval),
             )
             await context.write(worker_pb2.SchedulerMessage(welcome=welcome))
             if stale:
@@ -156,29 +165,35 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         """Writes the session's outbox to the stream until the reader ends or the session is
         detached, overflows or ends."""
         write: asyncio.Future[Any] | None = None
+        get: asyncio.Future[worker_pb2.SchedulerMessage] | None = None
+        detached = asyncio.ensure_future(session.detached.wait())
+        overflowed = asyncio.ensure_future(session.overflowed.wait())
+        ended = asyncio.ensure_future(session.ended.wait())
+        stops = (reader, detached, overflowed, ended)
         try:
-            detached = asyncio.ensure_future(session.detached.wait())
-            overflowed = asyncio.ensure_future(session.overflowed.wait())
-            ended = asyncio.ensure_future(session.ended.wait())
             while True:
-                get = asyncio.ensure_future(session.outbox.get())
-                done, _ = await asyncio.wait(
-                    {get, reader, detached, overflowed, ended}, return_when=asyncio.FIRST_COMPLETED
-                )
-                if get not in done:
-                    get.cancel()
-                    break
+                if not session.outbox.empty() and not any(stop.done() for stop in stops):
+                    # Already queued (the common case under load): no waiting to set up.
+                    message = session.outbox.get_nowait()
+                else:
+                    get = asyncio.ensure_future(session.outbox.get())
+                    done, _ = await asyncio.wait({get, *stops}, return_when=asyncio.FIRST_COMPLETED)
+                    if get not in done:
+                        break
+                    message = get.result()
                 # A worker that does not read blocks this write (flow control); the overflow
                 # must still end the stream.
-                write = asyncio.ensure_future(context.write(get.result()))
+                write = asyncio.ensure_future(context.write(message))
                 finished, _ = await asyncio.wait({write, overflowed}, return_when=asyncio.FIRST_COMPLETED)
                 if write not in finished:
-                    write.cancel()
                     break
                 write.result()
-            for waiter in (detached, overflowed, ended):
-                waiter.cancel()
         finally:
+            # However the writing ended (a write that failed as the worker went away, this
+            # handler cancelled): nothing it waited on is left pending behind it.
+            for waiter in (detached, overflowed, ended, get):
+                if waiter is not None:
+                    waiter.cancel()
             if write is not None and not write.done():
                 # Cut short (the call is over): its failure is of no interest to anyone.
                 write.cancel()

@@ -1,7 +1,7 @@
 """Regenerate the Python stubs from protos/ (run by `make proto`; never edit the output by hand).
 
 protoc writes imports as `from lowtide.v1 import task_pb2`; the stubs live inside the
-`lowtide_proto` distribution (clients/python-proto, which both lowtide_client and the services
+`lowtide_proto` package (in clients/python, the lowtide-client distribution, which the services
 depend on), so those imports are rewritten to `lowtide_proto.lowtide.v1`. KEDA's `externalscaler`
 package (protos/externalscaler/, the scheduler's autoscaling interface) is generated beside it and
 rewritten the same way. Only those generated packages are replaced: lowtide_proto's hand-written
@@ -25,7 +25,7 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 PROTOS = ROOT / "protos"
 PACKAGE = "lowtide_proto"
-OUT = ROOT / "clients" / "python-proto" / "lowtide_proto"
+OUT = ROOT / "clients" / "python" / "lowtide_proto"
 # The Node library loads the .proto files at run time; its package carries a copy of protos/lowtide.
 NODE_PROTOS = ROOT / "clients" / "node" / "protos"
 

@@ -21,20 +21,46 @@ export interface TraceContext {
   traceState?: string;
 }
 
+/** The logger of an attempt: its lines carry the task id and attempt (see WorkerOptions.logger). */
+export interface TaskLogger {
+  debug(message: unknown, ...rest: unknown[]): void;
+  info(message: unknown, ...rest: unknown[]): void;
+  warn(message: unknown, ...rest: unknown[]): void;
+  error(message: unknown, ...rest: unknown[]): void;
+  [key: string]: unknown;
+}
+
 /** What an activity is given beside its payload. */
 export interface ActivityContext {
   taskId: number;
+  /** 1 for the first attempt, then 2, 3… on each retry. */
   attempt: number;
   activityType: string;
   queue: string;
+  /** The start-to-close deadline (on the scheduler's clock), or null for a task without one. */
+  deadline: Date | null;
   /** The task's headers as submitted; {} for none. */
   headers: Record<string, string>;
   /** Its trace context, or null. */
   trace: TraceContext | null;
-  /** Aborted when the scheduler cancels the attempt; its result would not be applied. */
+  /**
+   * Aborted when the attempt is cancelled: the scheduler cancels it, its deadline passes (with 5 s
+   * of grace), or the worker closes. Its result would not be applied.
+   */
   signal: AbortSignal;
-  /** Tells the scheduler the attempt is alive (for tasks with a heartbeat timeout). */
-  heartbeat(): void;
+  /** True once `signal` is aborted. */
+  readonly cancelled: boolean;
+  /** Throws the abort reason once cancelled (`signal.throwIfAborted()`). */
+  throwIfCancelled(): void;
+  /**
+   * Tells the scheduler the attempt is alive (for tasks with a heartbeat timeout). With details
+   * (a Buffer as it is, a string as UTF-8, anything else as JSON; at most 4096 bytes, else a
+   * RangeError) they are stored on the task, the newest winning, and shown by `lowtide task get`
+   * (Task.heartbeat_details); they go out within about 100 ms.
+   */
+  heartbeat(details?: unknown): void;
+  /** Lines carrying task_id and attempt: a child of WorkerOptions.logger, or it with a prefix. */
+  logger: TaskLogger;
   [key: string]: unknown;
 }
 
@@ -62,10 +88,16 @@ export interface WorkerOptions extends Security {
   resultDelayMs?: number;
   /** First reconnect delay, doubling (default 100). */
   reconnectInitialMs?: number;
-  /** Longest reconnect delay (default 5000). */
+  /** Longest reconnect delay (default 5000, and at most a quarter of the scheduler's lease, so running attempts are kept). */
   reconnectMaxMs?: number;
   /** How long stop() lets running attempts finish (default 30000). */
   stopGraceMs?: number;
+  /**
+   * What each attempt's `ctx.logger` writes to (default `console`). One with `child(bindings)`
+   * (pino, bunyan, winston) gets a child bound to { task_id, attempt, activity_type }; any other
+   * gets its lines prefixed with `task_id=… attempt=…`.
+   */
+  logger?: { child?(bindings: Record<string, unknown>): unknown; [level: string]: any };
 }
 
 /** The scheduler's answer to the worker's hello. */
@@ -104,6 +136,8 @@ export interface Task {
   attempt: number;
   payload: Buffer;
   result: Buffer;
+  /** What the activity last reported with ctx.heartbeat(details); empty for none. */
+  heartbeat_details: Buffer;
   headers: Record<string, string>;
   [field: string]: unknown;
 }
@@ -112,6 +146,8 @@ export interface SubmitOptions {
   queue?: string;
   maxAttempts?: number;
   heartbeatTimeoutMs?: number;
+  /** An attempt running longer fails (and may be retried); the activity sees it as ctx.deadline. */
+  startToCloseTimeoutMs?: number;
   headers?: Record<string, string>;
 }
 

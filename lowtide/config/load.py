@@ -19,6 +19,7 @@ from lowtide.config.rules import INT32, check, check_margins
 from lowtide.config.schema import (
     ROLES,
     SECTIONS,
+    AdaptiveConcurrencyConfig,
     AuthConfig,
     Config,
     PoolConfig,
@@ -125,6 +126,8 @@ def _coerce(where: str, kind: Any, raw: Any) -> Any:
     """The value of a key from TOML or from the environment (a string), as its field's type."""
     if isinstance(kind, str) and kind.endswith(" | None"):
         return None if raw in (None, "") else _coerce(where, kind.removesuffix(" | None"), raw)
+    if kind == "AdaptiveConcurrencyConfig":
+        return _adaptive(where, raw)
     try:
         if kind in ("timedelta", timedelta):
             if isinstance(raw, timedelta):
@@ -191,6 +194,29 @@ def _section(name: str, cls: type[Any], values: Any, env: Mapping[str, str]) -> 
     return replace(cls(), **settings)
 
 
+def _adaptive(where: str, raw: Any) -> AdaptiveConcurrencyConfig:
+    """`adaptive_concurrency = { min = 1, max = 200, ... }` of a `[types.NAME]` table."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: must be a table such as {{ min = 1, max = 200 }}, not {raw!r}")
+    known = {f.name: f for f in fields(AdaptiveConcurrencyConfig)}
+    unknown = set(raw) - set(known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(known)})")
+    settings: dict[str, Any] = {}
+    for name, value in raw.items():
+        inner = f"{where}.{name}"
+        settings[name] = _coerce(inner, known[name].type, value)
+        check(inner, known[name], settings[name])
+    adaptive = replace(AdaptiveConcurrencyConfig(), **settings)
+    if adaptive.min > adaptive.max:
+        raise ConfigError(f"{where}: min ({adaptive.min}) must not be above max ({adaptive.max})")
+    if adaptive.initial is not None and not adaptive.min <= adaptive.initial <= adaptive.max:
+        raise ConfigError(
+            f"{where}.initial: must be between min ({adaptive.min}) and max ({adaptive.max}), not {adaptive.initial}"
+        )
+    return adaptive
+
+
 def _read_toml(path: str | Path) -> dict[str, Any]:
     try:
         raw = Path(path).read_bytes()
@@ -213,7 +239,14 @@ def _tables(data: Mapping[str, Any], name: str, cls: type[T]) -> dict[str, T]:
     tables = data.get(name, {})
     if not isinstance(tables, Mapping):
         raise ConfigError(f"[{name}]: must be tables such as [{name}.NAME], not {tables!r}")
-    return {entry: _section(f"{name}.{entry}", cls, values, {}) for entry, values in tables.items()}
+    read = {entry: _section(f"{name}.{entry}", cls, values, {}) for entry, values in tables.items()}
+    for entry, table in read.items():
+        if isinstance(table, TypeConfig) and table.local and table.adaptive_concurrency is not None:
+            raise ConfigError(
+                f"[{name}.{entry}] adaptive_concurrency: a local activity runs inline in its workflow "
+                "task and is never claimed, so no concurrency limit applies to it"
+            )
+    return read
 
 
 def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:

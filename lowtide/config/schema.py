@@ -46,6 +46,9 @@ class SchedulerConfig:
     # Workers send a heartbeat this often; silence for lease_timeout loses them their tasks.
     heartbeat_interval: timedelta = key(2 * S, within(100 * MS, 5 * MIN))
     lease_timeout: timedelta = key(10 * S, within(1 * S, 1 * H))
+    # Workers that run nothing send a heartbeat this often (Welcome.idle_heartbeat_interval);
+    # one not heard from for this plus lease_timeout is given no more work.
+    idle_heartbeat_interval: timedelta = key(30 * S, within(100 * MS, 1 * H))
     # Time-driven work (timeouts, lost leases) runs this often, on the leader only.
     maintenance_interval: timedelta = key(500 * MS, within(10 * MS, 1 * MIN))
     leader_lease: timedelta = key(5 * S, within(1 * S, 10 * MIN))
@@ -65,6 +68,8 @@ class SchedulerConfig:
     # Task metrics are labelled by queue and activity type: the configured ones, then the first
     # this many others seen (per label); later ones are counted as "other".
     metrics_label_values: int = key(50, within(0, 10_000))
+    # Adaptive concurrency: how often replicas write their samples and the leader moves the limits.
+    adaptive_window: timedelta = key(1 * S, within(100 * MS, 1 * MIN))
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,31 @@ class RetryConfig:
 
 
 @dataclass(frozen=True)
+class AdaptiveConcurrencyConfig:
+    """`[types.NAME] adaptive_concurrency = { min = 1, max = 200, ... }`: the limit the scheduler
+    moves from what the type's attempts show (scheduler_service.domain.adaptive)."""
+
+    min: int = key(1, within(1, 1_000_000))
+    max: int = key(200, within(1, 1_000_000))
+    # Where the limit starts before the type has one in the database (unset: min).
+    initial: int | None = key(None, within(1, 1_000_000))
+    # Attempts a window needs to move the limit; fewer gather into the next window.
+    min_samples: int = key(10, within(1, 1_000_000))
+    # A failure rate (retryable errors and timeouts) up to this is noise, not overload.
+    tolerance: float = key(0.02, within(0.0, 1.0))
+    # On failures the limit falls at least to limit x backoff (and at most by half).
+    backoff: float = key(0.9, within(0.5, 1.0))
+    # How often the no-load run time (the baseline) is measured again.
+    probe: timedelta = key(1 * MIN, within(1 * S, 1 * DAY))
+
+
+@dataclass(frozen=True)
 class TypeConfig:
     """Per activity type settings, from `[types.NAME]`."""
 
     max_concurrency: int | None = key(None, within(1, 1_000_000))
+    # A limit moved by the type's latency and failures; with max_concurrency too, the lower wins.
+    adaptive_concurrency: AdaptiveConcurrencyConfig | None = None
     # A local activity runs inline in a workflow task and is never queued: no hold may name it.
     local: bool = False
     # A cost hold defers tasks of this type at most this long (unless the task sets its own).

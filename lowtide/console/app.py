@@ -160,6 +160,7 @@ async def _pools_context(console: Console, token: str | None) -> dict[str, Any]:
 
     return {
         "pools": [(p, charts.slots_bar(p.busy_slots, p.held_slots, p.slots)) for p in status.pools],
+        "adaptive": [(a, charts.slots_bar(min(a.running, a.limit), 0, a.limit)) for a in status.adaptive_limits],
         "timeline": charts.timeline(pages.reservation_bars(pending), time.time()),
     }
 

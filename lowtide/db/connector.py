@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
 from psycopg import conninfo
-from psycopg.rows import class_row, dict_row
+from psycopg.rows import BaseRowFactory, class_row, dict_row
 
 from lowtide.errors import DatabaseUnavailable
 
@@ -49,6 +50,27 @@ def conninfo_problem(url: str) -> str | None:
     return None
 
 
+def typed_row(cls: type[T]) -> BaseRowFactory[T]:
+    """psycopg's `class_row` for a frozen dataclass; for a typed NamedTuple (the rows of the hot
+    path: claims and completions) the values go into the tuple as they come, without a keyword
+    dict and an __init__ call per row. Either way the query's columns must be the class's fields:
+    for a NamedTuple, in its order, checked once per statement rather than once per row."""
+    fields: tuple[str, ...] | None = getattr(cls, "_fields", None)
+    if fields is None or not issubclass(cls, tuple):
+        return class_row(cls)
+    make: Callable[[Sequence[Any]], T] = functools.partial(tuple.__new__, cls)
+
+    def factory(cursor: Any) -> Callable[[Sequence[Any]], T]:
+        if cursor.description is None:
+            return make  # no rows to make (a statement without RETURNING)
+        names = tuple(column.name for column in cursor.description)
+        if names != fields:
+            raise TypeError(f"{cls.__name__} has the fields {fields}, the query returns the columns {names}")
+        return make
+
+    return factory
+
+
 class Transaction:
     """One connection inside a transaction. Obtained from `Database.transaction()`."""
 
@@ -65,11 +87,11 @@ class Transaction:
         return rows[0] if rows else None
 
     async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None) -> list[T]:
-        """The rows as `cls` values (a frozen dataclass whose fields are the query's columns, by
-        psycopg's `class_row`): a column the class does not name, or a field no column fills, fails
-        at once rather than a key missing later."""
+        """The rows as `cls` values (a frozen dataclass or a typed NamedTuple whose fields are the
+        query's columns, see `typed_row`): a column the class does not name, or a field no column
+        fills, fails at once rather than a key missing later."""
         with wrap_exceptions():
-            async with self._conn.cursor(row_factory=class_row(cls)) as cur:
+            async with self._conn.cursor(row_factory=typed_row(cls)) as cur:
                 await cur.execute(sql, params)
                 return await cur.fetchall() if cur.description else []
 
@@ -83,29 +105,48 @@ class Transaction:
             return cur.rowcount
 
 
+# The dispatcher's claims run on connections of their own, where each statement is prepared once
+# and keeps PostgreSQL's generic plan: a claim is one big statement (candidates per (queue, type),
+# window functions, the slots it fills) whose custom plan took about as long to make, every time,
+# as the claim took to run, while its plan never depends on the values it is given (the candidate
+# walk is the same index scan for any queue, type or cap). Other statements stay on the main pool
+# with custom plans: their optional filters (`%(state)s IS NULL OR ...`) need the values to plan.
+_GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+
+
+def _pool(
+    url: str, min_size: int, max_size: int, **kwargs: Any
+) -> psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[Row]]:
+    return psycopg_pool.AsyncConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        kwargs={"autocommit": True, "row_factory": dict_row, **kwargs},
+        # A pool that cannot get a connection in this time fails the request instead
+        # of hanging it while the database is away.
+        timeout=5.0,
+        reconnect_timeout=0,
+    )
+
+
 class Database:
-    def __init__(self, url: str, *, min_size: int = 2, max_size: int = 16) -> None:
+    def __init__(self, url: str, *, min_size: int = 2, max_size: int = 16, planned_max: int = 4) -> None:
         self.url = url
-        self._pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[Row]] = psycopg_pool.AsyncConnectionPool(
-            url,
-            min_size=min_size,
-            max_size=max_size,
-            open=False,
-            kwargs={"autocommit": True, "row_factory": dict_row},
-            # A pool that cannot get a connection in this time fails the request instead
-            # of hanging it while the database is away.
-            timeout=5.0,
-            reconnect_timeout=0,
-        )
+        self._pool = _pool(url, min_size, max_size)
+        # For statements run with `planned=True` (see _GENERIC_PLANS); none open until one runs.
+        self._planned = _pool(url, 0, planned_max, options=_GENERIC_PLANS, prepare_threshold=0)
         # The connection `ping` keeps for itself (None until the first ping, or after a failure).
         self._ping_conn: psycopg.AsyncConnection[Row] | None = None
 
     async def open(self, *, wait: bool = True) -> None:
         with wrap_exceptions():
             await self._pool.open(wait=wait, timeout=10.0)
+            await self._planned.open(wait=wait, timeout=10.0)
 
     async def close(self) -> None:
         await self._drop_ping_connection()
+        await self._planned.close()
         await self._pool.close()
 
     async def ping(self, sql: str, *, within: float) -> str | None:
@@ -131,9 +172,11 @@ class Database:
                 await asyncio.wait_for(conn.close(), 1.0)
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Transaction]:
+    async def transaction(self, *, planned: bool = False) -> AsyncIterator[Transaction]:
+        """`planned`: on the connections whose statements keep one generic plan (_GENERIC_PLANS)."""
+        pool = self._planned if planned else self._pool
         with wrap_exceptions():
-            async with self._pool.connection() as conn, conn.transaction():
+            async with pool.connection() as conn, conn.transaction():
                 yield Transaction(conn)
 
     async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:
@@ -145,10 +188,11 @@ class Database:
         rows = await self.fetch(sql, params)
         return rows[0] if rows else None
 
-    async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None) -> list[T]:
-        """See `Transaction.fetch_as`."""
+    async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None, *, planned: bool = False) -> list[T]:
+        """See `Transaction.fetch_as`; `planned` as for `transaction`."""
+        pool = self._planned if planned else self._pool
         with wrap_exceptions():
-            async with self._pool.connection() as conn:
+            async with pool.connection() as conn:
                 return await Transaction(conn).fetch_as(cls, sql, params)
 
     async def fetch_one_as(self, cls: type[T], sql: str, params: Params | None = None) -> T | None:

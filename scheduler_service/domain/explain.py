@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from scheduler_service.domain.holds import HoldState
+from scheduler_service.domain.skiplist import Source, skip_sources
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,9 @@ class Surroundings:
     held: bool = False
     hold: HoldState | None = None
     limit: int | None = None
+    # The type's adaptive limit now, and why it is where it is (the last window's verdict).
+    adaptive_limit: int | None = None
+    adaptive_reason: str = ""
     running_of_type: int = 0
     workers_for_type: int = 0
 
@@ -67,21 +71,38 @@ def explain(task: TaskFacts, env: Surroundings) -> tuple[str, list[str]]:
         wait = (task.run_at - env.now) / timedelta(seconds=1)
         parts.append(f"waiting out its retry backoff until {_at(task.run_at)} ({wait:.1f}s left)")
         codes.append("backoff")
-    if env.held and task.kind == "activity" and env.hold is not None:
-        since = f" (the hold has been active since {_at(env.hold.since)})" if env.hold.since else ""
-        text = f"held: activity type {task.activity_type} is cost-deferrable and {env.hold.reason}{since}"
-        if task.hold_deadline is not None:
-            text += f"; it runs anyway at {_at(task.hold_deadline)} (max_defer)"
-        parts.append(text)
-        codes.append("cost_hold")
-    if env.limit is not None and env.running_of_type >= env.limit:
-        parts.append(
-            f"activity type {task.activity_type} is at its concurrency limit ({env.running_of_type}/{env.limit})"
-        )
-        codes.append("concurrency_limit")
+    held = env.held and task.kind == "activity" and env.hold is not None
+    sources = skip_sources(
+        task.activity_type,
+        static={task.activity_type: env.limit} if env.limit is not None else {},
+        adaptive={task.activity_type: env.adaptive_limit} if env.adaptive_limit is not None else {},
+        running=env.running_of_type,
+        held=held,
+    )
+    for source in sources:
+        parts.append(_skipped(source, task, env))
+        codes.append(source.value)
     if env.workers_for_type == 0:
         parts.append(f"no connected worker runs activity type {task.activity_type} on queue {task.queue}")
         codes.append("no_worker")
     if not parts:
         return "ready: waiting for a free worker slot", ["ready"]
     return "; ".join(parts), codes
+
+
+def _skipped(source: Source, task: TaskFacts, env: Surroundings) -> str:
+    """The sentence for one source of the skip list that keeps the task's type out of claims."""
+    name = task.activity_type
+    if source is Source.COST_HOLD:
+        assert env.hold is not None
+        since = f" (the hold has been active since {_at(env.hold.since)})" if env.hold.since else ""
+        text = f"held: activity type {name} is cost-deferrable and {env.hold.reason}{since}"
+        if task.hold_deadline is not None:
+            text += f"; it runs anyway at {_at(task.hold_deadline)} (max_defer)"
+        return text
+    if source is Source.STATIC_LIMIT:
+        return f"activity type {name} is at its concurrency limit ({env.running_of_type}/{env.limit})"
+    why = f"; {env.adaptive_reason}" if env.adaptive_reason else ""
+    return (
+        f"activity type {name} is at its adaptive concurrency limit ({env.running_of_type}/{env.adaptive_limit}{why})"
+    )

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from lowtide.db import Database
 from scheduler_service.rows.tasks import UnblockedRow
+from scheduler_service.store.adaptive import AdaptiveStore
 from scheduler_service.store.base import Q, attempt_of, retry_policy_of
 from scheduler_service.store.claims import ClaimStore
 from scheduler_service.store.fixed import FixedStore
@@ -22,7 +23,7 @@ from scheduler_service.store.workers import WorkerStore
 __all__ = ["Q", "Store", "SubmissionWrites", "attempt_of", "retry_policy_of"]
 
 
-class Store(TaskStore, ClaimStore, SubmissionStore, FixedStore, QueueStore, WorkerStore, WaitStore):
+class Store(TaskStore, ClaimStore, SubmissionStore, FixedStore, QueueStore, WorkerStore, WaitStore, AdaptiveStore):
     def __init__(self, db: Database, *, on_unblocked: Callable[[list[UnblockedRow]], None]) -> None:
         self.db = db
         self.on_unblocked = on_unblocked

@@ -31,7 +31,8 @@ class ClaimStore(StoreBase):
         another still fills its slots.
 
         Types with a concurrency limit are locked and counted inside the same transaction, so
-        replicas claiming at once never overshoot a limit together. `held` maps a queue to the
+        replicas claiming at once never overshoot a limit together. Claims run on the connections
+        that keep one generic plan per statement (lowtide.db.connector, _GENERIC_PLANS). `held` maps a queue to the
         types a cost hold holds on it; `signal` is recorded on each claimed task.
         """
         limit = sum(free for _, free in slots)
@@ -42,8 +43,9 @@ class ClaimStore(StoreBase):
             # Nothing to count first: one statement, committed on its own (no BEGIN and COMMIT
             # round trips around it).
             plan = plan_claim(queues, worker_types, 2 * limit, limits=limits, running={}, held=held)
-            return await self.db.fetch_as(ClaimedRow, Q["claim_tasks"], _claim_params(slots, plan, signal))
-        async with self.db.transaction() as tx:
+            params = _claim_params(slots, plan, signal)
+            return await self.db.fetch_as(ClaimedRow, Q["claim_tasks"], params, planned=True)
+        async with self.db.transaction(planned=True) as tx:
             await tx.execute(Q["lock_types"], {"types": limited})
             counts = await tx.fetch_as(RunningCount, Q["count_running_by_type"], {"types": limited})
             running = {r.activity_type: r.running for r in counts}

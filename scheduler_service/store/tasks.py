@@ -17,7 +17,7 @@ from scheduler_service.rows.tasks import (
     TaskRow,
     UnblockedRow,
 )
-from scheduler_service.store.base import Q, StoreBase, attempt_of
+from scheduler_service.store.base import SEPARATOR, Q, StoreBase, attempt_of
 
 
 class Ended(Protocol):
@@ -45,6 +45,26 @@ async def settle(tx: Transaction, ended: Sequence[Ended]) -> list[UnblockedRow]:
     if failed:
         await tx.execute(Q["fail_dependents"], {"ids": failed})
     return released
+
+
+def _finish_params(outcomes: Sequence[tuple[Outcome, str | None]]) -> dict[str, list[Any] | None]:
+    """finish_attempts' arrays, one element per outcome. Those of failures and retries go as
+    NULL (unnest pads them with NULLs) when no outcome in the batch has any: a batch of successes
+    sends five arrays, not nine with four of them all NULL."""
+    failures = [o.failure for o, _ in outcomes]
+    run_ats = [o.run_at for o, _ in outcomes]
+    failed = any(f is not None for f in failures)
+    return {
+        "ids": [o.task_id for o, _ in outcomes],
+        "attempts": [o.attempt for o, _ in outcomes],
+        "worker_ids": [worker_id for _, worker_id in outcomes],
+        "states": [o.state.value for o, _ in outcomes],
+        "results": [o.result for o, _ in outcomes],
+        "error_types": [f.error_type if f else None for f in failures] if failed else None,
+        "error_messages": [f.message if f else None for f in failures] if failed else None,
+        "non_retryable": [f.non_retryable if f else None for f in failures] if failed else None,
+        "run_ats": run_ats if any(r is not None for r in run_ats) else None,
+    }
 
 
 class TaskStore(StoreBase):
@@ -77,28 +97,7 @@ class TaskStore(StoreBase):
     async def finish(self, outcomes: Sequence[tuple[Outcome, str | None]]) -> dict[tuple[int, int], FinishedRow]:
         """Applies outcomes (each with the worker that reported it, or None for the scheduler's own
         verdicts); returns the attempts applied, by (id, attempt). The rest were stale."""
-        params: dict[str, list[Any]] = {
-            "ids": [],
-            "attempts": [],
-            "worker_ids": [],
-            "states": [],
-            "results": [],
-            "error_types": [],
-            "error_messages": [],
-            "non_retryable": [],
-            "run_ats": [],
-        }
-        for outcome, worker_id in outcomes:
-            failure = outcome.failure
-            params["ids"].append(outcome.task_id)
-            params["attempts"].append(outcome.attempt)
-            params["worker_ids"].append(worker_id)
-            params["states"].append(outcome.state.value)
-            params["results"].append(outcome.result)
-            params["error_types"].append(failure.error_type if failure else None)
-            params["error_messages"].append(failure.message if failure else None)
-            params["non_retryable"].append(failure.non_retryable if failure else None)
-            params["run_ats"].append(outcome.run_at)
+        params = _finish_params(outcomes)
         async with self.db.transaction() as tx:
             rows = await tx.fetch_as(FinishedRow, Q["finish_attempts"], params)
             released = await settle(tx, rows) if any(r.has_dependents for r in rows) else []
@@ -125,10 +124,17 @@ class TaskStore(StoreBase):
             await settle(tx, rows)
         return len(rows)
 
-    async def heartbeat(self, worker_id: str, refs: Sequence[tuple[int, int]]) -> None:
+    async def heartbeat(self, beats: Sequence[tuple[str, int, int, int]]) -> None:
+        """Pushes back the heartbeat deadlines of the attempts listed by heartbeats, (worker id, task
+        id, attempt, ms since the heartbeat arrived) each, in one statement for every worker."""
         await self.db.execute(
             Q["heartbeat_attempts"],
-            {"worker_id": worker_id, "ids": [r[0] for r in refs], "attempts": [r[1] for r in refs]},
+            {
+                "workers": SEPARATOR.join(b[0] for b in beats),
+                "ids": [b[1] for b in beats],
+                "attempts": [b[2] for b in beats],
+                "ages": [b[3] for b in beats],
+            },
         )
 
     async def heartbeat_details(self, worker_id: str, details: Sequence[tuple[int, int, bytes]]) -> None:

@@ -163,13 +163,18 @@ def _trace(folder: Path) -> Path:
     return path
 
 
-def _config(folder: Path) -> Path:
+# An adaptive type (issue 21): the pools page shows its limit (its initial one: nothing runs it).
+ADAPTIVE = "[types.call_api]\nadaptive_concurrency = { min = 1, max = 50, initial = 4 }\n\n"
+
+
+def _config(folder: Path, *, auth: bool) -> Path:
     tokens = "".join(
         f'[[auth.tokens]]\nname = "{role}"\nrole = "{role}"\nsha256 = "{hash_token(token)}"\n\n'
         for role, token in TOKENS.items()
     )
     path = folder / "lowtide.toml"
-    path.write_text(f'[auth]\nsignal_token = "{TOKENS["admin"]}"\n\n{tokens}')
+    guarded = f'[auth]\nsignal_token = "{TOKENS["admin"]}"\n\n{tokens}' if auth else ""
+    path.write_text(ADAPTIVE + guarded)
     return path
 
 
@@ -196,9 +201,8 @@ def start_stack(database_url: str, folder: Path, *, auth: bool) -> Stack:
         LOWTIDE_COST_DEFERRABLE_ACTIVITIES="train",
         LOWTIDE_LOG_LEVEL="WARNING",
     )
-    if auth:
-        env["LOWTIDE_CONFIG"] = str(_config(folder))
-    else:
+    env["LOWTIDE_CONFIG"] = str(_config(folder, auth=auth))
+    if not auth:
         env["LOWTIDE_AUTH"] = "off"
     stack = Stack(env, folder)
     try:

@@ -92,6 +92,8 @@ def test_the_overview_draws_the_signal_its_threshold_and_a_planned_release_after
     assert browser.find_elements(By.ID, "pools-table")
     bar = wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#timeline g.reservation"))[0]
     assert f"#{reserved['id']} echo" in bar.text
+    # The adaptive type's limit is on the same page: its initial one, as nothing has run it.
+    assert text_of(browser, '#adaptive-table tr[data-type="call_api"] td.limit') == "4"
     browser.save_screenshot(str(screenshots / "console-pools.png"))
 
     # An admin (auth off: anyone on loopback) cancels the held task from its page.

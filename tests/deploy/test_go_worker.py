@@ -1,12 +1,14 @@
 """The Go worker in clients/go, built by its build.sh from protos/ with Debian's Go toolchain
-(protoc-gen-go, protoc-gen-go-grpc), runs `echo` against a real scheduler and drains on SIGTERM.
-Skipped, saying what is missing, where that toolchain is not installed."""
+(protoc-gen-go, protoc-gen-go-grpc), runs `echo` and the typed `total` (a Python dataclass in, a
+dataclass back) against a real scheduler and drains on SIGTERM. Skipped, saying what is missing,
+where that toolchain is not installed."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
 import signal
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,6 +21,24 @@ from tests.deploy.node import run_bounded
 GO_DIR = Path(__file__).resolve().parents[2] / "clients" / "go"
 GOCODE = Path("/usr/share/gocode/src")
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
+
+
+@dataclass
+class Scores:
+    name: str
+    values: list[float]
+
+
+@dataclass
+class Total:
+    name: str
+    total: float
+    count: int
+
+
+def total(scores: Scores) -> Total:
+    """Runs on the Go worker; here only its signature is used to submit."""
+    raise NotImplementedError
 
 
 def _toolchain_or_skip() -> None:
@@ -38,7 +58,7 @@ def _toolchain_or_skip() -> None:
         )
 
 
-async def test_the_go_worker_runs_echo_against_a_real_scheduler(scheduler: Scheduler, tmp_path: Path) -> None:
+async def test_the_go_worker_runs_echo_and_a_typed_activity(scheduler: Scheduler, tmp_path: Path) -> None:
     _toolchain_or_skip()
     binary = tmp_path / "lowtide-go-worker"
     code, out, err = await run_bounded(
@@ -60,6 +80,10 @@ async def test_the_go_worker_runs_echo_against_a_real_scheduler(scheduler: Sched
                 worker.kill()
             pytest.fail(f"tasks not completed: {done}; worker said: {(await worker.communicate())[1].decode()}")
         assert [t.result for t in done] == [f"from go {i}".encode() for i in range(3)]
+        async with Client(scheduler.target) as client:
+            submitted = await client.submit(total, Scores(name="go", values=[1.5, 2, 3]))
+            summed = await submitted.result(timeout=timedelta(seconds=30))
+        assert summed == Total(name="go", total=6.5, count=3)
         worker.send_signal(signal.SIGTERM)
         out_bytes, err_bytes = await asyncio.wait_for(worker.communicate(), 30)
     finally:

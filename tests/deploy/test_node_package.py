@@ -24,6 +24,9 @@ async def test_the_packed_library_installs_into_an_empty_folder_and_runs_its_exa
     node = node_or_skip()
     package = json.loads((NODE_DIR / "package.json").read_text())
     assert "private" not in package and package["types"] == "index.d.ts"
+    # Its metadata: license, repository, homepage and issues (the README and LICENSE are packed below).
+    assert package["license"] == "Apache-2.0"
+    assert {"repository", "homepage", "bugs"} <= set(package)
     code, out, err = await run_bounded(
         "npm", "pack", "--json", "--pack-destination", str(tmp_path), cwd=NODE_DIR, within=120
     )
@@ -31,7 +34,7 @@ async def test_the_packed_library_installs_into_an_empty_folder_and_runs_its_exa
     (packed,) = json.loads(out)
     files = {entry["path"] for entry in packed["files"]}
     protos = {f"protos/lowtide/v1/{name}.proto" for name in ("worker", "scheduler", "task", "schedule")}
-    assert protos | {"index.d.ts", "lib/index.js", "example/worker.js", "package.json"} <= files
+    assert protos | {"index.d.ts", "lib/index.js", "example/worker.js", "package.json", "README.md", "LICENSE"} <= files
     assert not any(path.startswith(("test/", "node_modules/")) for path in files)
 
     folder = tmp_path / "empty"

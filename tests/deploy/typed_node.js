@@ -2,7 +2,9 @@
 // The Node side of the typed round trips (tests/deploy/test_typed_round_trips.py), built on
 // clients/node, against the scheduler at LOWTIDE_TARGET.
 //   node typed_node.js worker   runs `train` until SIGTERM: gets the parsed JSON params, returns
-//                               an object; prints "welcome" once connected.
+//                               an object; prints "welcome" once connected. Also `progress`: its
+//                               context (attempt, deadline) as one JSON line, a heartbeat with
+//                               details, then it waits for its cancel and prints how it saw it.
 //   node typed_node.js submit   submits `score` with a plain object (JSON), waits for it, and
 //                               prints the decoded result as one JSON line.
 const { Worker, SchedulerClient, decodeResult } = require('../../clients/node/lib');
@@ -27,6 +29,15 @@ function work() {
         seen: Buffer.isBuffer(params) ? 'buffer' : typeof params,
         tags: params.tags.map((tag) => tag.toUpperCase()),
       }),
+      progress: async (params, ctx) => {
+        const deadline = ctx.deadline && ctx.deadline.toISOString();
+        console.log(JSON.stringify({ event: 'started', taskId: ctx.taskId, attempt: ctx.attempt, deadline }));
+        ctx.logger.info('stepping');
+        ctx.heartbeat({ epoch: params.epoch, of: 10 });
+        await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+        console.log(JSON.stringify({ event: 'cancelled', taskId: ctx.taskId, reason: ctx.signal.reason.message }));
+        return null;
+      },
     },
   });
   worker.on('welcome', () => console.log('welcome'));

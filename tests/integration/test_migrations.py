@@ -102,6 +102,7 @@ def numbered(sql: str) -> tuple[str, int]:
 QUERY_FILES = (
     ("scheduler_service.sql", "queries.sql"),
     ("scheduler_service.sql", "schedules.sql"),
+    ("scheduler_service.sql", "adaptive.sql"),
     ("signal_service.sql", "queries.sql"),
 )
 QUERIES = {

@@ -4,6 +4,7 @@ the query's columns, and a query whose columns do not match its class fails at o
 from __future__ import annotations
 
 from dataclasses import FrozenInstanceError, dataclass
+from typing import NamedTuple
 
 import pytest
 
@@ -31,5 +32,30 @@ async def test_rows_become_frozen_values_and_a_mismatch_fails_at_once(database_u
             await db.fetch_as(Pair, "SELECT 1 AS id, 'x' AS name, 2 AS extra")
         with pytest.raises(TypeError, match="name"):
             await db.fetch_as(Pair, "SELECT 1 AS id")
+    finally:
+        await db.close()
+
+
+class Ref(NamedTuple):
+    """A hot-path row (a claimed or finished attempt) is a typed NamedTuple, filled positionally."""
+
+    id: int
+    attempt: int
+
+
+async def test_named_tuple_rows_are_filled_in_order_and_a_mismatch_fails_at_once(database_url: str) -> None:
+    db = Database(database_url, min_size=1, max_size=2)
+    await db.open()
+    try:
+        rows = await db.fetch_as(Ref, "SELECT g AS id, g * 10 AS attempt FROM generate_series(1, 2) g")
+        assert rows == [Ref(1, 10), Ref(2, 20)]
+        assert isinstance(rows[0], Ref) and rows[0].attempt == 10
+        with pytest.raises(AttributeError):
+            rows[0].id = 9  # type: ignore[misc]
+        # Positional filling would swap these silently; the names are checked against the fields.
+        with pytest.raises(TypeError, match="attempt"):
+            await db.fetch_as(Ref, "SELECT 10 AS attempt, 1 AS id")
+        with pytest.raises(TypeError, match="extra"):
+            await db.fetch_as(Ref, "SELECT 1 AS id, 2 AS attempt, 3 AS extra")
     finally:
         await db.close()

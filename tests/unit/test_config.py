@@ -15,6 +15,7 @@ from lowtide.config import (
     FEEDS,
     OTHER_VARIABLES,
     SECTIONS,
+    AdaptiveConcurrencyConfig,
     AuthConfig,
     PoolConfig,
     QueueConfig,
@@ -45,6 +46,13 @@ def test_toml_values_and_environment_overrides(tmp_path: Path) -> None:
         ("[scheduler]\npoll = 1\n", "unknown key(s) poll"),
         ("[nope]\n", "unknown section(s) nope"),
         ("[types.x]\nmax_concurrency = 0\n", "[types.x] max_concurrency"),
+        ("[types.x]\nadaptive_concurrency = { min = 0 }\n", "[types.x] adaptive_concurrency.min: must be between 1"),
+        ("[types.x]\nadaptive_concurrency = { min = 9, max = 3 }\n", "min (9) must not be above max (3)"),
+        ("[types.x]\nadaptive_concurrency = { maxx = 3 }\n", "adaptive_concurrency: unknown key(s) maxx"),
+        ("[types.x]\nadaptive_concurrency = 20\n", "adaptive_concurrency: must be a table"),
+        ("[types.x]\nadaptive_concurrency = { initial = 300 }\n", "initial: must be between min (1) and max (200)"),
+        ('[types.x]\nadaptive_concurrency = { probe = "soon" }\n', "adaptive_concurrency.probe"),
+        ("[types.x]\nlocal = true\nadaptive_concurrency = {}\n", "a local activity runs inline"),
     ],
 )
 def test_bad_config_is_refused_with_the_key_named(tmp_path: Path, text: str, message: str) -> None:
@@ -192,7 +200,15 @@ def test_good_values_at_the_edges_are_accepted() -> None:
 
 
 def _all_key_fields() -> list[tuple[str, Field[Any]]]:
-    classes = [*SECTIONS.values(), AuthConfig, TypeConfig, PoolConfig, QueueConfig, SignalDefinition]
+    classes = [
+        *SECTIONS.values(),
+        AuthConfig,
+        TypeConfig,
+        AdaptiveConcurrencyConfig,
+        PoolConfig,
+        QueueConfig,
+        SignalDefinition,
+    ]
     return [(f"{cls.__name__}.{f.name}", f) for cls in classes for f in fields(cls)]
 
 
@@ -242,7 +258,7 @@ def test_every_lowtide_variable_the_code_reads_is_known() -> None:
         "scheduler_service",
         "signal_service",
         "clients/python/lowtide_client",
-        "clients/python-proto/lowtide_proto",
+        "clients/python/lowtide_proto",
         "tests",
         "bench",
     ]
@@ -252,3 +268,10 @@ def test_every_lowtide_variable_the_code_reads_is_known() -> None:
     seen = {name for path in files if path.is_file() for name in _VARIABLE.findall(path.read_text())}
     examples = {"LOWTIDE_SCHEDULER_LISTNE", "LOWTIDE_POOLS_GPU_MAX_WORKERS"}
     assert seen - examples - config_variables() - OTHER_VARIABLES == set()
+
+
+def test_adaptive_concurrency_is_read_from_an_inline_table(tmp_path: Path) -> None:
+    path = tmp_path / "lowtide.toml"
+    path.write_text('[types.api]\nadaptive_concurrency = { min = 2, max = 50, initial = 5, probe = "30s" }\n')
+    adaptive = load_config(path, env={}).types["api"].adaptive_concurrency
+    assert adaptive == AdaptiveConcurrencyConfig(min=2, max=50, initial=5, probe=timedelta(seconds=30))

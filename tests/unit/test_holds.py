@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
@@ -106,3 +107,27 @@ def test_explain_lists_every_reason_and_ready_when_none() -> None:
         "ready: waiting for a free worker slot",
         ["ready"],
     )
+
+
+def test_explain_says_which_source_of_the_skip_list_holds_a_task_back() -> None:
+    facts = TaskFacts("pending", "q", "activity", "api", 0, NOW, NOW)
+    at_adaptive = Surroundings(
+        now=NOW,
+        limit=50,
+        adaptive_limit=18,
+        adaptive_reason="run time 1.90x its baseline",
+        running_of_type=18,
+        workers_for_type=1,
+    )
+    text, codes = explain(facts, at_adaptive)
+    assert codes == ["adaptive_limit"]
+    assert text == "activity type api is at its adaptive concurrency limit (18/18; run time 1.90x its baseline)"
+    hold = HoldState(True, None, "signal grid is 520 gCO2/kWh, above 400")
+    held = replace(at_adaptive, held=True, hold=hold, running_of_type=0)
+    assert explain(facts, held)[1] == ["cost_hold"]
+    # At both limits the lower one is named first; under the adaptive one only the static binds.
+    assert explain(facts, replace(at_adaptive, limit=10, running_of_type=20))[1] == [
+        "concurrency_limit",
+        "adaptive_limit",
+    ]
+    assert explain(facts, replace(at_adaptive, limit=10, running_of_type=12))[1] == ["concurrency_limit"]

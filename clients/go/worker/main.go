@@ -1,7 +1,9 @@
 // A lowtide worker in Go: one WorkerService.Connect stream, built from stubs that build.sh
 // generates from the repository's protos/ with protoc-gen-go and protoc-gen-go-grpc. It runs
-// `echo` (the result is the payload), heartbeats at the interval the welcome names, and on
-// SIGTERM or a scheduler's Drain takes no new work, lets running attempts report, and exits 0.
+// `total`, a typed activity (JSON in, JSON out, as the Python and Node clients send typed values),
+// and `echo` (the result is the payload), heartbeats at the intervals the welcome names (busy,
+// and idle while nothing runs), and on SIGTERM or a scheduler's Drain takes no new work, lets
+// running attempts report, and exits 0.
 //
 // Configured by environment: LOWTIDE_TARGET (default 127.0.0.1:50051), LOWTIDE_POOL (default),
 // LOWTIDE_QUEUES (comma-separated, default), LOWTIDE_SLOTS (4).
@@ -9,6 +11,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"os"
@@ -20,13 +23,64 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/protobuf/proto"
 
 	pb "lowtide/lowtidev1"
 )
 
+// typed makes an activity of a function of JSON values: the payload of a typed task (one with
+// `content-type: application/json`, see TaskSpec.payload in protos/lowtide/v1/task.proto) is
+// decoded into P, and the result R goes back as JSON, which a typed client decodes again.
+func typed[P, R any](fn func(P) (R, error)) func([]byte) ([]byte, error) {
+	return func(payload []byte) ([]byte, error) {
+		var params P
+		if err := json.Unmarshal(payload, &params); err != nil {
+			return nil, fmt.Errorf("the payload is not the JSON this activity takes: %w", err)
+		}
+		result, err := fn(params)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(result)
+	}
+}
+
+// Scores and Total are `total`'s parameter and result.
+type Scores struct {
+	Name   string    `json:"name"`
+	Values []float64 `json:"values"`
+}
+
+type Total struct {
+	Name  string  `json:"name"`
+	Total float64 `json:"total"`
+	Count int     `json:"count"`
+}
+
 var activities = map[string]func([]byte) ([]byte, error){
+	"total": typed(func(s Scores) (Total, error) {
+		sum := 0.0
+		for _, v := range s.Values {
+			sum += v
+		}
+		return Total{Name: s.Name, Total: sum, Count: len(s.Values)}, nil
+	}),
 	"echo": func(payload []byte) ([]byte, error) { return payload, nil },
 }
+
+// protoCodec marshals with google.golang.org/protobuf (APIv2), what protoc-gen-go generates for.
+// grpc-go 1.33's default codec goes through github.com/golang/protobuf, which Debian 12 has at
+// 1.3 (golang-github-golang-protobuf-1-3-dev), older than APIv2: it cannot marshal these messages.
+type protoCodec struct{}
+
+func (protoCodec) Marshal(v interface{}) ([]byte, error) { return proto.Marshal(v.(proto.Message)) }
+func (protoCodec) Unmarshal(data []byte, v interface{}) error {
+	return proto.Unmarshal(data, v.(proto.Message))
+}
+func (protoCodec) Name() string { return "proto" }
+
+func init() { encoding.RegisterCodec(protoCodec{}) }
 
 func env(name, fallback string) string {
 	if value := os.Getenv(name); value != "" {
@@ -40,6 +94,8 @@ type stream struct {
 	mu      sync.Mutex
 	call    pb.WorkerService_ConnectClient
 	running map[int64]*pb.TaskRef
+	// Signalled when an attempt starts: an idle heartbeat wait ends, to beat at the busy interval.
+	started chan struct{}
 }
 
 func (s *stream) send(message *pb.WorkerMessage) {
@@ -68,22 +124,35 @@ func (s *stream) run(assignment *pb.Assignment, done *sync.WaitGroup) {
 	s.send(&pb.WorkerMessage{Message: &pb.WorkerMessage_Results{Results: &pb.Results{Results: []*pb.TaskResult{result}}}})
 }
 
-func (s *stream) heartbeats(every time.Duration, stop <-chan struct{}) {
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
+// heartbeats beats every `busy` while any attempt runs and every `idle` while none does (the
+// welcome's idle_heartbeat_interval; zero: always `busy`), counted from the last heartbeat.
+func (s *stream) heartbeats(busy, idle time.Duration, stop <-chan struct{}) {
+	last := time.Now()
 	for {
+		s.mu.Lock()
+		period := busy
+		if len(s.running) == 0 && idle > busy {
+			period = idle
+		}
+		s.mu.Unlock()
+		timer := time.NewTimer(time.Until(last.Add(period)))
 		select {
 		case <-stop:
+			timer.Stop()
 			return
-		case <-ticker.C:
-			s.mu.Lock()
-			refs := make([]*pb.TaskRef, 0, len(s.running))
-			for _, ref := range s.running {
-				refs = append(refs, ref)
-			}
-			s.mu.Unlock()
-			s.send(&pb.WorkerMessage{Message: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{Running: refs}}})
+		case <-s.started:
+			timer.Stop()
+			continue // the period may be shorter now
+		case <-timer.C:
 		}
+		s.mu.Lock()
+		refs := make([]*pb.TaskRef, 0, len(s.running))
+		for _, ref := range s.running {
+			refs = append(refs, ref)
+		}
+		s.mu.Unlock()
+		s.send(&pb.WorkerMessage{Message: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{Running: refs}}})
+		last = time.Now()
 	}
 }
 
@@ -103,7 +172,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("cannot connect to %s: %v", target, err)
 	}
-	s := &stream{call: call, running: map[int64]*pb.TaskRef{}}
+	s := &stream{call: call, running: map[int64]*pb.TaskRef{}, started: make(chan struct{}, 1)}
 	types := []*pb.ActivityType{}
 	for name := range activities {
 		types = append(types, &pb.ActivityType{Name: name})
@@ -147,12 +216,16 @@ func main() {
 			if every <= 0 {
 				every = 5 * time.Second
 			}
-			go s.heartbeats(every, draining)
+			go s.heartbeats(every, m.Welcome.IdleHeartbeatInterval.AsDuration(), draining)
 		case *pb.SchedulerMessage_Assignments:
 			for _, assignment := range m.Assignments.Assignments {
 				s.mu.Lock()
 				s.running[assignment.Task.TaskId] = assignment.Task
 				s.mu.Unlock()
+				select {
+				case s.started <- struct{}{}:
+				default: // a wake-up is already pending
+				}
 				running.Add(1)
 				go s.run(assignment, &running)
 			}

@@ -33,6 +33,7 @@ class SchedulerClient {
     };
     if (options.maxAttempts) task.retry_policy = { max_attempts: options.maxAttempts };
     if (options.heartbeatTimeoutMs) task.heartbeat_timeout = fromMillis(options.heartbeatTimeoutMs);
+    if (options.startToCloseTimeoutMs) task.start_to_close_timeout = fromMillis(options.startToCloseTimeoutMs);
     if (Object.keys(encoded.headers).length > 0) task.headers = encoded.headers;
     const response = await this._call('SubmitTask', { task });
     return response.task;

@@ -9,8 +9,9 @@ const grpc = require('@grpc/grpc-js');
 const { loadLowtide } = require('./protos');
 const { toMillis } = require('./duration');
 const { channelSettings } = require('./security');
-const { traceContext, runTraced } = require('./tracing');
+const { runTraced } = require('./tracing');
 const { decodePayload, encodeResult } = require('./codec');
+const { DEADLINE_GRACE_MS, DETAILS_DELAY_MS, encodeDetails, makeContext, toDate } = require('./context');
 
 /** Thrown by an activity for a failure that retrying cannot fix: the task fails at once. */
 class NonRetryableError extends Error {
@@ -29,24 +30,7 @@ const key = (ref) => `${ref.task_id}:${ref.attempt}`;
 const RECONNECT = new Set([grpc.status.OK, grpc.status.UNAVAILABLE, grpc.status.CANCELLED]);
 
 class Worker extends EventEmitter {
-  /**
-   * @param {object} options
-   * @param {string} options.target scheduler address, host:port
-   * @param {Record<string, (payload: Buffer, ctx: object) => any>} options.activities by type name
-   * @param {string} [options.pool] default "default"
-   * @param {string[]} [options.queues] default ["default"]
-   * @param {number} [options.slots] attempts run at once, default 4
-   * @param {string} [options.workerId] stable across reconnects; the scheduler picks one when empty
-   * @param {number} [options.resultDelayMs] results finished this close together go in one message
-   * @param {number} [options.reconnectInitialMs] first reconnect delay, doubling (default 100)
-   * @param {number} [options.reconnectMaxMs] longest reconnect delay (default 5000, and at most a
-   *   quarter of the scheduler's lease, so running attempts are kept)
-   * @param {number} [options.stopGraceMs] how long stop() lets running attempts finish (default 30000)
-   * @param {string} [options.token] bearer token (a worker-role token when the scheduler has auth on)
-   * @param {string|Buffer} [options.ca] TLS: the CA to trust (PEM text, Buffer or file path)
-   * @param {string|Buffer} [options.cert] mutual TLS: this worker's certificate, with `key`
-   * @param {string|Buffer} [options.key] mutual TLS: its private key
-   */
+  /** @param {import('../index').WorkerOptions} options (each one is described in index.d.ts) */
   constructor({
     target,
     activities,
@@ -58,6 +42,7 @@ class Worker extends EventEmitter {
     reconnectInitialMs = 100,
     reconnectMaxMs = 5000,
     stopGraceMs = 30000,
+    logger = console,
     token,
     ca,
     cert,
@@ -77,9 +62,13 @@ class Worker extends EventEmitter {
     this.reconnectInitialMs = reconnectInitialMs;
     this.reconnectMaxMs = reconnectMaxMs;
     this.stopGraceMs = stopGraceMs;
+    this.logger = logger;
     // Checked here, so a missing file or a cert without its key fails at construction.
     this._channel = channelSettings({ token, ca, cert, key });
     this.heartbeatIntervalMs = 2000;
+    // While nothing runs: the welcome's idle_heartbeat_interval (null: beat at heartbeatIntervalMs).
+    this.idleHeartbeatIntervalMs = null;
+    this._lastHeartbeat = 0; // Date.now() of the current stream's last heartbeat (or its welcome)
     // Attempts and unsent results outlive a stream: the next hello lists them, and the results
     // follow its welcome.
     this.running = new Map();
@@ -88,6 +77,7 @@ class Worker extends EventEmitter {
     this.draining = false;
     this._flushTimer = null;
     this._heartbeatTimer = null;
+    this._detailsTimer = null; // a heartbeat soon, for details an activity reported
     this._reconnectTimer = null;
     this._call = null; // the current stream, null while disconnected
     this._welcomed = false; // the current stream's welcome has arrived
@@ -172,6 +162,8 @@ class Worker extends EventEmitter {
         this._everWelcomed = true;
         this.workerId = message.welcome.worker_id;
         this.heartbeatIntervalMs = toMillis(message.welcome.heartbeat_interval) || this.heartbeatIntervalMs;
+        this.idleHeartbeatIntervalMs = toMillis(message.welcome.idle_heartbeat_interval) || null;
+        this._lastHeartbeat = Date.now();
         const lease = toMillis(message.welcome.lease_timeout);
         // Reconnect well within the lease, or the scheduler gives the running attempts away.
         this._capMs = lease > 0 ? Math.min(this.reconnectMaxMs, lease / 4) : this.reconnectMaxMs;
@@ -213,26 +205,17 @@ class Worker extends EventEmitter {
     const ref = { task_id: assignment.task.task_id, attempt: assignment.task.attempt };
     if (this.running.has(key(ref))) return;
     const controller = new AbortController();
-    const entry = {
-      ref,
-      controller,
-      heartbeatTimeoutMs: toMillis(assignment.heartbeat_timeout),
-    };
+    const deadline = toDate(assignment.start_to_close_deadline);
+    const entry = { ref, controller, heartbeatTimeoutMs: toMillis(assignment.heartbeat_timeout), details: null };
     this.running.set(key(ref), entry);
+    // Past its deadline (and a grace for clock skew) the scheduler has failed the attempt: abort it.
+    const untilDeadline = deadline === null ? null : deadline.getTime() - Date.now() + DEADLINE_GRACE_MS;
+    if (untilDeadline !== null && untilDeadline < 2 ** 31 - 1) {
+      entry.deadlineTimer = setTimeout(() => this._drop(entry, 'its start-to-close deadline passed'), Math.max(0, untilDeadline));
+    }
     this._scheduleHeartbeat();
-    const ctx = {
-      taskId: ref.task_id,
-      attempt: ref.attempt,
-      activityType: assignment.activity_type,
-      queue: assignment.queue,
-      // The task's headers as submitted ({ traceparent: '00-…' }, say); {} for none.
-      headers: { ...assignment.headers },
-      // Its W3C trace context ({ traceId, spanId, traceFlags, traceState }), or null: see lib/tracing.js.
-      trace: traceContext(assignment.headers),
-      // Aborted when the scheduler cancels the attempt; its result would not be applied.
-      signal: controller.signal,
-      heartbeat: () => this._heartbeat(),
-    };
+    const heartbeat = (details) => this._reportDetails(entry, details);
+    const ctx = makeContext({ assignment, ref, controller, deadline, logger: this.logger, heartbeat });
     this.emit('assigned', ctx);
     const fn = this.activities[assignment.activity_type];
     entry.done = (async () => {
@@ -261,7 +244,9 @@ class Worker extends EventEmitter {
     // A cancelled attempt is no longer this worker's: its slot is already free, and a report
     // would only be refused.
     if (this.running.get(key(entry.ref)) !== entry) return;
-    this.running.delete(key(entry.ref));
+    // Details reported just before the end go first, while the attempt still runs.
+    if (entry.details !== null) this._heartbeat();
+    this._drop(entry, null);
     this._pending.push({ task: entry.ref, ...outcome });
     if (this._flushTimer === null) this._flushTimer = setTimeout(() => this._flush(), this.resultDelayMs);
     this.emit('finished', entry.ref, outcome);
@@ -282,35 +267,68 @@ class Worker extends EventEmitter {
     const entry = this.running.get(key(ref));
     this._pending = this._pending.filter((r) => key(r.task) !== key(ref));
     if (!entry) return;
-    this.running.delete(key(ref));
-    entry.controller.abort(new Error('cancelled by the scheduler'));
+    this._drop(entry, 'cancelled by the scheduler');
     this.emit('cancelled', ref);
   }
 
   _forget(ref) {
     const entry = this.running.get(key(ref));
     this._pending = this._pending.filter((r) => key(r.task) !== key(ref));
-    if (!entry) return;
-    this.running.delete(key(ref));
-    entry.controller.abort(new Error('the scheduler refused the report: no longer this worker\'s'));
+    if (entry) this._drop(entry, "the scheduler refused the report: no longer this worker's");
+  }
+
+  // The attempt is no longer running here: finished (reason null) or taken away (its signal is
+  // aborted with the reason, and its result will not be reported).
+  _drop(entry, reason) {
+    if (this.running.get(key(entry.ref)) !== entry) return;
+    this.running.delete(key(entry.ref));
+    if (entry.deadlineTimer) clearTimeout(entry.deadlineTimer);
+    if (reason !== null) entry.controller.abort(new Error(reason));
+  }
+
+  // ctx.heartbeat(): at once without details; with details (the newest wins) within DETAILS_DELAY_MS.
+  _reportDetails(entry, details) {
+    if (details === undefined) {
+      this._heartbeat();
+      return;
+    }
+    const data = encodeDetails(details);
+    if (this.running.get(key(entry.ref)) !== entry) return;
+    entry.details = data;
+    if (this._detailsTimer === null) this._detailsTimer = setTimeout(() => this._heartbeat(), DETAILS_DELAY_MS);
   }
 
   _heartbeat() {
-    this._write({ heartbeat: { running: [...this.running.values()].map((e) => e.ref) } });
+    if (this._detailsTimer !== null) clearTimeout(this._detailsTimer);
+    this._detailsTimer = null;
+    if (this._writable()) {
+      const entries = [...this.running.values()];
+      const details = entries.filter((e) => e.details !== null).map((e) => ({ task: e.ref, details: e.details }));
+      for (const entry of entries) entry.details = null;
+      const running = entries.map((e) => e.ref);
+      this._call.write({ heartbeat: { running, details } });
+      this._lastHeartbeat = Date.now();
+      this.emit('heartbeat', running);
+    }
     this._scheduleHeartbeat();
   }
 
   // Often enough for the lease (the scheduler's interval) and for every running attempt's own
-  // heartbeat timeout (three beats per timeout, so one late beat does not lose it).
+  // heartbeat timeout (three beats per timeout, so one late beat does not lose it); with nothing
+  // running and no result unsent, every idle interval the welcome names. Counted from the last
+  // heartbeat, so attempts starting often never put the next one off.
   _scheduleHeartbeat() {
     if (this._heartbeatTimer !== null) clearTimeout(this._heartbeatTimer);
     this._heartbeatTimer = null;
     if (!this._writable()) return;
-    let delay = this.heartbeatIntervalMs;
+    const idle = this.running.size === 0 && this._pending.length === 0;
+    let period = this.heartbeatIntervalMs;
+    if (idle && this.idleHeartbeatIntervalMs) period = Math.max(period, this.idleHeartbeatIntervalMs);
     for (const entry of this.running.values()) {
-      if (entry.heartbeatTimeoutMs > 0) delay = Math.min(delay, entry.heartbeatTimeoutMs / 3);
+      if (entry.heartbeatTimeoutMs > 0) period = Math.min(period, entry.heartbeatTimeoutMs / 3);
     }
-    this._heartbeatTimer = setTimeout(() => this._heartbeat(), Math.max(50, delay));
+    const delay = Math.max(50, period) - (Date.now() - this._lastHeartbeat);
+    this._heartbeatTimer = setTimeout(() => this._heartbeat(), Math.max(0, delay));
   }
 
   // Everything running finished and reported: then close the stream's request side, and the
@@ -371,10 +389,10 @@ class Worker extends EventEmitter {
   _finish(error) {
     if (this._ended) return;
     this._ended = true;
-    for (const timer of [this._flushTimer, this._heartbeatTimer, this._reconnectTimer, this._stopTimer]) {
+    for (const timer of [this._flushTimer, this._heartbeatTimer, this._detailsTimer, this._reconnectTimer, this._stopTimer]) {
       if (timer) clearTimeout(timer);
     }
-    for (const entry of this.running.values()) entry.controller.abort(new Error('worker closed'));
+    for (const entry of [...this.running.values()]) this._drop(entry, 'worker closed');
     this._call = null;
     if (this._welcome) this._welcome.reject(error || new Error('the worker closed before a welcome'));
     if (this._client) this._client.close();

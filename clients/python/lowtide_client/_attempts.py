@@ -22,7 +22,7 @@ from lowtide_client._activities import (
     success_result,
 )
 from lowtide_client._log import log_event
-from lowtide_client._tracing import attempt_span, failed
+from lowtide_client._tracing import attempt_span, failed, traced
 from lowtide_client.activity import ActivityContext, _enter
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 
@@ -101,8 +101,11 @@ class Attempts:
             refs.setdefault((result.task.task_id, result.task.attempt), result.task)
         return list(refs.values())
 
-    def heartbeat_period(self, interval: float) -> float:
-        """Heartbeat often enough for the lease and for every running attempt's own timeout."""
+    def heartbeat_period(self, interval: float, idle_interval: float | None = None) -> float:
+        """Heartbeat often enough for the lease and for every running attempt's own timeout; with
+        nothing running and no result unsent, every `idle_interval` (when the scheduler names one)."""
+        if idle_interval is not None and not self.running and not self.unsent:
+            return max(interval, idle_interval)
         timeouts = [a.heartbeat_timeout for a in self.running.values() if a.heartbeat_timeout]
         if any(a.details is not None for a in self.running.values()):
             timeouts.append(_DETAILS_DELAY * 3)  # reported details go out soon
@@ -214,8 +217,13 @@ class Attempts:
         if attempt.context is not None:
             _enter(attempt.context)  # this task's own context, copied into a plain function's thread
         async with self._slot_guard:
-            with attempt_span(headers, task_id=ref.task_id, attempt=ref.attempt, activity_type=activity_type) as span:
-                result = await self._run(attempt, activity_type, payload, span)
+            if traced(headers):
+                with attempt_span(
+                    headers, task_id=ref.task_id, attempt=ref.attempt, activity_type=activity_type
+                ) as span:
+                    result = await self._run(attempt, activity_type, payload, span)
+            else:
+                result = await self._run(attempt, activity_type, payload, None)
         if attempt.discarded:
             return
         self.unsent.append(result)

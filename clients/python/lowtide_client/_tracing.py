@@ -20,7 +20,12 @@ try:
 except ImportError:  # opentelemetry-api is optional: the worker runs untraced without it
     _trace = None  # type: ignore[assignment]
 
-__all__ = ["attempt_span", "failed"]
+__all__ = ["attempt_span", "failed", "traced"]
+
+
+def traced(headers: Mapping[str, str]) -> bool:
+    """Whether an attempt with these headers gets a span (tracing installed, a trace context sent)."""
+    return _trace is not None and "traceparent" in headers
 
 
 @contextlib.contextmanager

@@ -27,6 +27,10 @@ _current: contextvars.ContextVar[ActivityContext] = contextvars.ContextVar("lowt
 
 logger = logging.getLogger("lowtide_client.activity")
 
+# Guards the first look at a context's `cancelled` (the worker's loop and an activity's thread
+# may ask at once).
+_making = threading.Lock()
+
 
 class ActivityCancelled(Exception):
     """Raised by ``raise_if_cancelled()`` once the attempt was cancelled; its result is not used."""
@@ -40,9 +44,21 @@ class ActivityContext:
     #: The start-to-close deadline on the scheduler's clock (aware, UTC), or None.
     deadline: datetime | None
     headers: Mapping[str, str]
-    #: Set when the attempt is cancelled (by the scheduler, its deadline, or the worker stopping).
-    cancelled: threading.Event = field(default_factory=threading.Event)
     _report: Callable[[bytes], object] = field(default=lambda _: None, repr=False)
+    _cancelled: threading.Event | None = field(default=None, repr=False)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the attempt is cancelled (by the scheduler, its deadline, or the worker
+        stopping). Made when first asked for, from any thread: most attempts never ask, and a
+        threading.Event per attempt was a tenth of a no-op worker's CPU."""
+        event = self._cancelled
+        if event is None:
+            with _making:
+                if self._cancelled is None:
+                    self._cancelled = threading.Event()
+                event = self._cancelled
+        return event
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:

@@ -628,6 +628,66 @@ class CarbonStatus(_message.Message):
 Global___CarbonStatus: _TypeAlias = CarbonStatus  # noqa: Y015
 
 @_typing.final
+class AdaptiveLimitStatus(_message.Message):
+    """An activity type's adaptive concurrency limit ([types.NAME] adaptive_concurrency) and the
+    figures of the last window that moved it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTIVITY_TYPE_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    MIN_FIELD_NUMBER: _builtins.int
+    MAX_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
+    LATENCY_SECONDS_FIELD_NUMBER: _builtins.int
+    BASELINE_SECONDS_FIELD_NUMBER: _builtins.int
+    FAILURE_RATE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_FIELD_NUMBER: _builtins.int
+    activity_type: _builtins.str
+    limit: _builtins.int
+    """The limit claims apply now, and its bounds."""
+    min: _builtins.int
+    max: _builtins.int
+    running: _builtins.int
+    samples: _builtins.int
+    """Attempts of the last window; the mean run time of those that succeeded (NaN when none
+    did), the no-load baseline it is measured against (NaN before the first), the share that
+    failed with a retryable error or timed out.
+    """
+    latency_seconds: _builtins.float
+    baseline_seconds: _builtins.float
+    failure_rate: _builtins.float
+    reason: _builtins.str
+    """Why the limit is where it is, e.g. "settled" or "12% of 240 attempts failed or timed out"."""
+    @_builtins.property
+    def updated_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        activity_type: _builtins.str = ...,
+        limit: _builtins.int = ...,
+        min: _builtins.int = ...,
+        max: _builtins.int = ...,
+        running: _builtins.int = ...,
+        samples: _builtins.int = ...,
+        latency_seconds: _builtins.float = ...,
+        baseline_seconds: _builtins.float = ...,
+        failure_rate: _builtins.float = ...,
+        reason: _builtins.str = ...,
+        updated_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["updated_at", b"updated_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "baseline_seconds", b"baseline_seconds", "failure_rate", b"failure_rate", "latency_seconds", b"latency_seconds", "limit", b"limit", "max", b"max", "min", b"min", "reason", b"reason", "running", b"running", "samples", b"samples", "updated_at", b"updated_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdaptiveLimitStatus: _TypeAlias = AdaptiveLimitStatus  # noqa: Y015
+
+@_typing.final
 class GetStatusResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -635,6 +695,7 @@ class GetStatusResponse(_message.Message):
     POOLS_FIELD_NUMBER: _builtins.int
     HOLD_FIELD_NUMBER: _builtins.int
     CARBON_FIELD_NUMBER: _builtins.int
+    ADAPTIVE_LIMITS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def queues(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueStatus]: ...
     @_builtins.property
@@ -645,6 +706,8 @@ class GetStatusResponse(_message.Message):
     def carbon(self) -> _containers.RepeatedCompositeFieldContainer[Global___CarbonStatus]:
         """For cost-deferrable types: the intensity avoided by waiting."""
 
+    @_builtins.property
+    def adaptive_limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___AdaptiveLimitStatus]: ...
     def __init__(
         self,
         *,
@@ -652,10 +715,11 @@ class GetStatusResponse(_message.Message):
         pools: _abc.Iterable[Global___PoolStatus] | None = ...,
         hold: Global___HoldStatus | None = ...,
         carbon: _abc.Iterable[Global___CarbonStatus] | None = ...,
+        adaptive_limits: _abc.Iterable[Global___AdaptiveLimitStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["hold", b"hold"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["carbon", b"carbon", "hold", b"hold", "pools", b"pools", "queues", b"queues"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adaptive_limits", b"adaptive_limits", "carbon", b"carbon", "hold", b"hold", "pools", b"pools", "queues", b"queues"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
