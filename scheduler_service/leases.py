@@ -2,20 +2,25 @@
 
 A heartbeat only marks its session heard; every tick (half the heartbeat interval, so a lease
 never waits more than that for its renewal) the replica renews the leases of all the sessions it
-heard from since the last tick in one statement. An idle fleet of N workers so costs one commit
-per tick, not N per heartbeat interval. A session whose renewal finds its lease gone (it ran out
-while the worker was silent, or the worker connected elsewhere) ends as before: UNAVAILABLE, and
-its attempts are lost.
+heard from since the last tick in one statement, with those whose lease length changed (they
+began or stopped running attempts, or changed slots; see domain.leases). A worker running nothing
+beats only every idle heartbeat interval, so an idle fleet of N workers costs one commit per tick
+and N / idle_heartbeat_interval heartbeats a second. A session whose renewal finds its lease gone
+(it ran out while the worker was silent, or the worker connected elsewhere) ends as before:
+UNAVAILABLE, and its attempts are lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import timedelta
 
 from lowtide.errors import DatabaseUnavailable, Unavailable
 from lowtide_proto.durations import format_duration
+from scheduler_service.domain.leases import LeaseTerms, renewal
+from scheduler_service.heartbeats import Beats
 from scheduler_service.sessions import Registry, WorkerSession
 from scheduler_service.store import Store
 
@@ -31,46 +36,70 @@ class Leases:
         scheduler_id: str,
         lease_timeout: timedelta,
         heartbeat_interval: timedelta,
+        idle_heartbeat_interval: timedelta,
     ) -> None:
         self._store = store
         self._registry = registry
         self._scheduler_id = scheduler_id
         self._lease = lease_timeout
+        self._terms = LeaseTerms.of(lease_timeout=lease_timeout, idle_heartbeat_interval=idle_heartbeat_interval)
         self._tick = heartbeat_interval.total_seconds() / 2
-        # Renewal statements run (one per tick with any session heard from).
+        # Renewal statements run (one per tick with any session heard from or changed).
         self.renewals = 0
+        # The heartbeat deadlines of running attempts, written beside (see heartbeats.py).
+        self.beats = Beats(store)
 
     async def run(self) -> None:
+        await asyncio.gather(self._renewing(), self.beats.run())
+
+    async def _renewing(self) -> None:
         while True:
             await asyncio.sleep(self._tick)
             await self.renew()
 
     async def renew(self) -> None:
-        """Renews the leases of every session heard from since the last renewal; ends those
-        whose lease was gone."""
-        heard = [s for s in self._registry if s.heard and not s.closed]
-        if not heard:
+        """Renews the leases of every session heard from since the last renewal, and of those
+        whose lease length changed; ends those whose lease was gone."""
+        now = time.monotonic()
+        due: dict[str, tuple[int, int]] = {}
+        # The sessions heard from, among those renewed.
+        sessions: list[WorkerSession] = []
+        for session in self._registry:
+            if session.closed:
+                continue
+            heard = session.lease.heard
+            left = renewal(session.lease, busy=bool(session.in_flight), slots=session.slots, now=now, terms=self._terms)
+            if left is None or left <= 0:
+                # Nothing changed, or silent past its lease (which ran out in the database too):
+                # it gets no work, and its next heartbeat (if any) ends its stream.
+                continue
+            if heard:
+                sessions.append(session)
+            due[session.worker_id] = (session.slots, round(left * 1000))
+        if not due:
             return
-        for session in heard:
-            session.heard = False
         try:
             self.renewals += 1
-            renewed = await self._store.renew_workers(
-                {s.worker_id: s.slots for s in heard}, self._lease, self._scheduler_id
-            )
+            renewed = await self._store.renew_workers(due, self._scheduler_id)
         except DatabaseUnavailable as error:
             # A busy pool or a database restart is not the workers' fault: their streams stay,
             # and the next tick renews the leases (or finds them gone).
-            log.warning("worker.heartbeat_deferred", extra={"workers": len(heard), "error": str(error)})
-            for session in heard:
-                session.heard = True
+            log.warning("worker.heartbeat_deferred", extra={"workers": len(due), "error": str(error)})
+            for session in sessions:
+                session.lease.heard = True
+            for session in self._registry:
+                if session.worker_id in due and not session.lease.heard:
+                    session.lease.leased_slots = -1  # unknown: renewed on the next tick
             return
-        for session in heard:
+        # A worker heard from whose lease was gone ends (UNAVAILABLE); one renewed only because its
+        # lease length changed is left to its next heartbeat, which then finds the lease gone.
+        for session in sessions:
             if session.worker_id not in renewed and not session.closed:
                 self._lost(session)
 
     def _lost(self, session: WorkerSession) -> None:
-        lease = format_duration(self._lease)
+        seconds = self._terms.busy if session.lease.leased_busy else self._terms.idle
+        lease = format_duration(timedelta(seconds=seconds))
         session.lost_reason = f"the worker's lease ran out (nothing heard from it for {lease})"
         session.end(
             Unavailable(

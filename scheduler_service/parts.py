@@ -169,23 +169,26 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         adaptive=core.adaptive,
         on_freed=dispatcher.freed,
     )
-    stream = WorkerStream(
-        store=store,
-        registry=registry,
-        dispatcher=dispatcher,
-        completer=completer,
-        scheduler_id=scheduler_id,
-        heartbeat_interval=cfg.heartbeat_interval,
-        lease_timeout=cfg.lease_timeout,
-        fixed=fixed,
-        metrics=metrics,
-    )
     leases = Leases(
         store,
         registry,
         scheduler_id=scheduler_id,
         lease_timeout=cfg.lease_timeout,
         heartbeat_interval=cfg.heartbeat_interval,
+        idle_heartbeat_interval=cfg.idle_heartbeat_interval,
+    )
+    stream = WorkerStream(
+        store=store,
+        registry=registry,
+        dispatcher=dispatcher,
+        completer=completer,
+        beats=leases.beats,
+        scheduler_id=scheduler_id,
+        heartbeat_interval=cfg.heartbeat_interval,
+        idle_heartbeat_interval=cfg.idle_heartbeat_interval,
+        lease_timeout=cfg.lease_timeout,
+        fixed=fixed,
+        metrics=metrics,
     )
     maintenance = Maintenance(
         store,

@@ -8,12 +8,14 @@ for its group, and the replica's one dispatcher (dispatcher.py) claims for the g
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from lowtide.errors import LowtideError
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.domain.dispatch import GroupKey
+from scheduler_service.domain.leases import LeaseState
 from scheduler_service.domain.model import Attempt
 
 if TYPE_CHECKING:
@@ -84,8 +86,8 @@ class WorkerSession:
         self.group: Group | None = None
         self.closed = False
         self.draining = False
-        # A heartbeat came since the replica last renewed the leases (see leases.py).
-        self.heard = False
+        # When it was last heard from, and what its lease was last renewed for (see leases.py).
+        self.lease = LeaseState(heard_at=time.monotonic(), leased_slots=slots)
         # Set once its unreported attempts have been ended, so that is never done twice.
         self.released = False
         # Set when the scheduler shuts down: the stream ends and the worker reconnects elsewhere.

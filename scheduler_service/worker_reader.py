@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -19,6 +20,7 @@ from scheduler_service.convert import name, stored_text
 from scheduler_service.domain.model import Failure, State
 from scheduler_service.domain.retry import after_failure, after_success
 from scheduler_service.fixed_starts import FixedStarts
+from scheduler_service.heartbeats import Beats
 from scheduler_service.sessions import WorkerSession
 from scheduler_service.store import Store
 from scheduler_service.tracing import now_ns
@@ -45,11 +47,13 @@ class WorkerReader:
         *,
         store: Store,
         completer: Completer,
+        beats: Beats,
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
     ) -> None:
         self._store = store
         self._completer = completer
+        self._beats = beats
         self.fixed = fixed
         self.metrics = metrics
 
@@ -80,15 +84,24 @@ class WorkerReader:
                 raise InvalidArgument("message", "empty or unknown worker message")
 
     async def _on_heartbeat(self, session: WorkerSession, heartbeat: worker_pb2.Heartbeat) -> None:
-        # The lease is renewed with every other session's on the replica's next tick (leases.py).
-        session.heard = True
-        held = [(r.task_id, r.attempt) for r in heartbeat.running if holds(session, (r.task_id, r.attempt))]
-        details = _held_details(session, heartbeat.details)
-        try:
+        # The lease is renewed with every other session's on the replica's next tick (leases.py),
+        # the listed attempts' heartbeat deadlines within the next window (heartbeats.py).
+        lease = session.lease
+        lease.heard = True
+        lease.heard_at = time.monotonic()
+        if heartbeat.running:
+            held = [(r.task_id, r.attempt) for r in heartbeat.running if holds(session, (r.task_id, r.attempt))]
             if held:
-                await self._store.heartbeat(session.worker_id, held)
-            if details:
-                await self._store.heartbeat_details(session.worker_id, details)
+                self._beats.note(session.worker_id, held)
+        if not heartbeat.details:
+            return
+        details = _held_details(session, heartbeat.details)
+        if not details:
+            return
+        try:
+            # Rare (an activity's progress), and written before the stream's next message is read,
+            # so a result that follows the details never lands first.
+            await self._store.heartbeat_details(session.worker_id, details)
         except DatabaseUnavailable as error:
             log.warning("worker.heartbeat_deferred", extra={"worker_id": session.worker_id, "error": str(error)})
 

@@ -24,6 +24,7 @@ from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
 from scheduler_service.completer import Completer
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.fixed_starts import FixedStarts
+from scheduler_service.heartbeats import Beats
 from scheduler_service.sessions import MAX_OUTBOX, Registry, WorkerSession
 from scheduler_service.store import Store
 from scheduler_service.worker_attach import Attachments, session_from_hello
@@ -51,8 +52,10 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         registry: Registry,
         dispatcher: Dispatcher,
         completer: Completer,
+        beats: Beats,
         scheduler_id: str,
         heartbeat_interval: timedelta,
+        idle_heartbeat_interval: timedelta,
         lease_timeout: timedelta,
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
@@ -61,6 +64,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._dispatcher = dispatcher
         self._completer = completer
         self._heartbeat_interval = heartbeat_interval
+        self._idle_heartbeat_interval = idle_heartbeat_interval
         self._lease = lease_timeout
         self.fixed = fixed
         self.metrics = metrics
@@ -75,6 +79,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self._reader = WorkerReader(
             store=store,
             completer=completer,
+            beats=beats,
             fixed=fixed,
             metrics=metrics,
         )
@@ -117,6 +122,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                 worker_id=session.worker_id,
                 heartbeat_interval=_duration(self._heartbeat_interval),
                 lease_timeout=_duration(self._lease),
+                idle_heartbeat_interval=_duration(self._idle_heartbeat_interval),
             )
             await context.write(worker_pb2.SchedulerMessage(welcome=welcome))
             if stale:

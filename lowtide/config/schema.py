@@ -46,6 +46,9 @@ class SchedulerConfig:
     # Workers send a heartbeat this often; silence for lease_timeout loses them their tasks.
     heartbeat_interval: timedelta = key(2 * S, within(100 * MS, 5 * MIN))
     lease_timeout: timedelta = key(10 * S, within(1 * S, 1 * H))
+    # Workers that run nothing send a heartbeat this often (Welcome.idle_heartbeat_interval);
+    # one not heard from for this plus lease_timeout is given no more work.
+    idle_heartbeat_interval: timedelta = key(30 * S, within(100 * MS, 1 * H))
     # Time-driven work (timeouts, lost leases) runs this often, on the leader only.
     maintenance_interval: timedelta = key(500 * MS, within(10 * MS, 1 * MIN))
     leader_lease: timedelta = key(5 * S, within(1 * S, 10 * MIN))

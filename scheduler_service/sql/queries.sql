@@ -327,12 +327,16 @@ WHERE id IN (
 RETURNING id, state, has_dependents
 
 -- heartbeat_attempts --
--- Pushes back the heartbeat deadline of a worker's running attempts.
+-- Pushes back the heartbeat deadline of running attempts that heartbeats of any of this replica's
+-- workers listed, in one statement for all of them: each from when its heartbeat arrived
+-- (age_ms ago), and only while the attempt still runs on the worker that listed it. Worker ids come
+-- joined by E'\x1f'.
 UPDATE lowtide.tasks t
-SET heartbeat_deadline = now() + t.heartbeat_ms * interval '1 millisecond'
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt)
+SET heartbeat_deadline = now() + (t.heartbeat_ms - u.age_ms) * interval '1 millisecond'
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], string_to_array(%(workers)s::text, E'\x1f'),
+            %(ages)s::int[]) AS u(id, attempt, worker_id, age_ms)
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.state = 'running'
-  AND t.worker_id = %(worker_id)s AND t.heartbeat_ms IS NOT NULL
+  AND t.worker_id = u.worker_id AND t.heartbeat_ms IS NOT NULL
 
 -- heartbeat_details --
 -- Stores the heartbeat details a worker sent for its running attempts (the newest wins).
@@ -372,13 +376,17 @@ SET pool = EXCLUDED.pool, queues = EXCLUDED.queues, activity_types = EXCLUDED.ac
     lease_expires_at = EXCLUDED.lease_expires_at
 
 -- renew_worker_leases --
--- Extends the leases of the workers this replica heard a heartbeat from since its last renewal,
--- one statement per tick for all of them, each only while it still runs and the worker is this
+-- Sets the leases of the workers this replica heard a heartbeat from since its last renewal (or
+-- whose lease length changed: they began or stopped running attempts, or changed slots), one
+-- statement per tick for all of them, each only while it still runs and the worker is this
 -- replica's: a worker left out of RETURNING lost its lease (or went elsewhere) and is not renewed.
--- Ids come joined by E'\x1f' and slot counts by commas (two parameters for any number of workers).
+-- Each gets its own lease from now (ms, computed by leases.py from when it was last heard from).
+-- Ids come joined by E'\x1f', slot counts and leases by commas (three parameters for any number
+-- of workers).
 UPDATE lowtide.workers w
-SET lease_expires_at = now() + %(lease_ms)s * interval '1 millisecond', slots = r.slots
-FROM unnest(string_to_array(%(ids)s::text, E'\x1f'), string_to_array(%(slots)s::text, ',')::int[]) AS r(id, slots)
+SET lease_expires_at = now() + r.lease_ms * interval '1 millisecond', slots = r.slots
+FROM unnest(string_to_array(%(ids)s::text, E'\x1f'), string_to_array(%(slots)s::text, ',')::int[],
+            string_to_array(%(lease_ms)s::text, ',')::int[]) AS r(id, slots, lease_ms)
 WHERE w.id = r.id AND w.scheduler_id = %(scheduler_id)s AND w.lease_expires_at > now()
 RETURNING w.id
 

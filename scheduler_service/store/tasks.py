@@ -17,7 +17,7 @@ from scheduler_service.rows.tasks import (
     TaskRow,
     UnblockedRow,
 )
-from scheduler_service.store.base import Q, StoreBase, attempt_of
+from scheduler_service.store.base import SEPARATOR, Q, StoreBase, attempt_of
 
 
 class Ended(Protocol):
@@ -124,10 +124,17 @@ class TaskStore(StoreBase):
             await settle(tx, rows)
         return len(rows)
 
-    async def heartbeat(self, worker_id: str, refs: Sequence[tuple[int, int]]) -> None:
+    async def heartbeat(self, beats: Sequence[tuple[str, int, int, int]]) -> None:
+        """Pushes back the heartbeat deadlines of the attempts listed by heartbeats, (worker id, task
+        id, attempt, ms since the heartbeat arrived) each, in one statement for every worker."""
         await self.db.execute(
             Q["heartbeat_attempts"],
-            {"worker_id": worker_id, "ids": [r[0] for r in refs], "attempts": [r[1] for r in refs]},
+            {
+                "workers": SEPARATOR.join(b[0] for b in beats),
+                "ids": [b[1] for b in beats],
+                "attempts": [b[2] for b in beats],
+                "ages": [b[3] for b in beats],
+            },
         )
 
     async def heartbeat_details(self, worker_id: str, details: Sequence[tuple[int, int, bytes]]) -> None:

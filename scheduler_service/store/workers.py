@@ -35,13 +35,14 @@ class WorkerStore(StoreBase):
             },
         )
 
-    async def renew_workers(self, slots: Mapping[str, int], lease: timedelta, scheduler_id: str) -> set[str]:
-        """Extends the leases of these workers (id -> its slots now) in one statement; returns the
-        ids renewed. The others had run out (or the worker is another replica's)."""
+    async def renew_workers(self, leases: Mapping[str, tuple[int, int]], scheduler_id: str) -> set[str]:
+        """Sets the leases of these workers (id -> its slots now and its lease from now, in ms) in
+        one statement; returns the ids renewed. The others had run out (or the worker is another
+        replica's)."""
         params = {
-            "ids": SEPARATOR.join(slots),
-            "slots": ",".join(str(n) for n in slots.values()),
-            "lease_ms": ms(lease),
+            "ids": SEPARATOR.join(leases),
+            "slots": ",".join(str(slots) for slots, _ in leases.values()),
+            "lease_ms": ",".join(str(lease) for _, lease in leases.values()),
             "scheduler_id": scheduler_id,
         }
         return {row.id for row in await self.db.fetch_as(RenewedWorker, Q["renew_worker_leases"], params)}

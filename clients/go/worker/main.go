@@ -1,8 +1,9 @@
 // A lowtide worker in Go: one WorkerService.Connect stream, built from stubs that build.sh
 // generates from the repository's protos/ with protoc-gen-go and protoc-gen-go-grpc. It runs
 // `total`, a typed activity (JSON in, JSON out, as the Python and Node clients send typed values),
-// and `echo` (the result is the payload), heartbeats at the interval the welcome names, and on
-// SIGTERM or a scheduler's Drain takes no new work, lets running attempts report, and exits 0.
+// and `echo` (the result is the payload), heartbeats at the intervals the welcome names (busy,
+// and idle while nothing runs), and on SIGTERM or a scheduler's Drain takes no new work, lets
+// running attempts report, and exits 0.
 //
 // Configured by environment: LOWTIDE_TARGET (default 127.0.0.1:50051), LOWTIDE_POOL (default),
 // LOWTIDE_QUEUES (comma-separated, default), LOWTIDE_SLOTS (4).
@@ -93,6 +94,8 @@ type stream struct {
 	mu      sync.Mutex
 	call    pb.WorkerService_ConnectClient
 	running map[int64]*pb.TaskRef
+	// Signalled when an attempt starts: an idle heartbeat wait ends, to beat at the busy interval.
+	started chan struct{}
 }
 
 func (s *stream) send(message *pb.WorkerMessage) {
@@ -121,22 +124,35 @@ func (s *stream) run(assignment *pb.Assignment, done *sync.WaitGroup) {
 	s.send(&pb.WorkerMessage{Message: &pb.WorkerMessage_Results{Results: &pb.Results{Results: []*pb.TaskResult{result}}}})
 }
 
-func (s *stream) heartbeats(every time.Duration, stop <-chan struct{}) {
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
+// heartbeats beats every `busy` while any attempt runs and every `idle` while none does (the
+// welcome's idle_heartbeat_interval; zero: always `busy`), counted from the last heartbeat.
+func (s *stream) heartbeats(busy, idle time.Duration, stop <-chan struct{}) {
+	last := time.Now()
 	for {
+		s.mu.Lock()
+		period := busy
+		if len(s.running) == 0 && idle > busy {
+			period = idle
+		}
+		s.mu.Unlock()
+		timer := time.NewTimer(time.Until(last.Add(period)))
 		select {
 		case <-stop:
+			timer.Stop()
 			return
-		case <-ticker.C:
-			s.mu.Lock()
-			refs := make([]*pb.TaskRef, 0, len(s.running))
-			for _, ref := range s.running {
-				refs = append(refs, ref)
-			}
-			s.mu.Unlock()
-			s.send(&pb.WorkerMessage{Message: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{Running: refs}}})
+		case <-s.started:
+			timer.Stop()
+			continue // the period may be shorter now
+		case <-timer.C:
 		}
+		s.mu.Lock()
+		refs := make([]*pb.TaskRef, 0, len(s.running))
+		for _, ref := range s.running {
+			refs = append(refs, ref)
+		}
+		s.mu.Unlock()
+		s.send(&pb.WorkerMessage{Message: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{Running: refs}}})
+		last = time.Now()
 	}
 }
 
@@ -156,7 +172,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("cannot connect to %s: %v", target, err)
 	}
-	s := &stream{call: call, running: map[int64]*pb.TaskRef{}}
+	s := &stream{call: call, running: map[int64]*pb.TaskRef{}, started: make(chan struct{}, 1)}
 	types := []*pb.ActivityType{}
 	for name := range activities {
 		types = append(types, &pb.ActivityType{Name: name})
@@ -200,12 +216,16 @@ func main() {
 			if every <= 0 {
 				every = 5 * time.Second
 			}
-			go s.heartbeats(every, draining)
+			go s.heartbeats(every, m.Welcome.IdleHeartbeatInterval.AsDuration(), draining)
 		case *pb.SchedulerMessage_Assignments:
 			for _, assignment := range m.Assignments.Assignments {
 				s.mu.Lock()
 				s.running[assignment.Task.TaskId] = assignment.Task
 				s.mu.Unlock()
+				select {
+				case s.started <- struct{}{}:
+				default: // a wake-up is already pending
+				}
 				running.Add(1)
 				go s.run(assignment, &running)
 			}

@@ -66,6 +66,9 @@ class Worker extends EventEmitter {
     // Checked here, so a missing file or a cert without its key fails at construction.
     this._channel = channelSettings({ token, ca, cert, key });
     this.heartbeatIntervalMs = 2000;
+    // While nothing runs: the welcome's idle_heartbeat_interval (null: beat at heartbeatIntervalMs).
+    this.idleHeartbeatIntervalMs = null;
+    this._lastHeartbeat = 0; // Date.now() of the current stream's last heartbeat (or its welcome)
     // Attempts and unsent results outlive a stream: the next hello lists them, and the results
     // follow its welcome.
     this.running = new Map();
@@ -159,6 +162,8 @@ class Worker extends EventEmitter {
         this._everWelcomed = true;
         this.workerId = message.welcome.worker_id;
         this.heartbeatIntervalMs = toMillis(message.welcome.heartbeat_interval) || this.heartbeatIntervalMs;
+        this.idleHeartbeatIntervalMs = toMillis(message.welcome.idle_heartbeat_interval) || null;
+        this._lastHeartbeat = Date.now();
         const lease = toMillis(message.welcome.lease_timeout);
         // Reconnect well within the lease, or the scheduler gives the running attempts away.
         this._capMs = lease > 0 ? Math.min(this.reconnectMaxMs, lease / 4) : this.reconnectMaxMs;
@@ -300,22 +305,30 @@ class Worker extends EventEmitter {
       const entries = [...this.running.values()];
       const details = entries.filter((e) => e.details !== null).map((e) => ({ task: e.ref, details: e.details }));
       for (const entry of entries) entry.details = null;
-      this._call.write({ heartbeat: { running: entries.map((e) => e.ref), details } });
+      const running = entries.map((e) => e.ref);
+      this._call.write({ heartbeat: { running, details } });
+      this._lastHeartbeat = Date.now();
+      this.emit('heartbeat', running);
     }
     this._scheduleHeartbeat();
   }
 
   // Often enough for the lease (the scheduler's interval) and for every running attempt's own
-  // heartbeat timeout (three beats per timeout, so one late beat does not lose it).
+  // heartbeat timeout (three beats per timeout, so one late beat does not lose it); with nothing
+  // running and no result unsent, every idle interval the welcome names. Counted from the last
+  // heartbeat, so attempts starting often never put the next one off.
   _scheduleHeartbeat() {
     if (this._heartbeatTimer !== null) clearTimeout(this._heartbeatTimer);
     this._heartbeatTimer = null;
     if (!this._writable()) return;
-    let delay = this.heartbeatIntervalMs;
+    const idle = this.running.size === 0 && this._pending.length === 0;
+    let period = this.heartbeatIntervalMs;
+    if (idle && this.idleHeartbeatIntervalMs) period = Math.max(period, this.idleHeartbeatIntervalMs);
     for (const entry of this.running.values()) {
-      if (entry.heartbeatTimeoutMs > 0) delay = Math.min(delay, entry.heartbeatTimeoutMs / 3);
+      if (entry.heartbeatTimeoutMs > 0) period = Math.min(period, entry.heartbeatTimeoutMs / 3);
     }
-    this._heartbeatTimer = setTimeout(() => this._heartbeat(), Math.max(50, delay));
+    const delay = Math.max(50, period) - (Date.now() - this._lastHeartbeat);
+    this._heartbeatTimer = setTimeout(() => this._heartbeat(), Math.max(0, delay));
   }
 
   // Everything running finished and reported: then close the stream's request side, and the

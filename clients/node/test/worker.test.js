@@ -134,6 +134,24 @@ test('heartbeats keep an attempt longer than its heartbeat timeout alive', LIMIT
   });
 });
 
+test('beats at the welcome\'s idle interval while nothing runs, at the busy one while an attempt runs', LIMIT, async () => {
+  const activities = { n_beat: async () => { await sleep(1500); return 'done'; } };
+  await withWorker({ workerId: 'node-beat', activities }, async (worker, welcome) => {
+    // The scheduler here: busy every 300 ms, idle every 30 s (its default).
+    const idleMs = Number(welcome.idle_heartbeat_interval.seconds) * 1000;
+    assert.ok(idleMs >= 10000, `idle interval ${idleMs} ms`);
+    const beats = [];
+    worker.on('heartbeat', (running) => beats.push(running.length));
+    await sleep(1200); // four busy intervals, idle
+    assert.deepEqual(beats, [], 'an idle worker beat at the busy interval');
+    const submitted = await client.submit('n_beat', '', { maxAttempts: 1 });
+    const task = await finished(submitted.id);
+    assert.equal(task.state, 'TASK_STATE_COMPLETED', JSON.stringify(task.last_failure));
+    // 1.5 s of running at 300 ms: several beats, each listing the attempt.
+    assert.ok(beats.filter((running) => running === 1).length >= 3, JSON.stringify(beats));
+  });
+});
+
 test('honours a cancel: the activity is aborted and its slot freed', LIMIT, async () => {
   const activities = {
     n_wait: (_payload, ctx) =>

@@ -101,8 +101,11 @@ class Attempts:
             refs.setdefault((result.task.task_id, result.task.attempt), result.task)
         return list(refs.values())
 
-    def heartbeat_period(self, interval: float) -> float:
-        """Heartbeat often enough for the lease and for every running attempt's own timeout."""
+    def heartbeat_period(self, interval: float, idle_interval: float | None = None) -> float:
+        """Heartbeat often enough for the lease and for every running attempt's own timeout; with
+        nothing running and no result unsent, every `idle_interval` (when the scheduler names one)."""
+        if idle_interval is not None and not self.running and not self.unsent:
+            return max(interval, idle_interval)
         timeouts = [a.heartbeat_timeout for a in self.running.values() if a.heartbeat_timeout]
         if any(a.details is not None for a in self.running.values()):
             timeouts.append(_DETAILS_DELAY * 3)  # reported details go out soon

@@ -193,7 +193,7 @@ class Runtime:
                 return False
             if first.WhichOneof("message") != "welcome":
                 raise RuntimeError(f"protocol error: expected a Welcome, got {first.WhichOneof('message')}")
-            interval = self._welcome(first.welcome)
+            interval, idle_interval = self._welcome(first.welcome)
             backoff.reset()
             lease = first.welcome.lease_timeout.ToTimedelta().total_seconds()
             if lease > 0:
@@ -213,7 +213,7 @@ class Runtime:
             helpers = [
                 sender,
                 reader,
-                asyncio.create_task(self._heartbeat_loop(queue, interval)),
+                asyncio.create_task(self._heartbeat_loop(queue, interval, idle_interval)),
                 asyncio.create_task(self._close_when_drained(queue)),
             ]
             if self._settings.cost_holds:
@@ -252,12 +252,18 @@ class Runtime:
             cost_deferrable_activities=self._settings.cost_deferrable_activities,
         )
 
-    def _welcome(self, welcome: worker_pb2.Welcome) -> float:
+    def _welcome(self, welcome: worker_pb2.Welcome) -> tuple[float, float | None]:
+        """The heartbeat intervals the Welcome names: busy, and idle (None from a scheduler that
+        names none: then the worker beats at the busy interval, idle or not)."""
         if welcome.worker_id:
             self.worker_id = welcome.worker_id
         interval = welcome.heartbeat_interval.ToTimedelta().total_seconds()
         if interval <= 0:
             interval = _DEFAULT_HEARTBEAT
+        idle: float | None = None
+        if welcome.HasField("idle_heartbeat_interval"):
+            idle = welcome.idle_heartbeat_interval.ToTimedelta().total_seconds()
+            idle = idle if idle > 0 else None
         log_event(
             logging.INFO,
             "worker.connected",
@@ -267,10 +273,11 @@ class Runtime:
             queues=",".join(self._settings.queues),
             slots=self._settings.slots,
             heartbeat_interval=format_duration(timedelta(seconds=interval)),
+            idle_heartbeat_interval=format_duration(timedelta(seconds=idle)) if idle else "-",
             running=len(self._attempts.running),
             unsent_results=len(self._attempts.unsent),
         )
-        return interval
+        return interval, idle
 
     async def _send_loop(self, call: Any, queue: asyncio.Queue[_Outgoing]) -> None:
         """The stream's only writer: queued messages go out in order, results in batches."""
@@ -313,11 +320,15 @@ class Runtime:
             await asyncio.wait(self._attempts.tasks(), return_when=asyncio.FIRST_COMPLETED)
         queue.put_nowait(_Signal.END)
 
-    async def _heartbeat_loop(self, queue: asyncio.Queue[_Outgoing], interval: float) -> None:
+    async def _heartbeat_loop(
+        self, queue: asyncio.Queue[_Outgoing], interval: float, idle_interval: float | None
+    ) -> None:
+        """Beats every `interval` while attempts run (more often for short heartbeat timeouts),
+        every `idle_interval` while nothing does; an attempt starting wakes it to beat on time."""
         loop = asyncio.get_running_loop()
         last = loop.time()
         while True:
-            due = last + self._attempts.heartbeat_period(interval) - loop.time()
+            due = last + self._attempts.heartbeat_period(interval, idle_interval) - loop.time()
             if due <= 0:
                 heartbeat = worker_pb2.Heartbeat(
                     running=self._attempts.running_refs(), details=self._attempts.take_details()

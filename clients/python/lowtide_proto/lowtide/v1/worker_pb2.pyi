@@ -206,11 +206,17 @@ Global___TaskResult: _TypeAlias = TaskResult  # noqa: Y015
 
 @_typing.final
 class Heartbeat(_message.Message):
-    """Send one at least every Welcome.heartbeat_interval, and more often when an Assignment has a
-    heartbeat_timeout (a third of it is safe). It keeps the worker's lease: a worker not heard from
-    for Welcome.lease_timeout loses every attempt it runs (WorkerLost) and is given no more work;
-    its next heartbeat then ends the stream with UNAVAILABLE, and the worker reconnects with a
-    new Hello (whose `running` attempts are cancelled, as they are no longer its own).
+    """Send one at least every Welcome.heartbeat_interval while the worker runs any attempt, and more
+    often when an Assignment has a heartbeat_timeout (a third of it is safe). It keeps the worker's
+    lease: a worker not heard from for Welcome.lease_timeout loses every attempt it runs
+    (WorkerLost) and is given no more work; its next heartbeat then ends the stream with
+    UNAVAILABLE, and the worker reconnects with a new Hello (whose `running` attempts are
+    cancelled, as they are no longer its own). A worker that runs nothing (no attempt running, no
+    result unsent) may beat only every Welcome.idle_heartbeat_interval: an idle worker keeps its
+    lease for idle_heartbeat_interval + lease_timeout after its last heartbeat. Once it is sent an
+    Assignment it beats at heartbeat_interval again: the lease of a worker given work runs out
+    lease_timeout after the work was sent (give or take half a heartbeat_interval) unless it is
+    heard from meanwhile.
     `running` lists the attempts it runs now: each listed attempt's heartbeat timeout starts
     again. Leaving an attempt out does not give it back or end it: it only lets its heartbeat
     timeout (when it has one) run on, after which the attempt fails as HeartbeatTimeout.
@@ -360,24 +366,36 @@ class Welcome(_message.Message):
     WORKER_ID_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _builtins.int
     LEASE_TIMEOUT_FIELD_NUMBER: _builtins.int
+    IDLE_HEARTBEAT_INTERVAL_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """The worker's id (the hello's, or one the scheduler picked): use it when reconnecting."""
     @_builtins.property
     def heartbeat_interval(self) -> _duration_pb2.Duration:
-        """Send a Heartbeat at least this often; silence for lease_timeout loses the worker its tasks."""
+        """Send a Heartbeat at least this often while any attempt runs; silence for lease_timeout loses
+        the worker its tasks.
+        """
 
     @_builtins.property
     def lease_timeout(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def idle_heartbeat_interval(self) -> _duration_pb2.Duration:
+        """Send a Heartbeat at least this often while nothing runs (no attempt running, no result
+        unsent); at least heartbeat_interval. An idle worker not heard from for this plus
+        lease_timeout is given no more work, and its next heartbeat ends the stream (UNAVAILABLE).
+        Unset (a scheduler older than this field): beat every heartbeat_interval, busy or not.
+        """
+
     def __init__(
         self,
         *,
         worker_id: _builtins.str = ...,
         heartbeat_interval: _duration_pb2.Duration | None = ...,
         lease_timeout: _duration_pb2.Duration | None = ...,
+        idle_heartbeat_interval: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_timeout", b"lease_timeout"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "idle_heartbeat_interval", b"idle_heartbeat_interval", "lease_timeout", b"lease_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_timeout", b"lease_timeout", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "idle_heartbeat_interval", b"idle_heartbeat_interval", "lease_timeout", b"lease_timeout", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -39,8 +39,9 @@ class WorkerServiceStub:
         status message) or FAILED_PRECONDITION (a message other than Hello first, or a cost hold
         naming a local activity). Fix the hello; connecting again unchanged fails the same way.
      3. Run each Assignment in a free slot; send a Results message per finished attempt (or
-        several together), a Heartbeat at least every Welcome.heartbeat_interval, and stop
-        attempts named in a CancelTasks. On Drain, see Drain.
+        several together), a Heartbeat at least every Welcome.heartbeat_interval while any attempt
+        runs (at least every Welcome.idle_heartbeat_interval while none does), and stop attempts
+        named in a CancelTasks. On Drain, see Drain.
      4. Reconnect (with backoff, e.g. 100 ms doubling to a few seconds, and well within
         Welcome.lease_timeout) when the stream ends with OK or UNAVAILABLE, keeping the same
         worker_id and listing the attempts still running in Hello.running: they stay this worker's.
@@ -72,8 +73,9 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
         status message) or FAILED_PRECONDITION (a message other than Hello first, or a cost hold
         naming a local activity). Fix the hello; connecting again unchanged fails the same way.
      3. Run each Assignment in a free slot; send a Results message per finished attempt (or
-        several together), a Heartbeat at least every Welcome.heartbeat_interval, and stop
-        attempts named in a CancelTasks. On Drain, see Drain.
+        several together), a Heartbeat at least every Welcome.heartbeat_interval while any attempt
+        runs (at least every Welcome.idle_heartbeat_interval while none does), and stop attempts
+        named in a CancelTasks. On Drain, see Drain.
      4. Reconnect (with backoff, e.g. 100 ms doubling to a few seconds, and well within
         Welcome.lease_timeout) when the stream ends with OK or UNAVAILABLE, keeping the same
         worker_id and listing the attempts still running in Hello.running: they stay this worker's.
@@ -101,8 +103,9 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         status message) or FAILED_PRECONDITION (a message other than Hello first, or a cost hold
         naming a local activity). Fix the hello; connecting again unchanged fails the same way.
      3. Run each Assignment in a free slot; send a Results message per finished attempt (or
-        several together), a Heartbeat at least every Welcome.heartbeat_interval, and stop
-        attempts named in a CancelTasks. On Drain, see Drain.
+        several together), a Heartbeat at least every Welcome.heartbeat_interval while any attempt
+        runs (at least every Welcome.idle_heartbeat_interval while none does), and stop attempts
+        named in a CancelTasks. On Drain, see Drain.
      4. Reconnect (with backoff, e.g. 100 ms doubling to a few seconds, and well within
         Welcome.lease_timeout) when the stream ends with OK or UNAVAILABLE, keeping the same
         worker_id and listing the attempts still running in Hello.running: they stay this worker's.
