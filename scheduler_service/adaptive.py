@@ -147,7 +147,9 @@ class AdaptiveLimits:
             await self._load()
 
     async def _move(self, now: datetime) -> None:
-        windows = gather(await self._store.take_samples())
+        # Rows older than a few windows (written while no replica led) describe another load.
+        oldest = now - timedelta(seconds=self._window * MAX_CARRIED)
+        windows = gather(r for r in await self._store.take_samples() if r.window_end >= oldest)
         moved: dict[str, LimitState] = {}
         for name, settings in self.settings.items():
             window = windows.get(name)
@@ -163,7 +165,7 @@ class AdaptiveLimits:
             moved[name] = next_limit(self.states[name], window, settings, now)
         if moved:
             await self._store.save_limits(moved)
-            self._apply(moved, now)
+            self._apply(moved, dict.fromkeys(moved, now))
 
     async def _load(self) -> None:
         rows = await self._store.adaptive_limits()
@@ -181,9 +183,9 @@ class AdaptiveLimits:
             for r in rows
             if r.activity_type in self.settings
         }
-        self._apply(states, max((r.updated_at for r in rows), default=datetime.now(UTC)))
+        self._apply(states, {r.activity_type: r.updated_at for r in rows})
 
-    def _apply(self, states: Mapping[str, LimitState], when: datetime) -> None:
+    def _apply(self, states: Mapping[str, LimitState], when: Mapping[str, datetime]) -> None:
         raised = False
         for name, stored in states.items():
             settings = self.settings[name]
@@ -196,7 +198,7 @@ class AdaptiveLimits:
                     extra={"activity_type": name, "limit": state.value, "reason": state.reason},
                 )
             self.states[name] = state
-            self.updated_at[name] = when
+            self.updated_at[name] = when[name]
         if raised:
             self._on_raised()
 

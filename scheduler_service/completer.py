@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Container
+from collections.abc import Callable, Collection, Container
 from typing import TYPE_CHECKING
 
 from opentelemetry.context import Context
@@ -40,7 +40,7 @@ class Completer:
         on_applied: Callable[[list[int]], None],
         traces: TaskTraces | None,
         adaptive: AdaptiveLimits,
-        on_freed: Callable[[list[tuple[str, str]]], None],
+        on_freed: Callable[[Collection[FinishedRow]], None],
     ) -> None:
         self._store = store
         self._pending: list[tuple[Outcome, WorkerSession | None]] = []
@@ -54,7 +54,7 @@ class Completer:
         self.metrics = metrics
         # Tallies what the attempts of adaptive types showed (in memory; written once a window).
         self.adaptive = adaptive
-        # Told the (queue, type) of every attempt a batch ended: a type at its limit may be claimed again.
+        # Told the attempts every batch ended: a type at its limit may be claimed again.
         self._on_freed = on_freed
 
     def add(
@@ -92,7 +92,7 @@ class Completer:
                     if ref not in applied and session is not None:
                         stale.setdefault(id(session), (session, []))[1].append(ref)
                 self._count(batch, applied)
-                self._on_freed(sorted({(r.queue, r.activity_type) for r in applied.values()}))
+                self._on_freed(applied.values())
                 if self._traced:
                     self._trace(batch, applied)
                 for session, refs in stale.values():

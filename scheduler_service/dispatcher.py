@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -31,6 +31,7 @@ from scheduler_service.domain.dispatch import GroupKey, hand_out, rotated
 from scheduler_service.domain.skiplist import effective_limits
 from scheduler_service.domain.timings import Timings
 from scheduler_service.rows.claims import ClaimedRow
+from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.sessions import Group, Registry, WorkerSession
 from scheduler_service.store import Store, attempt_of
 from scheduler_service.tracing import TaskTraces, now_ns, task_context
@@ -111,14 +112,15 @@ class Dispatcher:
         adaptive = self.adaptive.limits
         return effective_limits(self.static_limits, adaptive) if adaptive else self.static_limits
 
-    def freed(self, pairs: list[tuple[str, str]]) -> None:
-        """Attempts of these (queue, type) pairs were written as ended: groups that may claim a
-        limited one claim again (a claim woken by the worker's report, before the write, still
-        counted them running, so it found the type at its limit)."""
+    def freed(self, rows: Collection[FinishedRow]) -> None:
+        """These attempts were written as ended: groups that may claim their type, if it has a
+        limit, claim again (a claim woken by the worker's report, before the write, still counted
+        them running, so it found the type at its limit). Nothing to do without limits."""
         limits = self.limits()
-        limited = [(q, t) for q, t in pairs if t in limits]
-        if limited:
-            self.wake_for(limited)
+        if limits:
+            limited = {(r.queue, r.activity_type) for r in rows if r.activity_type in limits}
+            if limited:
+                self.wake_for(sorted(limited))
 
     def held_map(self, key: GroupKey) -> dict[str, frozenset[str]]:
         """Per queue, the types the cost hold holds for the group's workers now (read from memory)."""
