@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler_service.domain import planning
 from scheduler_service.domain.demand import Submitted, expected_arrivals
 from scheduler_service.domain.planning import Capacity, Forecast, PlanKind, PlanTask, plan
 from tests.unit.test_planning import ROOMY, T0, at, capacities, forecasts, minutes, task, task_lists
@@ -120,3 +122,39 @@ def test_with_room_for_everything_expected_work_changes_nothing(
     assert plan(tasks, forecast, ROOMY, T0, signal_low=False, expected=coming) == plan(
         tasks, forecast, ROOMY, T0, signal_low=False
     )
+
+
+@settings(max_examples=200)
+@given(task_lists(), forecasts(), capacities(), expected_lists())
+def test_a_plan_too_large_for_the_auction_still_keeps_the_latest_start_and_the_pool(
+    tasks: list[PlanTask], forecast: Forecast, capacity: Capacity, coming: list[PlanTask]
+) -> None:
+    # Beyond its bound of work the auction is not run: expected work takes room greedily.
+    with patch.object(planning, "AUCTION_WORK", 0):
+        plans = plan(tasks, forecast, capacity, T0, signal_low=False, expected=coming)
+    durations = {t.task_id: t.duration for t in tasks}
+    for t, p in zip(tasks, plans, strict=True):
+        assert T0 <= p.release_at <= max(t.latest_start, T0)
+    runs = [(c.start, c.end, c.count) for c in capacity.committed]
+    runs += [(p.release_at, p.release_at + durations[p.task_id], 1) for p in plans if not p.over_capacity]
+    for p in plans:
+        if p.kind is PlanKind.FORECAST and not p.over_capacity:
+            end = p.release_at + durations[p.task_id]
+            for instant in {p.release_at} | {s for s, _, _ in runs if p.release_at <= s < end}:
+                assert sum(n for s, e, n in runs if s <= instant < e) <= capacity.max_running
+
+
+def test_too_large_for_the_auction_the_cheap_window_is_still_left_to_expected_work() -> None:
+    forecast = Forecast.of([(at(0), 110.0), (at(30), 120.0), (at(60), 50.0), (at(90), 200.0), (at(120), 200.0)])
+    coming = PlanTask(-1, at(45), at(75), HALF_HOUR)
+    with patch.object(planning, "AUCTION_WORK", 0):
+        [chosen] = plan(
+            [task(1, latest=90, duration=30)],
+            forecast,
+            ONE,
+            T0,
+            signal_low=False,
+            resolution=HALF_HOUR,
+            expected=[coming],
+        )
+    assert chosen.release_at == T0
