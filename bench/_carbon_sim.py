@@ -8,6 +8,9 @@ that many jobs in a row (None: unbounded).
 - `planned_once`: as the old bench did: each job is planned at its arrival, on that forecast,
   with the runs already planned as commitments, and then run when planned (queueing for a slot
   when the plan found none).
+
+Both plan beside the work to expect as the scheduler estimates it (the arrivals of the last day,
+each expected again a day later: `scheduler_service.domain.demand`), with the same `plan()`.
 - `oracle_unbounded`: the cheapest row in each job's window, the true future known.
 - `oracle_pool`: the cheapest assignment of jobs to rows with at most `slots` jobs a row, exact
   (an LP over the job-row pairs, integral since it is a transportation problem, solved by HiGHS).
@@ -31,6 +34,7 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
 from lowtide.forecast_error import ErrorModel
+from scheduler_service.domain.demand import LOOKBACK, Submitted, expected_arrivals
 from scheduler_service.domain.planning import CAUTION, Capacity, Commitment, Forecast, PlanTask, plan
 
 ROW = timedelta(minutes=30)
@@ -79,6 +83,7 @@ def replanned(
 ) -> list[int]:
     times = rows.times
     pool = slots or UNBOUNDED
+    lookback = LOOKBACK // ROW
     started: dict[int, int] = {}
     pending: list[int] = []
     # Each pending job's last planned start, handed to the next plan (as the scheduler does).
@@ -88,8 +93,18 @@ def replanned(
         if k < arrivals.stop:
             pending.append(k)
         tasks = [PlanTask(a, times[a], times[a + slack], ROW, previous.get(a) if sticky else None) for a in pending]
+        # The work expected next, from the arrivals of the last day, as the scheduler estimates it.
+        recent = (Submitted(times[a], slack * ROW, ROW) for a in range(max(arrivals.start, k - lookback + 1), k + 1))
+        expected = expected_arrivals(recent, times[k]) if slots else []
         plans = plan(
-            tasks, forecasts.at(k), Capacity(pool), times[k], signal_low=False, resolution=ROW, caution=caution
+            tasks,
+            forecasts.at(k),
+            Capacity(pool),
+            times[k],
+            signal_low=False,
+            resolution=ROW,
+            caution=caution,
+            expected=expected,
         )
         previous = {p.task_id: p.release_at for p in plans}
         due = sorted(p.task_id for p in plans if p.release_at <= times[k])
@@ -108,12 +123,14 @@ def planned_once(
 ) -> list[int]:
     times = rows.times
     pool = slots or UNBOUNDED
+    lookback = LOOKBACK // ROW
     planned: dict[int, int] = {}
     ahead: list[int] = []  # planned start rows of the jobs planned so far, still to come
     for a in arrivals:
         ahead = [s for s in ahead if s >= a]
         committed = tuple(Commitment(times[s], times[s] + ROW) for s in ahead) if slots else ()
         task = PlanTask(a, times[a], times[a + slack], ROW)
+        recent = (Submitted(times[r], slack * ROW, ROW) for r in range(max(arrivals.start, a - lookback + 1), a + 1))
         (p,) = plan(
             [task],
             forecasts.at(a),
@@ -122,6 +139,7 @@ def planned_once(
             signal_low=False,
             resolution=ROW,
             caution=caution,
+            expected=expected_arrivals(recent, times[a]) if slots else [],
         )
         start = bisect.bisect_left(times, p.release_at)
         planned[a] = start

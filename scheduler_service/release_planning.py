@@ -18,8 +18,18 @@ from datetime import UTC, datetime, timedelta
 
 from lowtide.config import Config
 from scheduler_service.cost import CostHolds
+from scheduler_service.domain.demand import LOOKBACK, Submitted, expected_arrivals
 from scheduler_service.domain.model import NewTask
-from scheduler_service.domain.planning import Capacity, Commitment, Plan, PlanKind, PlanTask, plan, release_by
+from scheduler_service.domain.planning import (
+    RELEASE_LEAD,
+    Capacity,
+    Commitment,
+    Plan,
+    PlanKind,
+    PlanTask,
+    plan,
+    release_by,
+)
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 
@@ -34,11 +44,14 @@ def plan_tasks(
     tasks: Sequence[PlanTask],
     capacity: int,
     now: datetime | None = None,
+    *,
     committed: Sequence[Commitment] = (),
+    expected: Sequence[PlanTask] = (),
 ) -> list[Plan]:
     now = now or datetime.now(UTC)
     low = not holds.state.active
-    plans = plan(tasks, holds.forecast, Capacity(max(1, capacity), tuple(committed)), now, signal_low=low)
+    pool = Capacity(max(1, capacity), tuple(committed))
+    plans = plan(tasks, holds.forecast, pool, now, signal_low=low, expected=expected)
     # Which forecast a plan came from, so `task explain` can say so.
     origin = holds.forecast_origin
     return [replace(p, reason=f"{p.reason} (forecast: {origin})") if p.kind is PlanKind.FORECAST else p for p in plans]
@@ -114,6 +127,21 @@ class ReleasePlanner:
             )
         return out
 
+    async def _recent_deferrable(self, types: set[str]) -> list[Submitted]:
+        """The deferrable work of the last day, which the plan expects again (one query)."""
+        rows = await self._store.recent_deferrable(sorted(types), LOOKBACK)
+        default = 30 * 60 * 1000
+        return [
+            Submitted(
+                r.at,
+                timedelta(milliseconds=r.slack_ms) - RELEASE_LEAD,
+                timedelta(milliseconds=r.estimated_duration_ms or default),
+                r.count,
+            )
+            for r in rows
+            if deferrable(self._holds, r.queue, r.activity_type, r.kind)
+        ]
+
     async def tick(self) -> None:
         """Plans again when the forecast changed (or a while has passed); leader only."""
         fresh = self._holds.forecast_version != self._planned_version
@@ -141,7 +169,10 @@ class ReleasePlanner:
         ]
         # Fixed starts were promised capacity at admission: a plan leaves their windows to them.
         committed = [Commitment(r.window_start, r.window_end) for r in await self._store.live_reservations()]
-        plans = plan_tasks(self._holds, tasks, self.capacity(r.activity_type for r in rows), committed=committed)
+        now = datetime.now(UTC)
+        expected = expected_arrivals(await self._recent_deferrable({r.activity_type for r in rows}), now)
+        capacity = self.capacity(r.activity_type for r in rows)
+        plans = plan_tasks(self._holds, tasks, capacity, now, committed=committed, expected=expected)
         await self._store.apply_plans([(p.task_id, release_time(p), p.expected_intensity, p.reason) for p in plans])
         # Claimed when due, not a poll later: at the planned release, and at the latest start.
         for task, release in zip(tasks, plans, strict=True):

@@ -163,41 +163,33 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         self, session: WorkerSession, reader: asyncio.Task[None], context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         """Writes the session's outbox to the stream until the reader ends or the session is
-        detached, overflows or ends."""
-        write: asyncio.Future[Any] | None = None
-        get: asyncio.Future[worker_pb2.SchedulerMessage] | None = None
-        detached = asyncio.ensure_future(session.detached.wait())
-        overflowed = asyncio.ensure_future(session.overflowed.wait())
-        ended = asyncio.ensure_future(session.ended.wait())
-        stops = (reader, detached, overflowed, ended)
+        detached, overflows or ends. One task writes, message after message, with nothing set up
+        per message; this one waits for it and for what stops it, once."""
+        pump = _Pump(session, context)
+        writer = asyncio.ensure_future(pump.run())
+        stops = [
+            asyncio.ensure_future(session.detached.wait()),
+            asyncio.ensure_future(session.overflowed.wait()),
+            asyncio.ensure_future(session.ended.wait()),
+        ]
+        overflowed = stops[1]
         try:
-            while True:
-                if not session.outbox.empty() and not any(stop.done() for stop in stops):
-                    # Already queued (the common case under load): no waiting to set up.
-                    message = session.outbox.get_nowait()
-                else:
-                    get = asyncio.ensure_future(session.outbox.get())
-                    done, _ = await asyncio.wait({get, *stops}, return_when=asyncio.FIRST_COMPLETED)
-                    if get not in done:
-                        break
-                    message = get.result()
-                # A worker that does not read blocks this write (flow control); the overflow
-                # must still end the stream.
-                write = asyncio.ensure_future(context.write(message))
-                finished, _ = await asyncio.wait({write, overflowed}, return_when=asyncio.FIRST_COMPLETED)
-                if write not in finished:
-                    break
-                write.result()
+            await asyncio.wait({writer, reader, *stops}, return_when=asyncio.FIRST_COMPLETED)
+            if writer.done():
+                writer.result()  # a write failed: the stream is over
+                return
+            pump.stopping = True
+            if pump.writing and not overflowed.done():
+                # The message being written goes out first (unless the worker does not read: a
+                # blocked write must still give way to the overflow).
+                await asyncio.wait({writer, overflowed}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            # However the writing ended (a write that failed as the worker went away, this
-            # handler cancelled): nothing it waited on is left pending behind it.
-            for waiter in (detached, overflowed, ended, get):
-                if waiter is not None:
-                    waiter.cancel()
-            if write is not None and not write.done():
+            for stop in stops:
+                stop.cancel()
+            if not writer.done():
                 # Cut short (the call is over): its failure is of no interest to anyone.
-                write.cancel()
-                write.add_done_callback(_quiet)
+                writer.cancel()
+            writer.add_done_callback(_quiet)
 
     async def _close(
         self, session: WorkerSession, reader: asyncio.Task[None], context: grpc.aio.ServicerContext[Any, Any]
@@ -244,6 +236,26 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             log.info("worker.draining", extra={"worker_id": session.worker_id, "running": len(session.in_flight)})
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._none_live.wait(), grace)
+
+
+class _Pump:
+    """Writes a session's outbox to its stream in order, until told to stop after its write."""
+
+    def __init__(self, session: WorkerSession, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        self._session = session
+        self._context = context
+        self.writing = False
+        self.stopping = False
+
+    async def run(self) -> None:
+        outbox = self._session.outbox
+        while not self.stopping:
+            message = await outbox.get()
+            self.writing = True
+            # A worker that does not read blocks this write (flow control); _write lets the
+            # overflow cut it short.
+            await self._context.write(message)
+            self.writing = False
 
 
 def _quiet(future: asyncio.Future[Any]) -> None:

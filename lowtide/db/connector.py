@@ -131,11 +131,14 @@ def _pool(
 
 
 class Database:
-    def __init__(self, url: str, *, min_size: int = 2, max_size: int = 16, planned_max: int = 4) -> None:
+    def __init__(
+        self, url: str, *, min_size: int = 2, max_size: int = 16, planned_min: int = 0, planned_max: int = 4
+    ) -> None:
         self.url = url
         self._pool = _pool(url, min_size, max_size)
-        # For statements run with `planned=True` (see _GENERIC_PLANS); none open until one runs.
-        self._planned = _pool(url, 0, planned_max, options=_GENERIC_PLANS, prepare_threshold=0)
+        # For statements run with `planned=True` (see _GENERIC_PLANS): the scheduler keeps one open,
+        # so a claim on a queue idle for a while does not wait for a connection first.
+        self._planned = _pool(url, planned_min, planned_max, options=_GENERIC_PLANS, prepare_threshold=0)
         # The connection `ping` keeps for itself (None until the first ping, or after a failure).
         self._ping_conn: psycopg.AsyncConnection[Row] | None = None
 

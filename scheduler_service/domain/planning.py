@@ -11,6 +11,16 @@ taking the cheapest start where the pool still has room; a full window sends a t
 cheapest one. Room is counted on slots of `resolution`, and a task occupies every slot it
 touches, so the pool is never over-booked by rounding.
 
+The pending tasks are not the only ones that will want the cheap window: work keeps coming, and
+a task submitted in an hour, with less time left, may have no other. So the plan can be given
+the work expected to come (`expected`, see scheduler_service.domain.demand), which is planned
+beside the pending tasks, takes room, and gets no plan. Who gets the contested room is then
+decided by auction (scheduler_service.domain.assignment): each task bids for its cheapest start
+at the current prices of room, by how much it would lose by moving, so the task that loses
+least by moving is the one that moves (for tasks of one slot, the cheapest assignment there is,
+within a small epsilon). A pending task is never refused room for expected work: expected work
+is left out first.
+
 A forecast is not the future, and the further ahead the more it is off. Picking the lowest of
 many noisy values picks, more often than not, one that only looks low because of its noise (the
 winner's curse), and re-planning on each new forecast compares the exactly known current value
@@ -19,7 +29,9 @@ forecast states its expected error at each point (one standard deviation, relati
 scored not by its forecast mean but by a pessimistic one, mean + caution x sigma (per point, the
 value times 1 + caution x its expected error): waiting must be expected to save more than the
 noise would make it seem to. The current value is known, so starting now is scored as it is. A
-forecast that states no error (or zero) is planned on as before.
+re-plan keeps the task's last plan (`PlanTask.planned`) scored at mean - caution x sigma: the
+task moves only to a start better by more than the noise of both. A forecast that states no
+error (or zero) is planned on as before.
 
 Without a forecast that covers a task's window the plan falls back to the threshold hold, still
 bounded by the latest start; such a task takes no room in the plan, since when it will run is
@@ -30,23 +42,17 @@ of the forecast, the tasks, the capacity and `now`, so re-planning on a new fore
 
 from __future__ import annotations
 
-import bisect
-import itertools
-import math
-import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from operator import itemgetter
 
 from lowtide_proto.durations import format_duration
+from scheduler_service.domain.assignment import Bidder, auction
+from scheduler_service.domain.forecast import _DECIMALS, _US, Forecast
+from scheduler_service.domain.pool_load import Load
 
-_US = timedelta(microseconds=1)
-# Means are compared after rounding to this many decimals (a millionth of a gCO2/kWh), so two
-# windows of equal forecast value tie, and resolve to the earlier one, even when their sums
-# were taken in a different order and differ in the last bits.
-_DECIMALS = 6
+__all__ = ["CAUTION", "Capacity", "Commitment", "Forecast", "Plan", "PlanKind", "PlanTask", "plan", "release_by"]
 
 # A held task is released this long before its latest start, so that the claim which follows
 # the release (a few milliseconds) still starts it by then: one scheduling step.
@@ -56,6 +62,15 @@ RELEASE_LEAD = timedelta(milliseconds=50)
 # forecast value (see the module's docstring); tuned on the carbon bench (`make bench`).
 CAUTION = 1.0
 
+# The auction that shares a small pool with expected work (scheduler_service.domain.assignment):
+# its bid increment as a share of the forecast's largest value (the plan is within tasks x that
+# of the cheapest; tuned on the carbon bench), the bids it may make per task (about 10 are made
+# on the bench, 20 at most), and the most (start, slot) pairs it weighs (beyond, the expected
+# work takes room greedily, priced by what it would lose if moved).
+EPSILON = 0.004
+BIDS_PER_TASK = 50
+AUCTION_WORK = 100_000
+
 
 def release_by(latest_start: datetime) -> datetime:
     """When a task with this latest start is released at the latest (plan or no plan)."""
@@ -63,126 +78,12 @@ def release_by(latest_start: datetime) -> datetime:
 
 
 @dataclass(frozen=True, slots=True)
-class Forecast:
-    """A forecast as a step function: each point's value holds until the next point's time, and
-    the last one for `end` (by default one more step of the same length as the one before it,
-    since the grid APIs publish intervals by their start).
-
-    Times are kept as integer microseconds since the first point, with the running integral at
-    each point, so the mean over any interval costs two binary searches whatever the horizon,
-    and times computed from them are exact (a plan is never a microsecond past a latest start).
-    A forecast that starts after `now` does not cover a window starting now: callers that know
-    the current value prepend it as a point at `now` (the signal service's points convert with
-    `(p.at, p.value)`, or `(p.at, p.value, p.expected_error)`).
-
-    A point may state its expected relative error (one standard deviation; 0 when not given):
-    `spreads` is each point's value times it, with its own running integral, so that the
-    pessimistic mean of a window costs the same as its mean.
-    """
-
-    origin: datetime
-    end: datetime
-    times: tuple[int, ...] = field(repr=False)
-    values: tuple[float, ...] = field(repr=False)
-    integrals: tuple[float, ...] = field(repr=False)
-    spreads: tuple[float, ...] = field(default=(), repr=False)
-    spread_integrals: tuple[float, ...] = field(default=(), repr=False)
-
-    @classmethod
-    def of(
-        cls, points: Iterable[tuple[datetime, float] | tuple[datetime, float, float]], *, end: datetime | None = None
-    ) -> Forecast:
-        """Points (time, value) or (time, value, expected relative error) in any order; of two at
-        the same time, the later in `points` wins."""
-        by_time = {p[0]: (p[1], p[2] if len(p) == 3 else 0.0) for p in sorted(points, key=itemgetter(0))}
-        if not by_time:
-            raise ValueError("a forecast needs at least one point")
-        stamps = list(by_time)
-        origin = stamps[0]
-        if end is None:
-            end = stamps[-1] + (stamps[-1] - stamps[-2]) if len(stamps) > 1 else stamps[-1]
-        if end < stamps[-1]:
-            raise ValueError(f"a forecast cannot end ({end}) before its last point ({stamps[-1]})")
-        times = tuple((at - origin) // _US for at in stamps)
-        values = tuple(v for v, _ in by_time.values())
-        if any(e < 0 or not math.isfinite(e) for _, e in by_time.values()):
-            raise ValueError("an expected error must be a finite number, 0 or more")
-        spreads = tuple(v * e for v, e in by_time.values())
-        if not any(spreads):
-            return cls(origin, end, times, values, _integrals(times, values))
-        return cls(origin, end, times, values, _integrals(times, values), spreads, _integrals(times, spreads))
-
-    def covers(self, start: datetime, end: datetime) -> bool:
-        return self.origin <= start and end <= self.end
-
-    def mean(self, start: datetime, duration: timedelta) -> float:
-        """The mean forecast value over [start, start + duration]; the value at `start` for a
-        zero duration. The interval must be covered."""
-        return self._mean((start - self.origin) // _US, duration // _US)
-
-    def _mean(self, t: int, span: int) -> float:
-        return _step_mean(self.times, self.values, self.integrals, t, span)
-
-    def _score(self, t: int, span: int, caution: float) -> float:
-        """The pessimistic mean of [t, t + span] (rounded): the mean, plus `caution` expected
-        errors. A start at the first point (the known current value, which states no error) is
-        scored by its mean alone."""
-        mean = self._mean(t, span)
-        if self.spreads and caution:
-            mean += caution * _step_mean(self.times, self.spreads, self.spread_integrals, t, span)
-        return round(mean, _DECIMALS)
-
-    def _scored_starts(self, earliest: int, latest: int, span: int, caution: float) -> list[tuple[float, int]]:
-        """(rounded score, start) for the starts worth scoring in [earliest, latest], in no order.
-
-        The mean over a window of fixed length, as a function of its start, is piecewise linear
-        with kinks where the start or the end crosses a forecast point (and so is the pessimistic
-        mean, of a step function with the same points); so its minimum over [earliest, latest]
-        is at one of those crossings or at either bound.
-        """
-        times = self.times
-        starts = {earliest, latest}
-        starts.update(times[bisect.bisect_left(times, earliest) : bisect.bisect_right(times, latest)])
-        ends = times[bisect.bisect_left(times, earliest + span) : bisect.bisect_right(times, latest + span)]
-        starts.update(t - span for t in ends)
-        score = self._score
-        return [(score(t, span, caution), t) for t in starts]
-
-    def _time(self, offset: int) -> datetime:
-        return self.origin + offset * _US
-
-    def _offset(self, at: datetime) -> int:
-        return (at - self.origin) // _US
-
-    def breakpoints(self, start: datetime, end: datetime) -> list[datetime]:
-        """The points' times in [start, end]: where the forecast's value changes."""
-        lo = bisect.bisect_left(self.times, self._offset(start))
-        hi = bisect.bisect_right(self.times, self._offset(end))
-        return [self._time(t) for t in self.times[lo:hi]]
-
-
-def _integrals(times: tuple[int, ...], values: tuple[float, ...]) -> tuple[float, ...]:
-    steps = map(operator.mul, values, map(operator.sub, times[1:], times))
-    return tuple(itertools.accumulate(steps, initial=0.0))
-
-
-def _step_mean(
-    times: tuple[int, ...], values: tuple[float, ...], integrals: tuple[float, ...], t: int, span: int
-) -> float:
-    i = bisect.bisect_right(times, t) - 1
-    if span <= 0:
-        return values[i]
-    j = bisect.bisect_right(times, t + span, i) - 1
-    before = integrals[i] + values[i] * (t - times[i])
-    return (integrals[j] + values[j] * (t + span - times[j]) - before) / span
-
-
-@dataclass(frozen=True, slots=True)
 class PlanTask:
     """A held task with a deadline. `earliest` is when it may start at all (its submission, or a
     later not-before); a deadline on the finish is turned into a latest start by `finishing_by`.
-    `planned` is the start its last plan chose, if any: keeping it is scored on the forecast mean
-    alone, so a re-plan leaves it only for a start that is better even allowing for the error."""
+    `planned` is the start its last plan chose, if any: keeping it is scored at the forecast mean
+    less its expected error, so a re-plan leaves it only for a start that is better by more than
+    the noise."""
 
     task_id: int
     earliest: datetime
@@ -246,34 +147,136 @@ def plan(
     signal_low: bool,
     resolution: timedelta = timedelta(minutes=5),
     caution: float = CAUTION,
+    expected: Iterable[PlanTask] = (),
 ) -> list[Plan]:
     """One plan per task, in the order given.
 
     `signal_low` is the threshold hold's current verdict (the signal is at or under its
     threshold): it decides the fallback for tasks no forecast covers. `caution` weighs the
-    forecast's expected errors (0: plan on its values alone).
+    forecast's expected errors (0: plan on its values alone). `expected` are tasks expected to
+    be submitted later (see `scheduler_service.domain.demand`): they are planned beside the
+    given ones and take room in the plan, but get no plan, and never take a given task's room.
     """
     given = list(tasks)
     if resolution <= timedelta(0):
         raise ValueError("resolution must be positive")
-    load = _Load.for_tasks(given, capacity, now, resolution)
+    coming = [t for t in expected if t.earliest > now] if given else []
+    if coming:
+        # Expected work arriving after the last given task's latest start competes with none.
+        last = max(t.latest_start for t in given)
+        coming = [t for t in coming if t.earliest <= last]
+    load = Load.for_tasks(given + coming, capacity, now, resolution)
 
     # Tasks without a choice first (they run when they must, room or not), then tightest latest
     # start first: a task with little slack has few starts to choose from, and a roomier task can
     # still move to its next-best window after it.
-    def order(index: int) -> tuple[bool, datetime, datetime, int]:
-        task = given[index]
+    def order(task: PlanTask) -> tuple[bool, datetime, datetime, int]:
         return task.latest_start > max(task.earliest, now), task.latest_start, task.earliest, task.task_id
 
-    plans = {
-        i: _plan_one(given[i], forecast, load, now, signal_low, caution=caution)
-        for i in sorted(range(len(given)), key=order)
-    }
+    ordered = sorted(range(len(given)), key=lambda i: order(given[i]))
+    plans: dict[int, Plan] = {}
+    pinned: dict[int, tuple[int, tuple[float, int]]] = {}
+    if load is not None and forecast is not None and coming:
+        # Tasks without a choice take their room first; the others share what is left with the
+        # expected work, by auction (or, for a plan too large for one, greedily).
+        for i in ordered:
+            if not order(given[i])[0]:
+                plans[i] = _plan_one(given[i], forecast, load, now, signal_low, caution=caution)
+        chosen = [given[i] for i in ordered if i not in plans]
+        got = _assign(chosen, coming, forecast, load, now=now, caution=caution)
+        if got is None:
+            _reserve(sorted(coming, key=order), forecast, load, now, caution)
+        pinned = got or {}
+    for i in ordered:
+        if i not in plans:
+            at = pinned.get(given[i].task_id)
+            plans[i] = _plan_one(given[i], forecast, load, now, signal_low, caution=caution, pinned=at)
     return [plans[i] for i in range(len(given))]
 
 
+def _assign(
+    given: Sequence[PlanTask],
+    coming: Sequence[PlanTask],
+    forecast: Forecast,
+    load: Load,
+    *,
+    now: datetime,
+    caution: float,
+) -> dict[int, tuple[int, tuple[float, int]]] | None:
+    """The start (offset) the auction gives each given task with a choice, and its best (score,
+    offset), by task id, with the expected work bidding beside them (see
+    `scheduler_service.domain.assignment`); None when the plan is too large for an auction."""
+    bidders: list[Bidder] = []
+    work = 0
+    starts_of: dict[int, list[tuple[float, int]]] = {}
+    for n, task in enumerate([*given, *coming]):
+        earliest = max(task.earliest, now)
+        if task.latest_start <= earliest or not forecast.covers(earliest, task.latest_start + task.duration):
+            continue
+        starts = _starts(task, forecast, load, earliest, caution)
+        options = [(score, load.slots(forecast._time(o), forecast._time(o) + task.duration)) for score, o in starts]
+        work += sum(len(slots) for _, slots in options)
+        if work > AUCTION_WORK:
+            return None
+        bidders.append(Bidder(n, options, droppable=n >= len(given)))
+        starts_of[n] = starts
+    scale = max((abs(v) for v in forecast.values), default=0.0) or 1.0
+    got = auction(bidders, load.room(), epsilon=EPSILON * scale, max_bids=BIDS_PER_TASK * len(bidders))
+    return {given[n].task_id: (starts_of[n][option][1], starts_of[n][0]) for n, option in got.items() if n < len(given)}
+
+
+def _starts(
+    task: PlanTask, forecast: Forecast, load: Load, earliest: datetime, caution: float
+) -> list[tuple[float, int]]:
+    """(score, offset) of every start worth trying in the task's window, lowest score first: the
+    forecast's kinks, and (beside other runs the best free start may be just clear of one of
+    them, which is no forecast point) every start on the slot grid."""
+    span = task.duration // _US
+    scored = forecast._scored_starts(forecast._offset(earliest), forecast._offset(task.latest_start), span, caution)
+    if task.planned is not None and earliest < task.planned <= task.latest_start:
+        kept = forecast._offset(task.planned)
+        scored.append((forecast._score(kept, span, -caution), kept))
+    tried = {offset for _, offset in scored}
+    for at in load.grid(earliest, task.latest_start):
+        offset = forecast._offset(at)
+        if offset not in tried:
+            scored.append((forecast._score(offset, span, caution), offset))
+    scored.sort()
+    return scored
+
+
+def _reserve(coming: Sequence[PlanTask], forecast: Forecast, load: Load, now: datetime, caution: float) -> None:
+    """Plans the expected work (tightest latest start first, each at its cheapest start with
+    room), and prices the room each takes by what it would lose if moved: the score of its best
+    start still free, less its own (the window's dearest start when none is free). A given task
+    takes that room only when its other starts are dearer than its own by more than that."""
+    placed: list[tuple[PlanTask, list[tuple[float, int]], int, float]] = []
+    for task in coming:
+        earliest = max(task.earliest, now)
+        if task.latest_start < earliest or not forecast.covers(earliest, task.latest_start + task.duration):
+            continue
+        scored = _starts(task, forecast, load, earliest, caution)
+        for score, offset in scored:
+            at = forecast._time(offset)
+            if load.fits(at, at + task.duration):
+                load.add(at, at + task.duration, firm=False)
+                placed.append((task, scored, offset, score))
+                break
+    for task, scored, offset, score in placed:
+        free = (s for s, o in scored if o != offset and load.fits(forecast._time(o), forecast._time(o) + task.duration))
+        at = forecast._time(offset)
+        load.price_held(at, at + task.duration, next(free, scored[-1][0]) - score)
+
+
 def _plan_one(
-    task: PlanTask, forecast: Forecast | None, load: _Load | None, now: datetime, signal_low: bool, *, caution: float
+    task: PlanTask,
+    forecast: Forecast | None,
+    load: Load | None,
+    now: datetime,
+    signal_low: bool,
+    *,
+    caution: float,
+    pinned: tuple[int, tuple[float, int]] | None = None,
 ) -> Plan:
     earliest = max(task.earliest, now)
     latest = task.latest_start
@@ -285,41 +288,50 @@ def _plan_one(
         if forecast is not None and forecast.covers(at, at + task.duration):
             expected = round(forecast.mean(at, task.duration), _DECIMALS)
         if load is not None:
-            load.add(at, at + task.duration)
+            load.take(at, at + task.duration)
         reason = f"no slack: the latest start {_t(latest)} is not after the earliest {_t(earliest)}"
         return Plan(task.task_id, at, expected, PlanKind.NO_SLACK, reason)
     if forecast is None or not forecast.covers(earliest, latest + task.duration):
         return _threshold_plan(task, forecast, earliest, signal_low)
 
     span = task.duration // _US
-    scored = forecast._scored_starts(forecast._offset(earliest), forecast._offset(latest), span, caution)
-    if task.planned is not None and earliest < task.planned <= latest:
-        kept = forecast._offset(task.planned)
-        scored.append((round(forecast._mean(kept, span), _DECIMALS), kept))
-    # Lowest score first, and of equal scores the earliest start.
-    best_score, best = min(scored)
     if load is None:
-        return _forecast_plan(task, forecast, best, earliest)
-    # Beside other runs the best free start may be just clear of one of them, which is no
-    # forecast point: every start on the slot grid is scored too.
-    tried = {offset for _, offset in scored}
-    for at in load.grid(earliest, latest):
-        offset = forecast._offset(at)
-        if offset not in tried:
-            scored.append((forecast._score(offset, span, caution), offset))
-    scored.sort()
-    best_at = forecast._time(best)
-    for _, offset in scored:
+        scored = forecast._scored_starts(forecast._offset(earliest), forecast._offset(latest), span, caution)
+        if task.planned is not None and earliest < task.planned <= latest:
+            kept = forecast._offset(task.planned)
+            scored.append((forecast._score(kept, span, -caution), kept))
+        # Lowest score first, and of equal scores the earliest start.
+        return _forecast_plan(task, forecast, min(scored)[1], earliest)
+    if pinned is not None and load.fits(
+        forecast._time(pinned[0]), forecast._time(pinned[0]) + task.duration, firm_only=True
+    ):
+        # The auction's start (it had room for it).
+        (offset, (best_score, best)) = pinned
         at = forecast._time(offset)
-        if load.fits(at, at + task.duration):
-            load.add(at, at + task.duration)
-            full = "" if offset == best else f"; the pool is full at {_t(best_at)} ({best_score:g})"
-            return _forecast_plan(task, forecast, offset, earliest, note=full)
+        load.take(at, at + task.duration)
+        full = "" if offset == best else f"; the pool is wanted more at {_t(forecast._time(best))} ({best_score:g})"
+        return _forecast_plan(task, forecast, offset, earliest, note=full)
+    scored = _starts(task, forecast, load, earliest, caution)
+    best_score, best = scored[0]
+    # The cheapest start with room, counting as dear the room expected work was planned in.
+    chosen: tuple[float, int] | None = None
+    for score, offset in scored:
+        if chosen is not None and score >= chosen[0]:
+            break
+        at = forecast._time(offset)
+        if load.fits(at, at + task.duration, firm_only=True):
+            cost = round(score + load.price(at, at + task.duration), _DECIMALS)
+            chosen = min(chosen or (cost, offset), (cost, offset))
+    if chosen is not None:
+        at = forecast._time(chosen[1])
+        load.take(at, at + task.duration)
+        full = "" if chosen[1] == best else f"; the pool is full at {_t(forecast._time(best))} ({best_score:g})"
+        return _forecast_plan(task, forecast, chosen[1], earliest, note=full)
     # No room anywhere in the window: release where the load is least (the earliest such start),
     # so the task queues for a slot before its latest start instead of being planned past it.
     starts = [forecast._time(offset) for _, offset in scored]
-    at = min(starts, key=lambda a: (load.peak(a, a + task.duration), a))
-    load.add(at, at + task.duration)
+    at = min(starts, key=lambda a: (load.peak(a, a + task.duration, firm_only=True), a))
+    load.take(at, at + task.duration)
     value = round(forecast.mean(at, task.duration), _DECIMALS)
     reason = f"the pool (capacity {load.capacity}) is full throughout [{_t(earliest)}, {_t(latest)}]"
     return Plan(task.task_id, at, value, PlanKind.FORECAST, reason + "; released where it is least loaded", True)
@@ -349,52 +361,3 @@ def _threshold_plan(task: PlanTask, forecast: Forecast | None, earliest: datetim
 
 def _t(at: datetime) -> str:
     return at.astimezone(UTC).isoformat(timespec="seconds")
-
-
-class _Load:
-    """Tasks per slot of `resolution`, from a grid anchored at `now` rounded down to a multiple of
-    the resolution since midnight UTC, so that slots line up with the grid's half hours."""
-
-    def __init__(self, capacity: int, anchor: datetime, resolution: timedelta, slots: int) -> None:
-        self.capacity = capacity
-        self._anchor = anchor
-        self._step = resolution
-        self._counts = [0] * slots
-
-    @classmethod
-    def for_tasks(
-        cls, tasks: Sequence[PlanTask], capacity: Capacity, now: datetime, resolution: timedelta
-    ) -> _Load | None:
-        """None when the pool cannot run out of room (everything fits at once), which spares
-        the bookkeeping in the common case of a few held tasks."""
-        if capacity.max_running >= len(tasks) + sum(c.count for c in capacity.committed):
-            return None
-        midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-        anchor = midnight + ((now - midnight) // resolution) * resolution
-        horizon = max((max(t.latest_start, now) + t.duration for t in tasks), default=now)
-        load = cls(capacity.max_running, anchor, resolution, math.ceil((horizon - anchor) / resolution) + 1)
-        for commitment in capacity.committed:
-            load.add(commitment.start, commitment.end, commitment.count)
-        return load
-
-    def _span(self, start: datetime, end: datetime) -> range:
-        """The slots [start, end) touches; a run of zero length still takes the slot it is in."""
-        first = (start - self._anchor) // self._step
-        last = max(first + 1, -((self._anchor - end) // self._step))
-        return range(max(0, first), min(len(self._counts), last))
-
-    def add(self, start: datetime, end: datetime, count: int = 1) -> None:
-        for i in self._span(start, end):
-            self._counts[i] += count
-
-    def peak(self, start: datetime, end: datetime) -> int:
-        span = self._span(start, end)
-        return max(self._counts[span.start : span.stop], default=0)
-
-    def fits(self, start: datetime, end: datetime) -> bool:
-        return self.peak(start, end) < self.capacity
-
-    def grid(self, earliest: datetime, latest: datetime) -> list[datetime]:
-        first = -((self._anchor - earliest) // self._step)
-        last = (latest - self._anchor) // self._step
-        return [self._anchor + k * self._step for k in range(first, last + 1)]

@@ -113,6 +113,20 @@ class PlannableTask:
 
 
 @dataclass(frozen=True, slots=True)
+class RecentDeferrable:
+    """Submissions with a latest start in a 5-minute bucket of the last day (`recent_deferrable`):
+    the work the planner expects again."""
+
+    at: datetime
+    queue: str
+    activity_type: str
+    kind: str
+    slack_ms: int
+    estimated_duration_ms: int | None
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReleaseDue:
     """When a planned task is due (`upcoming_releases`)."""
 

@@ -14,6 +14,7 @@ from scheduler_service.rows.fleet import (
     PoolWorkers,
     QueueName,
     QueueRunning,
+    RecentDeferrable,
     ReleaseDue,
     ResumedQueue,
     TypeRunning,
@@ -66,6 +67,10 @@ class QueueStore(StoreBase):
 
     async def plannable_tasks(self) -> list[PlannableTask]:
         return await self.db.fetch_as(PlannableTask, Q["plannable_tasks"])
+
+    async def recent_deferrable(self, types: Sequence[str], lookback: timedelta) -> list[RecentDeferrable]:
+        params = {"types": list(types), "lookback": lookback}
+        return await self.db.fetch_as(RecentDeferrable, Q["recent_deferrable"], params)
 
     async def apply_plans(self, plans: Sequence[tuple[int, datetime | None, float | None, str]]) -> None:
         """Stores the plans and tells every replica (NOTIFY, at commit) to time its wake-ups."""

@@ -28,6 +28,7 @@ from selenium.webdriver.chrome.service import Service as ChromeService
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from lowtide.auth import hash_token
+from tests.debian import install
 
 TOKENS = {"admin": "console-admin-secret", "viewer": "console-viewer-secret"}
 # The trace the signal service replays at wall-clock speed: a low first half hour (the value a
@@ -44,21 +45,10 @@ def free_port() -> int:
 
 
 def _install_chromium() -> str | None:
-    """Installs Debian's chromium and chromium-driver when missing (quietly; as root, or through
-    `sudo -n`); returns why it could not, or None."""
+    """Installs Debian's chromium and chromium-driver when missing; returns why it could not, or None."""
     if shutil.which("chromium") and shutil.which("chromedriver"):
         return None
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    sudo = ["sudo", "-n"] if os.geteuid() != 0 and shutil.which("sudo") else []
-    steps = (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium", "chromium-driver"])
-    for step in steps:
-        try:
-            done = subprocess.run([*sudo, *step], env=env, capture_output=True, text=True, timeout=1200, check=False)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            return f"{' '.join(step)}: {error}"
-        if done.returncode != 0:
-            return f"{' '.join(step)} failed:\n{done.stderr[-2000:]}"
-    return None
+    return install(["chromium", "chromium-driver"])
 
 
 _NOT_INSTALLED: list[str] = []

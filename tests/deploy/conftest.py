@@ -15,6 +15,14 @@ import pytest
 from lowtide.config import Config, SignalConfig
 from signal_service.server import SignalServer, start_signal_service
 from tests.conftest import NO_AUTH
+from tests.deploy import go_toolchain
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Go is installed once, after collection and before any test (its minutes are not counted
+    against a test's timeout), only when the Go worker's test is to run."""
+    if any(item.path.name == "test_go_worker.py" for item in items):
+        go_toolchain.ensure()
 
 
 @dataclass(frozen=True)

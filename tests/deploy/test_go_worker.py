@@ -1,12 +1,11 @@
 """The Go worker in clients/go, built by its build.sh from protos/ with Debian's Go toolchain
 (protoc-gen-go, protoc-gen-go-grpc), runs `echo` and the typed `total` (a Python dataclass in, a
-dataclass back) against a real scheduler and drains on SIGTERM. Skipped, saying what is missing,
-where that toolchain is not installed."""
+dataclass back) against a real scheduler and drains on SIGTERM. Debian's toolchain is installed
+for it when missing (tests/deploy/go_toolchain.py); skipped, saying why, where that cannot be done."""
 
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
 from dataclasses import dataclass
 from datetime import timedelta
@@ -16,10 +15,10 @@ import pytest
 
 from lowtide_client import Client, TaskState
 from scheduler_service.server import Scheduler
+from tests.deploy import go_toolchain
 from tests.deploy.node import run_bounded
 
 GO_DIR = Path(__file__).resolve().parents[2] / "clients" / "go"
-GOCODE = Path("/usr/share/gocode/src")
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
 
 
@@ -42,20 +41,9 @@ def total(scores: Scores) -> Total:
 
 
 def _toolchain_or_skip() -> None:
-    missing = [tool for tool in ("go", "protoc", "protoc-gen-go-grpc") if shutil.which(tool) is None]
-    missing += [
-        package
-        for package, folder in (
-            ("golang-google-protobuf-dev", "google.golang.org/protobuf"),
-            ("golang-google-grpc-dev", "google.golang.org/grpc"),
-        )
-        if not (GOCODE / folder).is_dir()
-    ]
-    if missing:
-        pytest.skip(
-            "the Go toolchain is not installed (missing: " + ", ".join(missing) + "); on Debian: apt-get install "
-            "golang-go protobuf-compiler protoc-gen-go-grpc golang-google-protobuf-dev golang-google-grpc-dev"
-        )
+    problem = go_toolchain.why_not()
+    if problem:
+        pytest.skip(problem)
 
 
 async def test_the_go_worker_runs_echo_and_a_typed_activity(scheduler: Scheduler, tmp_path: Path) -> None:

@@ -122,6 +122,13 @@ class RawWorker:
         results = [worker_pb2.TaskResult(task=task_pb2.TaskRef(task_id=t, attempt=a), success=result) for t, a in refs]
         await self.call.write(worker_pb2.WorkerMessage(results=worker_pb2.Results(results=results)))
 
+    async def beat(self, every: float) -> None:
+        """Heartbeats every `every` seconds, until cancelled: a worker that stops reading its
+        stream may well go on writing to it."""
+        while True:
+            await self.call.write(worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat()))
+            await asyncio.sleep(every)
+
     async def close(self) -> None:
         self.call.cancel()
         await self.channel.close()

@@ -1,0 +1,87 @@
+"""Which task gets which room when a pool is too small for every task in its cheapest window:
+an auction (Bertsekas' forward auction for the assignment problem), so that the tasks that lose
+least by moving are the ones that move.
+
+Each slot of the plan's grid has some units of room (the pool's capacity less what is already
+spoken for), each with a price, 0 at first. A task without room bids for the start whose score
+plus the prices of the units it would take is lowest, raising those prices by how much better
+that start is than its next best, plus `epsilon`; a task it outbids loses all its room and bids
+again. When no task is without room, each has the start that is best at the final prices, and
+the total score is within (number of tasks) x epsilon of the cheapest assignment there is, for
+tasks of one slot each (the case of the GB bench); a task over several slots pays a share of the
+rise in each, which is a heuristic. Expected work (`droppable`) is left out rather than bid above
+its dearest start. The number of bids is bounded: a task still without room at the end gets
+none here (the planner then places it greedily).
+
+Nothing here does I/O; it works on slot indices and scores, not times.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Bidder:
+    key: int
+    # (score, slots) of each start it may take.
+    options: Sequence[tuple[float, range]]
+    droppable: bool = False
+
+
+def auction(bidders: Sequence[Bidder], room: Sequence[int], epsilon: float, max_bids: int) -> dict[int, int]:
+    """The option (index into `options`) each bidder got, by key; a bidder left out or still
+    bidding when `max_bids` ran out is missing."""
+    prices = [[0.0] * max(0, n) for n in room]
+    # The cheapest unit's price in each slot (inf: no room at all).
+    floor = [0.0 if n > 0 else math.inf for n in room]
+    holders: list[list[int | None]] = [[None] * max(0, n) for n in room]
+    by_key = {b.key: b for b in bidders}
+    # Expected work is worth no more to keep than the dearest start it has.
+    drops = {b.key: max(score for score, _ in b.options) + epsilon for b in bidders if b.droppable and b.options}
+    held: dict[int, tuple[int, list[tuple[int, int]]]] = {}
+    waiting = deque(b for b in bidders if b.options)
+    bids = 0
+    while waiting and bids < max_bids:
+        bidder = waiting.popleft()
+        best, second, chosen = math.inf, math.inf, -1
+        for index, (score, slots) in enumerate(bidder.options):
+            cost = score
+            for i in slots:
+                cost += floor[i]
+            if cost < best:
+                best, second, chosen = cost, best, index
+            elif cost < second:
+                second = cost
+        drop = drops.get(bidder.key)
+        if drop is not None:
+            if best > drop:
+                continue
+            second = min(second, drop)
+        if best == math.inf:
+            continue
+        bids += 1
+        slots = bidder.options[chosen][1]
+        rise = (second - best if second < math.inf else 0.0) + epsilon
+        units = []
+        for i in slots:
+            here = prices[i]
+            unit = here.index(floor[i])
+            outbid = holders[i][unit]
+            if outbid is not None:
+                _release(held.pop(outbid)[1], holders)
+                waiting.append(by_key[outbid])
+            holders[i][unit] = bidder.key
+            here[unit] += rise / len(slots)
+            floor[i] = min(here)
+            units.append((i, unit))
+        held[bidder.key] = (chosen, units)
+    return {key: option for key, (option, _) in held.items()}
+
+
+def _release(units: list[tuple[int, int]], holders: list[list[int | None]]) -> None:
+    for i, unit in units:
+        holders[i][unit] = None

@@ -1,0 +1,96 @@
+"""The room a plan keeps count of: tasks per slot of the plan's grid, the given tasks' and
+commitments' apart from expected work's, with what each expected run would lose if moved
+(scheduler_service.domain.planning plans on it)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scheduler_service.domain.planning import Capacity, PlanTask
+
+
+class Load:
+    """Tasks per slot of `resolution`, from a grid anchored at `now` rounded down to a multiple of
+    the resolution since midnight UTC, so that slots line up with the grid's half hours."""
+
+    def __init__(self, capacity: int, anchor: datetime, resolution: timedelta, slots: int) -> None:
+        self.capacity = capacity
+        self._anchor = anchor
+        self._step = resolution
+        # Every planned run, and the given tasks' and commitments' alone (not expected work).
+        self._counts = [0] * slots
+        self._firm = [0] * slots
+        # Per slot, what each expected run in it would lose if moved (see `_reserve`).
+        self._held: list[list[float]] = [[] for _ in range(slots)]
+
+    @classmethod
+    def for_tasks(
+        cls, tasks: Sequence[PlanTask], capacity: Capacity, now: datetime, resolution: timedelta
+    ) -> Load | None:
+        """None when the pool cannot run out of room (everything fits at once), which spares
+        the bookkeeping in the common case of a few held tasks."""
+        if capacity.max_running >= len(tasks) + sum(c.count for c in capacity.committed):
+            return None
+        midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        anchor = midnight + ((now - midnight) // resolution) * resolution
+        horizon = max((max(t.latest_start, now) + t.duration for t in tasks), default=now)
+        load = cls(capacity.max_running, anchor, resolution, math.ceil((horizon - anchor) / resolution) + 1)
+        for commitment in capacity.committed:
+            load.add(commitment.start, commitment.end, commitment.count)
+        return load
+
+    def _span(self, start: datetime, end: datetime) -> range:
+        """The slots [start, end) touches; a run of zero length still takes the slot it is in."""
+        first = (start - self._anchor) // self._step
+        last = max(first + 1, -((self._anchor - end) // self._step))
+        return range(max(0, first), min(len(self._counts), last))
+
+    def add(self, start: datetime, end: datetime, count: int = 1, *, firm: bool = True) -> None:
+        for i in self._span(start, end):
+            self._counts[i] += count
+            if firm:
+                self._firm[i] += count
+
+    def slots(self, start: datetime, end: datetime) -> range:
+        return self._span(start, end)
+
+    def room(self) -> list[int]:
+        """Per slot, the room left by the given tasks and commitments."""
+        return [self.capacity - n for n in self._firm]
+
+    def price_held(self, start: datetime, end: datetime, loss: float) -> None:
+        for i in self._span(start, end):
+            self._held[i].append(loss)
+
+    def price(self, start: datetime, end: datetime) -> float:
+        """What a given run over [start, end) costs the expected work it would displace: in each
+        slot with no room but for expected runs, the least any of them would lose."""
+        return sum(
+            min(self._held[i]) for i in self._span(start, end) if self._held[i] and self._counts[i] >= self.capacity
+        )
+
+    def take(self, start: datetime, end: datetime) -> None:
+        """A given run: where the slot is full with expected runs, the cheapest to move gives way."""
+        for i in self._span(start, end):
+            held = self._held[i]
+            if held and self._counts[i] >= self.capacity:
+                held.remove(min(held))
+                self._counts[i] -= 1
+        self.add(start, end)
+
+    def peak(self, start: datetime, end: datetime, *, firm_only: bool = False) -> int:
+        span = self._span(start, end)
+        counts = self._firm if firm_only else self._counts
+        return max(counts[span.start : span.stop], default=0)
+
+    def fits(self, start: datetime, end: datetime, *, firm_only: bool = False) -> bool:
+        return self.peak(start, end, firm_only=firm_only) < self.capacity
+
+    def grid(self, earliest: datetime, latest: datetime) -> list[datetime]:
+        first = -((self._anchor - earliest) // self._step)
+        last = (latest - self._anchor) // self._step
+        return [self._anchor + k * self._step for k in range(first, last + 1)]
