@@ -16,10 +16,11 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from lowtide.config import RetryConfig, TypeConfig
 from lowtide.errors import InvalidArgument, TooLarge
-from lowtide_proto.lowtide.v1 import task_pb2
+from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.domain.fixed import FixedStart, MissPolicy
 from scheduler_service.domain.model import Kind, NewTask, RetryPolicy, State
 from scheduler_service.domain.resources import validate as validate_resources
+from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.tasks import TaskRow
 
 MAX_NAME = 200
@@ -374,3 +375,21 @@ def task_message(row: TaskRow) -> task_pb2.Task:
         headers=row.headers,
         heartbeat_details=row.heartbeat_details or b"",
     )
+
+
+def assignment(row: ClaimedRow) -> worker_pb2.Assignment:
+    """The message that hands a claimed attempt to its worker."""
+    message = worker_pb2.Assignment(
+        task=task_pb2.TaskRef(task_id=row.id, attempt=row.attempt),
+        queue=row.queue,
+        kind=KIND_OF_COLUMN[row.kind],
+        activity_type=row.activity_type,
+        payload=row.payload,
+        headers=row.headers or {},
+    )
+    if row.close_deadline is not None:
+        message.start_to_close_deadline.FromDatetime(row.close_deadline)
+    heartbeat = _ms_duration(row.heartbeat_ms)
+    if heartbeat is not None:
+        message.heartbeat_timeout.CopyFrom(heartbeat)
+    return message

@@ -20,12 +20,10 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from google.protobuf import duration_pb2
-
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
-from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
-from scheduler_service.convert import KIND_OF_COLUMN
+from lowtide_proto.lowtide.v1 import worker_pb2
+from scheduler_service.convert import assignment
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.dispatch import GroupKey, hand_out, rotated
 from scheduler_service.domain.skiplist import effective_limits
@@ -383,25 +381,3 @@ def _reserved(members: list[WorkerSession], slots: list[tuple[str, int]]) -> Ite
     finally:
         for worker_id, count in slots:
             sessions[worker_id].claiming -= count
-
-
-def assignment(row: ClaimedRow) -> worker_pb2.Assignment:
-    message = worker_pb2.Assignment(
-        task=task_pb2.TaskRef(task_id=row.id, attempt=row.attempt),
-        queue=row.queue,
-        kind=KIND_OF_COLUMN[row.kind],
-        activity_type=row.activity_type,
-        payload=row.payload,
-        headers=row.headers or {},
-    )
-    if row.close_deadline is not None:
-        message.start_to_close_deadline.FromDatetime(row.close_deadline)
-    if row.heartbeat_ms is not None:
-        message.heartbeat_timeout.CopyFrom(_duration_ms(row.heartbeat_ms))
-    return message
-
-
-def _duration_ms(ms: int) -> duration_pb2.Duration:
-    out = duration_pb2.Duration()
-    out.FromMilliseconds(ms)
-    return out
