@@ -35,6 +35,7 @@ from scheduler_service.domain.adaptive import (
     ready,
 )
 from scheduler_service.domain.model import Outcome
+from scheduler_service.leadership import Leadership
 from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.store import Store
 
@@ -70,14 +71,14 @@ class AdaptiveLimits:
         settings: Mapping[str, AdaptiveSettings],
         scheduler_id: str,
         window: timedelta,
+        leadership: Leadership,
         on_raised: Callable[[], None],
     ) -> None:
         self._store = store
         self.settings = dict(settings)
         self._scheduler_id = scheduler_id
         self._window = window.total_seconds()
-        # Whether this replica holds the leader lease (set once maintenance exists).
-        self.leading: Callable[[], bool] = lambda: False
+        self._leadership = leadership
         self._on_raised = on_raised
         self.states: dict[str, LimitState] = {name: initial_state(s) for name, s in self.settings.items()}
         self.updated_at: dict[str, datetime] = {}
@@ -141,7 +142,7 @@ class AdaptiveLimits:
             self._since = since
             raise
         self.windows += 1
-        if self.leading():
+        if self._leadership.leading:
             await self._move(now)
         else:
             await self._load()

@@ -17,6 +17,7 @@ from scheduler_service.domain.fixed import Miss, miss_reason
 from scheduler_service.domain.model import Failure, Outcome
 from scheduler_service.domain.retry import after_failure
 from scheduler_service.fixed_starts import FixedStarts
+from scheduler_service.leadership import Leadership
 from scheduler_service.rows.fleet import MissedFixed
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store, attempt_of
@@ -56,6 +57,7 @@ class Maintenance:
         schedules: ScheduleMaterializer,
         planner: ReleasePlanner,
         adaptive: AdaptiveLimits,
+        leadership: Leadership,
     ) -> None:
         self._fixed = fixed
         # Timeouts are samples of adaptive types too.
@@ -73,8 +75,12 @@ class Maintenance:
         self._on_requeued = on_requeued
         # Told every tick whether another replica runs (see Waiters.others).
         self._on_replicas = on_replicas
-        self.leading = False
+        self._leadership = leadership
         self._ticks = 0
+
+    @property
+    def leading(self) -> bool:
+        return self._leadership.leading
 
     async def run(self) -> None:
         try:
@@ -83,12 +89,12 @@ class Maintenance:
                     # A sign of life every interval (a miss while no replica ran says so), and the
                     # leader lease taken or kept, in one statement.
                     check = await self._store.seen_and_lead(LEADER, self._holder, self._lease)
-                    self.leading = check.leading
+                    self._leadership.leading = check.leading
                     self._on_replicas(check.others)
                     if self.leading:
                         await self.tick()
                 except DatabaseUnavailable as error:
-                    self.leading = False
+                    self._leadership.leading = False
                     log.warning("maintenance.database_unavailable", extra={"error": str(error)})
                 await asyncio.sleep(self._interval)
         finally:

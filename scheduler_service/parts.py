@@ -14,6 +14,7 @@ from scheduler_service.cost import CostHolds
 from scheduler_service.dispatcher import Dispatcher, Parked
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale
 from scheduler_service.fixed_starts import DuePools, FixedStarts
+from scheduler_service.leadership import Leadership
 from scheduler_service.leases import Leases
 from scheduler_service.maintenance import Maintenance
 from scheduler_service.metrics import SchedulerMetrics
@@ -62,6 +63,7 @@ class _Core:
     planner: ReleasePlanner
     traces: TaskTraces | None
     adaptive: AdaptiveLimits
+    leadership: Leadership
 
 
 def _cost_holds(config: Config, hold_config: HoldConfig, parked: Parked) -> CostHolds:
@@ -103,11 +105,13 @@ def _dispatch_core(
     holds = _cost_holds(config, hold_config, parked)
     fixed = FixedStarts(store, registry, config, due)
     traces = None if telemetry.tracer is None else TaskTraces(telemetry.tracer)
+    leadership = Leadership()
     adaptive = AdaptiveLimits(
         store,
         settings=adaptive_settings(config),
         scheduler_id=scheduler_id,
         window=config.scheduler.adaptive_window,
+        leadership=leadership,
         on_raised=registry.wake_all,
     )
     adaptive_gauges(telemetry.metrics.meter, adaptive)
@@ -135,7 +139,7 @@ def _dispatch_core(
         adaptive=adaptive,
     )
     planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
-    return _Core(store, registry, holds, fixed, metrics, dispatcher, planner, traces, adaptive)
+    return _Core(store, registry, holds, fixed, metrics, dispatcher, planner, traces, adaptive, leadership)
 
 
 def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
@@ -203,8 +207,8 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         schedules=ScheduleMaterializer(store, config),
         planner=core.planner,
         adaptive=core.adaptive,
+        leadership=core.leadership,
     )
-    core.adaptive.leading = lambda: maintenance.leading
     return Parts(
         store,
         registry,
