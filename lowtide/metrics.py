@@ -13,14 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader
-from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
+from lowtide.histograms import Histograms, PrometheusReader
 from lowtide.listen import refused
 
 
@@ -29,6 +28,8 @@ class Metrics:
     meter: Meter
     provider: MeterProvider
     registry: CollectorRegistry
+    # The histograms recorded per task (lowtide.histograms), exported beside the meter's figures.
+    histograms: Histograms
     server: Any = None
     # Where the figures go: a Prometheus reader (served as /metrics), a periodic OTLP one, or both.
     readers: Sequence[MetricReader] = ()
@@ -55,18 +56,19 @@ def start_metrics(
     resource: Resource | None = None,
     prometheus: bool = True,
     readers: Sequence[MetricReader] = (),
-    views: Sequence[View] = (),
+    histograms: Histograms | None = None,
 ) -> Metrics:
     """Starts the service's meter with `readers` and, if `prometheus`, a Prometheus reader served
-    as /metrics on `listen` (host:port) unless it is empty. `views` set what the service's own
-    instruments need (a histogram's buckets)."""
+    as /metrics on `listen` (host:port) unless it is empty. `histograms`: the ones `readers`
+    export already (lowtide.telemetry wraps an OTLP exporter with them), else new."""
     registry = CollectorRegistry()
+    resource = resource or Resource.create({"service.name": service})
+    histograms = histograms or Histograms(service, resource)
     every = list(readers)
     if prometheus:
-        every.append(PrometheusMetricReader(registry=registry, scope_info_enabled=False))
-    resource = resource or Resource.create({"service.name": service})
-    provider = MeterProvider(metric_readers=every, resource=resource, views=list(views))
-    metrics = Metrics(provider.get_meter(service), provider, registry, readers=tuple(every))
+        every.append(PrometheusReader(histograms, registry=registry, scope_info_enabled=False))
+    provider = MeterProvider(metric_readers=every, resource=resource)
+    metrics = Metrics(provider.get_meter(service), provider, registry, histograms, readers=tuple(every))
     if listen and prometheus:
         host, _, port = listen.rpartition(":")
         try:

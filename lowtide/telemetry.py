@@ -20,19 +20,19 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
-from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from lowtide.errors import ConfigError
+from lowtide.histograms import Histograms, WithHistograms
 from lowtide.metrics import Metrics, start_metrics
 
 TRACES_EXPORTERS = frozenset({"otlp"})
@@ -105,25 +105,28 @@ def _span_exporter(environ: Mapping[str, str]) -> Any:
     return OTLPSpanExporter()
 
 
-def _metric_reader(environ: Mapping[str, str]) -> MetricReader:
+def _metric_reader(environ: Mapping[str, str], histograms: Histograms) -> MetricReader:
     if protocol("metrics", environ) == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
     else:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter  # type: ignore[assignment]
-    return PeriodicExportingMetricReader(OTLPMetricExporter())
+    return PeriodicExportingMetricReader(WithHistograms(OTLPMetricExporter(), histograms))
 
 
-def start_telemetry(
-    service: str, metrics_listen: str, environ: Mapping[str, str] | None = None, *, views: Sequence[View] = ()
-) -> Telemetry:
-    """The service's providers, as the environment configures them (see the module's doc);
-    `views` set what the service's instruments need (a histogram's buckets)."""
+def start_telemetry(service: str, metrics_listen: str, environ: Mapping[str, str] | None = None) -> Telemetry:
+    """The service's providers, as the environment configures them (see the module's doc)."""
     environ = os.environ if environ is None else environ
     wanted = exporters("OTEL_METRICS_EXPORTER", METRICS_EXPORTERS, "prometheus", environ)
     described = resource(service)
-    readers = [_metric_reader(environ)] if "otlp" in wanted else []
+    histograms = Histograms(service, described)
+    readers = [_metric_reader(environ, histograms)] if "otlp" in wanted else []
     exported = start_metrics(
-        service, metrics_listen, resource=described, prometheus="prometheus" in wanted, readers=readers, views=views
+        service,
+        metrics_listen,
+        resource=described,
+        prometheus="prometheus" in wanted,
+        readers=readers,
+        histograms=histograms,
     )
     telemetry = Telemetry(described, exported)
     try:

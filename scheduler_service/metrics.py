@@ -87,7 +87,7 @@ class SchedulerMetrics:
         self.snapshot = Snapshot()
         meter = metrics.meter
         # Per task: dispatched and finished counts, queue wait, run time, dispatch latency, time held.
-        self.tasks = TaskMetrics(meter, holds=holds, config=config)
+        self.tasks = TaskMetrics(meter, metrics.histograms, holds=holds, config=config)
         self.fixed_starts = meter.create_counter(
             "lowtide.fixed_start.started",
             unit="{task}",

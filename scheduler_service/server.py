@@ -38,7 +38,6 @@ from scheduler_service.metrics import SchedulerMetrics
 from scheduler_service.parts import Parts, build_parts
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
-from scheduler_service.task_metrics import VIEWS as TASK_VIEWS
 from scheduler_service.waiters import Waiters
 from scheduler_service.worker_stream import WorkerStream
 
@@ -248,7 +247,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
     async with contextlib.AsyncExitStack() as stack:
         # Closed last: the spans of the calls the server ends while stopping are flushed too (in a
         # thread: the export must not stop the event loop, another service of this process may run on it).
-        telemetry = start_telemetry("lowtide-scheduler", config.scheduler.metrics_listen, views=TASK_VIEWS)
+        telemetry = start_telemetry("lowtide-scheduler", config.scheduler.metrics_listen)
         stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)
         # Opened once the ports are bound (below): a database connection never holds a listen port.
         db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max, planned_min=1)

@@ -4,8 +4,8 @@ wait, dispatch latency, time held, the signal at dispatch) and the completer (fi
 Every figure comes from the rows those already have in hand (the claim's RETURNING, the finish's
 RETURNING): no query per task. Queue and activity type labels are capped (domain.timings.LabelCap).
 
-Bucket boundaries are set by Views (VIEWS, given to the MeterProvider), so an OTLP export gets
-the same buckets as the Prometheus endpoint.
+The histograms are lowtide.histograms' (a value recorded is a bisect, not the SDK's 7 µs), with
+the same names, buckets and labels on the Prometheus endpoint and over OTLP.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from opentelemetry.metrics import Meter
-from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 
 from lowtide.config import Config
+from lowtide.histograms import Histograms, Labels
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.timings import HoldEpisode, LabelCap, SentAttempt, Timings, timings
 from scheduler_service.rows.claims import ClaimedRow
@@ -50,20 +50,9 @@ SIGNAL_BUCKETS = (0, 25, 50, 75, 100, 125, 150, 200, 250, 300, 350, 400, 500, 60
 # (queue, activity type) label sets kept made; the caps bound them already, this bounds the memo.
 MAX_LABEL_SETS = 4096
 
-VIEWS = [
-    View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(buckets))
-    for name, buckets in [
-        (QUEUE_WAIT, WAIT_BUCKETS),
-        (HELD, WAIT_BUCKETS),
-        (RUN, RUN_BUCKETS),
-        (DISPATCH_LATENCY, DISPATCH_BUCKETS),
-        (SIGNAL_AT_DISPATCH, SIGNAL_BUCKETS),
-    ]
-]
-
 
 class TaskMetrics:
-    def __init__(self, meter: Meter, *, holds: CostHolds, config: Config) -> None:
+    def __init__(self, meter: Meter, histograms: Histograms, *, holds: CostHolds, config: Config) -> None:
         self._holds = holds
         limit = config.scheduler.metrics_label_values
         per_queue = holds.config.per_queue or {}
@@ -71,26 +60,39 @@ class TaskMetrics:
         held = holds.config.deferrable.union(*per_queue.values())
         self._type = LabelCap({*config.types, *held}, limit)
         self._label_sets: dict[tuple[str, str], dict[str, str]] = {}
+        # The same as the histograms' label tuples, and with a reason or the signal added.
+        self._label_keys: dict[tuple[str, ...], Labels] = {}
         self.dispatched = meter.create_counter(
             "lowtide.task.dispatched", unit="{task}", description="Attempts dispatched to workers"
         )
         self.finished = meter.create_counter(
             "lowtide.task.finished", unit="{task}", description="Attempts ended, by what followed (state)"
         )
-        self.queue_wait = meter.create_histogram(
-            QUEUE_WAIT, unit="s", description="From due (submitted, backoff over, released) to started"
+        self.queue_wait = histograms.create(
+            QUEUE_WAIT,
+            unit="s",
+            description="From due (submitted, backoff over, released) to started",
+            bounds=WAIT_BUCKETS,
         )
-        self.run = meter.create_histogram(RUN, unit="s", description="From started to finished, as the worker reported")
-        self.dispatch_latency = meter.create_histogram(
-            DISPATCH_LATENCY, unit="s", description="From claimable (due, no hold on it) to the assignment sent"
+        self.run = histograms.create(
+            RUN, unit="s", description="From started to finished, as the worker reported", bounds=RUN_BUCKETS
         )
-        self.held = meter.create_histogram(
+        self.dispatch_latency = histograms.create(
+            DISPATCH_LATENCY,
+            unit="s",
+            description="From claimable (due, no hold on it) to the assignment sent",
+            bounds=DISPATCH_BUCKETS,
+        )
+        self.held = histograms.create(
             HELD,
             unit="s",
             description="How long held work waited, at its release, by reason: cost_hold, planned_release",
+            bounds=WAIT_BUCKETS,
         )
-        self.signal_at_dispatch = meter.create_histogram(
-            SIGNAL_AT_DISPATCH, description="The cost signal's value at dispatch, per task (unit: the unit label)"
+        self.signal_at_dispatch = histograms.create(
+            SIGNAL_AT_DISPATCH,
+            description="The cost signal's value at dispatch, per task (unit: the unit label)",
+            bounds=SIGNAL_BUCKETS,
         )
 
     def _labels(self, queue: str, activity_type: str) -> dict[str, str]:
@@ -105,6 +107,18 @@ class TaskMetrics:
             self._label_sets[key] = labels
         return labels
 
+    def _key(self, queue: str, activity_type: str, *extra: str) -> Labels:
+        """The histograms' labels of a (queue, type), with `extra` (name, value, ...) pairs added."""
+        key = (queue, activity_type, *extra)
+        labels = self._label_keys.get(key)
+        if labels is None:
+            if len(self._label_keys) >= MAX_LABEL_SETS:
+                self._label_keys.clear()
+            pairs = dict(zip(extra[::2], extra[1::2], strict=True))
+            labels = tuple(sorted({**self._labels(queue, activity_type), **pairs}.items()))
+            self._label_keys[key] = labels
+        return labels
+
     def sent(self, session: WorkerSession, rows: Iterable[ClaimedRow]) -> list[Timings]:
         """Attempts just sent to `session`'s worker; their timings, in order (for their traces)."""
         rows = list(rows)
@@ -113,10 +127,10 @@ class TaskMetrics:
         now = datetime.now(UTC)
         episode = self._episode()
         signal = self._holds.signal
-        signal_labels = {"signal": self._holds.signal_name, "unit": signal.unit if signal else ""}
+        signal_labels = ("signal", self._holds.signal_name, "unit", signal.unit if signal else "")
         held_types: dict[str, frozenset[str]] = {}  # per queue, the types a cost hold may hold
         for row in rows:
-            labels = self._labels(row.queue, row.activity_type)
+            labels = self._key(row.queue, row.activity_type)
             types = held_types.get(row.queue)
             if types is None:
                 types = held_types[row.queue] = self._holds.config.for_queue(row.queue) | session.cost_deferrable
@@ -127,9 +141,11 @@ class TaskMetrics:
             self.dispatch_latency.record(figures.dispatch_latency, labels)
             if figures.held is not None:
                 reason, seconds = figures.held
-                self.held.record(seconds, {**labels, "reason": reason})
+                self.held.record(seconds, self._key(row.queue, row.activity_type, "reason", reason))
             if row.signal_at_dispatch is not None:
-                self.signal_at_dispatch.record(row.signal_at_dispatch, {**labels, **signal_labels})
+                self.signal_at_dispatch.record(
+                    row.signal_at_dispatch, self._key(row.queue, row.activity_type, *signal_labels)
+                )
         return out
 
     def ended(self, rows: Iterable[FinishedRow]) -> None:
@@ -139,7 +155,7 @@ class TaskMetrics:
         for row in rows:
             ended[(row.queue, row.activity_type, row.state)] += 1
             if row.run_time is not None:
-                self.run.record(max(0.0, row.run_time.total_seconds()), self._labels(row.queue, row.activity_type))
+                self.run.record(max(0.0, row.run_time.total_seconds()), self._key(row.queue, row.activity_type))
         for (queue, activity_type, state), count in ended.items():
             self.finished.add(count, {**self._labels(queue, activity_type), "state": state})
 

@@ -18,6 +18,7 @@ import psycopg
 import psycopg_pool
 from psycopg import conninfo
 from psycopg.rows import BaseRowFactory, class_row, dict_row
+from psycopg.types.array import ListBinaryDumper
 
 from lowtide.errors import DatabaseUnavailable
 
@@ -114,6 +115,14 @@ class Transaction:
 _GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
 
 
+async def _binary_arrays(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Lists go to the server in PostgreSQL's binary array format. The batches of the hot path
+    pass one array per column (a finish of 256 attempts is nine arrays of 256): psycopg's text
+    format quotes every element through a regular expression, about four times the cost of the
+    binary one, which only packs them. Every statement casts its arrays (`%(ids)s::bigint[]`)."""
+    conn.adapters.register_dumper(list, ListBinaryDumper)
+
+
 def _pool(
     url: str, min_size: int, max_size: int, **kwargs: Any
 ) -> psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[Row]]:
@@ -123,6 +132,7 @@ def _pool(
         max_size=max_size,
         open=False,
         kwargs={"autocommit": True, "row_factory": dict_row, **kwargs},
+        configure=_binary_arrays,
         # A pool that cannot get a connection in this time fails the request instead
         # of hanging it while the database is away.
         timeout=5.0,

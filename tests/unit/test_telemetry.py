@@ -8,10 +8,10 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
-from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
 from lowtide.errors import ConfigError
+from lowtide.histograms import PrometheusReader, WithHistograms
 from lowtide.telemetry import Telemetry, start_telemetry
 
 
@@ -31,7 +31,7 @@ def test_by_default_no_tracer_and_prometheus_metrics_only(monkeypatch: pytest.Mo
     telemetry = _start(monkeypatch)
     try:
         assert telemetry.tracer is None
-        assert _readers(telemetry) == [PrometheusMetricReader]
+        assert _readers(telemetry) == [PrometheusReader]
         assert telemetry.resource.attributes["service.name"] == "lowtide-scheduler"
     finally:
         telemetry.shutdown()
@@ -49,9 +49,10 @@ def test_otlp_traces_and_both_metric_exporters(monkeypatch: pytest.MonkeyPatch) 
     try:
         assert telemetry.tracer is not None
         assert isinstance(telemetry.span_exporter, GrpcSpans)
-        assert _readers(telemetry) == [PeriodicExportingMetricReader, PrometheusMetricReader]
+        assert _readers(telemetry) == [PeriodicExportingMetricReader, PrometheusReader]
         [otlp] = [r for r in telemetry.metrics.readers if isinstance(r, PeriodicExportingMetricReader)]
-        assert isinstance(otlp._exporter, GrpcMetrics)
+        assert isinstance(otlp._exporter, WithHistograms)
+        assert isinstance(otlp._exporter.exporter, GrpcMetrics)
         assert telemetry.resource.attributes["service.name"] == "scheduler-eu"
         assert telemetry.resource.attributes["deployment.environment"] == "staging"
     finally:
