@@ -19,7 +19,9 @@ decided by auction (scheduler_service.domain.assignment): each task bids for its
 at the current prices of room, by how much it would lose by moving, so the task that loses
 least by moving is the one that moves (for tasks of one slot, the cheapest assignment there is,
 within a small epsilon). A pending task is never refused room for expected work: expected work
-is left out first.
+is left out first, and since the auction weighs scores rather than how many tasks get room (and
+expected work placed greedily can crowd a task out too), a plan beside expected work that leaves
+a pending task without room it has in the plan of the pending tasks alone gives way to that plan.
 
 A forecast is not the future, and the further ahead the more it is off. Picking the lowest of
 many noisy values picks, more often than not, one that only looks low because of its noise (the
@@ -165,7 +167,37 @@ def plan(
         # Expected work arriving after the last given task's latest start competes with none.
         last = max(t.latest_start for t in given)
         coming = [t for t in coming if t.earliest <= last]
-    load = Load.for_tasks(given + coming, capacity, now, resolution)
+    plans = _plan(given, coming, forecast, capacity, now, signal_low=signal_low, resolution=resolution, caution=caution)
+    if coming and any(p.over_capacity for p in plans):
+        # The auction weighs scores, not how many tasks get room, and expected work placed
+        # greedily can crowd a pending task out too: a plan beside expected work that leaves a
+        # given task without the room it has in a plan of the given tasks alone is not made.
+        alone = _plan(given, [], forecast, capacity, now, signal_low=signal_low, resolution=resolution, caution=caution)
+        if _costs_room(plans, alone):
+            return alone
+    return plans
+
+
+def _costs_room(beside: Sequence[Plan], alone: Sequence[Plan]) -> bool:
+    """Whether a plan made beside expected work leaves some task without room that the plan of
+    the given tasks alone has for it (both one plan per task, in the order given)."""
+    return any(b.over_capacity and not a.over_capacity for b, a in zip(beside, alone, strict=True))
+
+
+def _plan(
+    given: Sequence[PlanTask],
+    coming: Sequence[PlanTask],
+    forecast: Forecast | None,
+    capacity: Capacity,
+    now: datetime,
+    *,
+    signal_low: bool,
+    resolution: timedelta,
+    caution: float,
+) -> list[Plan]:
+    """One plan per given task, in the order given, with the expected work `coming` (already
+    the part of it that competes with them) taking room beside them."""
+    load = Load.for_tasks([*given, *coming], capacity, now, resolution)
 
     # Tasks without a choice first (they run when they must, room or not), then tightest latest
     # start first: a task with little slack has few starts to choose from, and a roomier task can

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import timedelta
 from unittest.mock import patch
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scheduler_service.domain import planning
@@ -88,6 +88,22 @@ def expected_lists(draw: st.DrawFn) -> list[PlanTask]:
 
 @settings(max_examples=200)
 @given(task_lists(), forecasts(), capacities(), expected_lists(), st.lists(st.none() | st.integers(-60, 600)))
+# Found by hypothesis: the auction (run only beside expected work) weighs scores, not room, and
+# gave task 1 a start as cheap as the greedy plan's that left task 3 none (2 tasks without room
+# against 1 alone).
+@example(
+    tasks=[
+        task(1, latest=15, duration=21),
+        task(2, latest=1, duration=1),
+        task(3, earliest=1, latest=35, duration=20),
+        task(4, latest=6, duration=1),
+        task(5, latest=1, duration=1),
+    ],
+    forecast=Forecast.of([(at(0), 0.0), (at(9), 1.0), (at(960), 0.0)], end=at(1020)),
+    capacity=ONE,
+    coming=[PlanTask(-1, at(1), at(1), minutes(1))],
+    last=[],
+)
 def test_beside_expected_work_never_after_the_latest_start_and_capacity_never_exceeded(
     tasks: list[PlanTask], forecast: Forecast, capacity: Capacity, coming: list[PlanTask], last: list[int | None]
 ) -> None:
@@ -112,7 +128,7 @@ def test_beside_expected_work_never_after_the_latest_start_and_capacity_never_ex
             assert sum(n for s, e, n in runs if s <= instant < e) <= capacity.max_running
     # Expected work never leaves a given task without room that it had without it.
     alone = plan(tasks, forecast, capacity, T0, signal_low=False)
-    assert sum(p.over_capacity for p in plans) <= sum(p.over_capacity for p in alone)
+    assert {p.task_id for p in plans if p.over_capacity} <= {p.task_id for p in alone if p.over_capacity}
 
 
 @given(task_lists(), forecasts(), expected_lists())
@@ -132,6 +148,8 @@ def test_a_plan_too_large_for_the_auction_still_keeps_the_latest_start_and_the_p
     # Beyond its bound of work the auction is not run: expected work takes room greedily.
     with patch.object(planning, "AUCTION_WORK", 0):
         plans = plan(tasks, forecast, capacity, T0, signal_low=False, expected=coming)
+        alone = plan(tasks, forecast, capacity, T0, signal_low=False)
+    assert {p.task_id for p in plans if p.over_capacity} <= {p.task_id for p in alone if p.over_capacity}
     durations = {t.task_id: t.duration for t in tasks}
     for t, p in zip(tasks, plans, strict=True):
         assert T0 <= p.release_at <= max(t.latest_start, T0)
