@@ -6,6 +6,7 @@ TooLarge for a payload over the limit, before anything is stored.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -59,6 +60,9 @@ def optional_duration(field: str, message: Any, name: str, *, positive: bool = T
     return value
 
 
+_CONTROL = re.compile(r"[\x00-\x1f]")
+
+
 def name(field: str, value: str, *, default: str | None = None) -> str:
     if not value:
         if default is None:
@@ -66,15 +70,23 @@ def name(field: str, value: str, *, default: str | None = None) -> str:
         return default
     if len(value) > MAX_NAME:
         raise InvalidArgument(field, f"must be at most {MAX_NAME} characters")
-    if value != value.strip() or any(ch < " " for ch in value):
+    if value != value.strip() or _CONTROL.search(value):
         raise InvalidArgument(field, "must not contain control characters or surrounding spaces")
     return value
 
 
+@functools.lru_cache(maxsize=16)
+def _default_policy(defaults: RetryConfig) -> RetryPolicy:
+    """The policy of a task that sets none: the same for every such task of a config, made once."""
+    return _policy(task_pb2.RetryPolicy(), defaults)
+
+
 def retry_policy(spec: task_pb2.RetryPolicy | None, defaults: RetryConfig) -> RetryPolicy:
+    return _default_policy(defaults) if spec is None else _policy(spec, defaults)
+
+
+def _policy(spec: task_pb2.RetryPolicy, defaults: RetryConfig) -> RetryPolicy:
     field = "retry_policy"
-    if spec is None:
-        spec = task_pb2.RetryPolicy()
     if spec.max_attempts > MAX_ATTEMPTS:
         raise InvalidArgument(f"{field}.max_attempts", f"must be at most {MAX_ATTEMPTS}")
     coefficient = spec.backoff_coefficient
@@ -197,6 +209,8 @@ _HEADER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 def headers(values: Mapping[str, str]) -> dict[str, str]:
     """A task's headers, within their bounds (see TaskSpec.headers)."""
+    if not values:
+        return {}
     if len(values) > MAX_HEADERS:
         raise InvalidArgument("headers", f"{len(values)} headers is over the limit of {MAX_HEADERS}")
     total = 0
@@ -223,6 +237,8 @@ MAX_DEPENDENCIES = 1000
 
 
 def dependencies(ids: Sequence[int]) -> tuple[int, ...]:
+    if not ids:
+        return ()
     if len(ids) > MAX_DEPENDENCIES:
         raise InvalidArgument("depends_on", f"at most {MAX_DEPENDENCIES} dependencies")
     if any(i <= 0 for i in ids):

@@ -335,6 +335,7 @@ class Dispatcher:
             by_worker[row.worker_id].append(row)
         now = asyncio.get_running_loop().time()
         back: list[ClaimedRow] = []
+        sent: list[tuple[WorkerSession, list[ClaimedRow]]] = []
         for worker_id, claimed in by_worker.items():
             session = sessions[worker_id]
             if session.closed or session.draining:
@@ -345,6 +346,13 @@ class Dispatcher:
                 session.sent_at[row.id] = now
             message = worker_pb2.Assignments(assignments=[assignment(row) for row in claimed])
             session.send(worker_pb2.SchedulerMessage(assignments=message))
+            sent.append((session, claimed))
+        # The streams write the assignments (one turn of the loop) before a figure is recorded.
+        # They are counted once per send, not per worker: a group is of one pool.
+        if sent:
+            await asyncio.sleep(0)
+            self.metrics.tasks.dispatched.add(sum(len(c) for _, c in sent), {"pool": members[0].pool})
+        for session, claimed in sent:
             figures = self.metrics.tasks.sent(session, claimed)
             if self.traces is not None:
                 self._trace(session, claimed, figures, claimed_ns)

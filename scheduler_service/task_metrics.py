@@ -120,10 +120,10 @@ class TaskMetrics:
         return labels
 
     def sent(self, session: WorkerSession, rows: Iterable[ClaimedRow]) -> list[Timings]:
-        """Attempts just sent to `session`'s worker; their timings, in order (for their traces)."""
+        """Attempts just sent to `session`'s worker; their timings, in order (for their traces).
+        The dispatcher counts them (`dispatched`) once per send, for all its workers."""
         rows = list(rows)
         out = []
-        self.dispatched.add(len(rows), {"pool": session.pool})
         now = datetime.now(UTC)
         episode = self._episode()
         signal = self._holds.signal

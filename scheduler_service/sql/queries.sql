@@ -241,6 +241,34 @@ FROM taken JOIN slots slot USING (nth)
 WHERE t.id = taken.id
 RETURNING {{_started_attempt}}
 
+-- claim_pair --
+-- claim_tasks for the common case of one open (queue, type) pair and nothing held (workers of
+-- one type, or a group whose other types are at their limits): rows are taken straight off the
+-- pending index in order and locked as they are read, skipping those another claimer is taking,
+-- up to the free slots or the pair's cap. Nothing is read twice and nothing is locked that is
+-- not taken. Which slot a row goes to follows the order they were locked in.
+WITH {{_claim_slots}},
+locked AS (
+    SELECT t.id
+    FROM lowtide.tasks t
+    WHERE t.state = 'pending' AND t.start_at IS NULL AND t.resources IS NULL AND t.queue = %(queue)s::text
+      AND t.activity_type = %(activity_type)s::text AND t.run_at <= now()
+      AND EXISTS (SELECT 1 FROM live)
+      AND NOT EXISTS (SELECT 1 FROM lowtide.queues q WHERE q.name = %(queue)s::text AND q.paused)
+    ORDER BY t.priority DESC, t.run_at, t.id
+    LIMIT LEAST(%(cap)s::int, (SELECT count(*) FROM slots))
+    FOR UPDATE OF t SKIP LOCKED
+),
+taken AS (
+    SELECT id, row_number() OVER () AS nth FROM locked
+)
+UPDATE lowtide.tasks t
+SET {{_start_attempt}},
+    released_by = NULL
+FROM taken JOIN slots slot USING (nth)
+WHERE t.id = taken.id
+RETURNING {{_started_attempt}}
+
 -- unclaim_tasks --
 -- Hands claimed attempts back untouched (their worker left before they were sent).
 UPDATE lowtide.tasks t

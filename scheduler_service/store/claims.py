@@ -43,8 +43,8 @@ class ClaimStore(StoreBase):
             # Nothing to count first: one statement, committed on its own (no BEGIN and COMMIT
             # round trips around it).
             plan = plan_claim(queues, worker_types, 2 * limit, limits=limits, running={}, held=held)
-            params = _claim_params(slots, plan, signal)
-            return await self.db.fetch_as(ClaimedRow, Q["claim_tasks"], params, planned=True)
+            sql, params = _claim_statement(slots, plan, limit, signal)
+            return await self.db.fetch_as(ClaimedRow, sql, params, planned=True)
         async with self.db.transaction(planned=True) as tx:
             await tx.execute(Q["lock_types"], {"types": limited})
             counts = await tx.fetch_as(RunningCount, Q["count_running_by_type"], {"types": limited})
@@ -52,7 +52,8 @@ class ClaimStore(StoreBase):
             plan = plan_claim(queues, worker_types, 2 * limit, limits=limits, running=running, held=held)
             if plan.empty:
                 return []
-            return await tx.fetch_as(ClaimedRow, Q["claim_tasks"], _claim_params(slots, plan, signal))
+            sql, params = _claim_statement(slots, plan, limit, signal)
+            return await tx.fetch_as(ClaimedRow, sql, params)
 
     async def claim_fixed_due(
         self,
@@ -139,6 +140,18 @@ class ClaimStore(StoreBase):
             "worker_ids": [r.worker_id for r in rows],
         }
         await self.db.execute(Q["unclaim_tasks"], params)
+
+
+def _claim_statement(
+    slots: Sequence[tuple[str, int]], plan: ClaimPlan, limit: int, signal: float | None
+) -> tuple[str, dict[str, object]]:
+    """The claim to run for `plan`: claim_pair when it has one open pair and nothing held (the
+    rows are locked as they are read, no candidates), claim_tasks otherwise."""
+    if len(plan.open) == 1 and not plan.held:
+        queue, activity_type, cap = plan.open[0]
+        params = {**_slot_params(slots), "queue": queue, "activity_type": activity_type, "cap": min(cap, limit)}
+        return Q["claim_pair"], {**params, "signal": signal}
+    return Q["claim_tasks"], _claim_params(slots, plan, signal)
 
 
 def _claim_params(slots: Sequence[tuple[str, int]], plan: ClaimPlan, signal: float | None) -> dict[str, object]:

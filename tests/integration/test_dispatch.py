@@ -223,6 +223,55 @@ async def test_a_claim_locks_only_the_rows_it_takes(database_url: str) -> None:
     assert not {r["id"] for r in first} & {r.id for r in second}
 
 
+async def test_a_claim_of_one_type_takes_rows_off_the_index_past_those_another_claim_holds(database_url: str) -> None:
+    # Workers of one type claim on the pending index directly (claim_pair): a claim of 3 slots stays
+    # open, a second of 8 meanwhile takes the 7 others, best priority first, and neither takes a
+    # task of the paused queue or a task not due yet.
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await apply_migrations(database_url)
+        for worker in ("first", "second"):
+            await conn.execute(
+                "INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at)"
+                " VALUES (%s, 'default', '{default,stopped}', '{a}', 8, 'test', now() + interval '1 minute')",
+                (worker,),
+            )
+        columns = (
+            "INSERT INTO lowtide.tasks (queue, kind, activity_type, payload, max_attempts, initial_backoff_ms,"
+            " backoff_coefficient, max_backoff_ms, priority, run_at)"
+        )
+        await conn.execute(
+            columns + " SELECT 'default', 'activity', 'a', ''::bytea, 1, 1000, 2, 60000, n, now()"
+            " FROM generate_series(1, 10) AS n"
+        )
+        await conn.execute(
+            columns + " VALUES ('default', 'activity', 'a', '', 1, 1000, 2, 60000, 99, now() + interval '1 hour')"
+        )
+        await conn.execute(columns + " VALUES ('stopped', 'activity', 'a', '', 1, 1000, 2, 60000, 99, now())")
+        await conn.execute("INSERT INTO lowtide.queues (name, paused) VALUES ('stopped', true)")
+        db = Database(database_url, min_size=1, max_size=2)
+        await db.open()
+        try:
+            store = Store(db, on_unblocked=lambda rows: None)
+            params = {
+                "workers": "first",
+                "free": "3",
+                "queue": "default",
+                "activity_type": "a",
+                "cap": 3,
+                "signal": None,
+            }
+            async with db.transaction() as open_claim:
+                first = await open_claim.fetch(Q["claim_pair"], params)
+                second = await store.claim(slots=[("second", 8)], queues=["default"], worker_types=["a"], limits={})
+            paused = await store.claim(slots=[("second", 8)], queues=["stopped"], worker_types=["a"], limits={})
+        finally:
+            await db.close()
+    assert sorted(r["priority"] for r in first) == [8, 9, 10]
+    assert sorted(r.priority for r in second) == [1, 2, 3, 4, 5, 6, 7]
+    assert {r.worker_id for r in second} == {"second"}
+    assert paused == []
+
+
 async def test_wait_task_returns_on_any_replica_once_the_task_finishes(database_url: str) -> None:
     # The worker is on one replica, the waiting client on the other: the waiter there is resolved
     # by the finishing replica's NOTIFY (or its own check), not by a query of its own per waiter.
