@@ -88,8 +88,13 @@ class Attempts:
         self.running: dict[tuple[int, int], Attempt] = {}
         #: Finished attempts' results, oldest first, not yet written to a stream.
         self.unsent: list[worker_pb2.TaskResult] = []
-        #: Set whenever an attempt starts (the heartbeat period may have to shrink).
+        #: Set when an attempt starts that the heartbeat loop's current wait is too long for
+        #: (the heartbeat period may have to shrink), or when heartbeat details wait to go out.
         self.started = asyncio.Event()
+        #: Set by the heartbeat loop before each wait: when it beats next (loop time), and the
+        #: period it keeps while attempts run. A start wakes it only when that beat is too late.
+        self.beat_at = 0.0
+        self.busy_period = 0.0
 
     def running_refs(self) -> list[task_pb2.TaskRef]:
         return [attempt.ref for attempt in self.running.values()]
@@ -173,7 +178,11 @@ class Attempts:
             attempt.deadline_handle = loop.call_later(
                 max(0.0, remaining) + _DEADLINE_GRACE, self._deadline_passed, attempt
             )
-        self.started.set()
+        if heartbeat_timeout is not None or self.beat_at > loop.time() + self.busy_period:
+            # A short heartbeat timeout, or an idle worker's long wait: the loop recomputes.
+            # Otherwise its next beat comes on time already (one wake per start was a tenth of
+            # a small worker's CPU in a drain).
+            self.started.set()
         log_event(
             logging.DEBUG,
             "worker.attempt_started",
