@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 
 from lowtide_client._activities import (
     Activity,
@@ -31,6 +32,8 @@ __all__ = ["Attempt", "Attempts"]
 # An attempt still running this long after its start-to-close deadline is abandoned. The
 # deadline is on the scheduler's clock, so the margin also absorbs some clock skew.
 _DEADLINE_GRACE = 5.0
+# The headers of the attempts that have none (most): one read-only mapping for all.
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 # How long abandoned (cancelled) attempts get to unwind.
 _CANCEL_WAIT = 5.0
 # Heartbeat details an activity reported go out within about this long.
@@ -162,7 +165,7 @@ class Attempts:
                 if assignment.HasField("start_to_close_deadline")
                 else None
             ),
-            headers=dict(assignment.headers),
+            headers=dict(assignment.headers) if assignment.headers else _NO_HEADERS,
             _report=lambda data: loop.call_soon_threadsafe(self._details_reported, attempt, data),
         )
         task = loop.create_task(
