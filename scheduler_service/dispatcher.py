@@ -348,13 +348,11 @@ class Dispatcher:
             session.send(worker_pb2.SchedulerMessage(assignments=message))
             sent.append((session, claimed))
         # The streams write the assignments (one turn of the loop) before a figure is recorded.
-        # They are counted once per send, not per worker: a group is of one pool.
         if sent:
             await asyncio.sleep(0)
-            self.metrics.tasks.dispatched.add(sum(len(c) for _, c in sent), {"pool": members[0].pool})
-        for session, claimed in sent:
-            figures = self.metrics.tasks.sent(session, claimed)
-            if self.traces is not None:
+        timings = self.metrics.tasks.sent(sent)
+        if self.traces is not None:
+            for (session, claimed), figures in zip(sent, timings, strict=True):
                 self._trace(session, claimed, figures, claimed_ns)
         if back:
             await self._store.unclaim(back)

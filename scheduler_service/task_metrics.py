@@ -11,7 +11,7 @@ the same names, buckets and labels on the Prometheus endpoint and over OTLP.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from opentelemetry.metrics import Meter
@@ -119,33 +119,40 @@ class TaskMetrics:
             self._label_keys[key] = labels
         return labels
 
-    def sent(self, session: WorkerSession, rows: Iterable[ClaimedRow]) -> list[Timings]:
-        """Attempts just sent to `session`'s worker; their timings, in order (for their traces).
-        The dispatcher counts them (`dispatched`) once per send, for all its workers."""
-        rows = list(rows)
-        out = []
+    def sent(self, sent: Sequence[tuple[WorkerSession, Sequence[ClaimedRow]]]) -> list[list[Timings]]:
+        """Attempts one send just handed to these sessions' workers (of one dispatch group: one
+        pool, the same types held for all); their timings, per session and in order (for their
+        traces). Counted once for the send."""
+        if not sent:
+            return []
+        first = sent[0][0]
+        self.dispatched.add(sum(len(rows) for _, rows in sent), {"pool": first.pool})
         now = datetime.now(UTC)
         episode = self._episode()
         signal = self._holds.signal
         signal_labels = ("signal", self._holds.signal_name, "unit", signal.unit if signal else "")
         held_types: dict[str, frozenset[str]] = {}  # per queue, the types a cost hold may hold
-        for row in rows:
-            labels = self._key(row.queue, row.activity_type)
-            types = held_types.get(row.queue)
-            if types is None:
-                types = held_types[row.queue] = self._holds.config.for_queue(row.queue) | session.cost_deferrable
-            deferrable = row.kind == "activity" and row.start_at is None and row.activity_type in types
-            figures = timings(_sent_attempt(row, deferrable), sent_at=now, episode=episode)
-            out.append(figures)
-            self.queue_wait.record(figures.queue_wait, labels)
-            self.dispatch_latency.record(figures.dispatch_latency, labels)
-            if figures.held is not None:
-                reason, seconds = figures.held
-                self.held.record(seconds, self._key(row.queue, row.activity_type, "reason", reason))
-            if row.signal_at_dispatch is not None:
-                self.signal_at_dispatch.record(
-                    row.signal_at_dispatch, self._key(row.queue, row.activity_type, *signal_labels)
-                )
+        out = []
+        for _, rows in sent:
+            figures_of_session = []
+            for row in rows:
+                labels = self._key(row.queue, row.activity_type)
+                types = held_types.get(row.queue)
+                if types is None:
+                    types = held_types[row.queue] = self._holds.config.for_queue(row.queue) | first.cost_deferrable
+                deferrable = row.kind == "activity" and row.start_at is None and row.activity_type in types
+                figures = timings(_sent_attempt(row, deferrable), sent_at=now, episode=episode)
+                figures_of_session.append(figures)
+                self.queue_wait.record(figures.queue_wait, labels)
+                self.dispatch_latency.record(figures.dispatch_latency, labels)
+                if figures.held is not None:
+                    reason, seconds = figures.held
+                    self.held.record(seconds, self._key(row.queue, row.activity_type, "reason", reason))
+                if row.signal_at_dispatch is not None:
+                    self.signal_at_dispatch.record(
+                        row.signal_at_dispatch, self._key(row.queue, row.activity_type, *signal_labels)
+                    )
+            out.append(figures_of_session)
         return out
 
     def ended(self, rows: Iterable[FinishedRow]) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 
 from lowtide_client._activities import (
     Activity,
@@ -31,6 +32,8 @@ __all__ = ["Attempt", "Attempts"]
 # An attempt still running this long after its start-to-close deadline is abandoned. The
 # deadline is on the scheduler's clock, so the margin also absorbs some clock skew.
 _DEADLINE_GRACE = 5.0
+# The headers of the attempts that have none (most): one read-only mapping for all.
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 # How long abandoned (cancelled) attempts get to unwind.
 _CANCEL_WAIT = 5.0
 # Heartbeat details an activity reported go out within about this long.
@@ -88,8 +91,13 @@ class Attempts:
         self.running: dict[tuple[int, int], Attempt] = {}
         #: Finished attempts' results, oldest first, not yet written to a stream.
         self.unsent: list[worker_pb2.TaskResult] = []
-        #: Set whenever an attempt starts (the heartbeat period may have to shrink).
+        #: Set when an attempt starts that the heartbeat loop's current wait is too long for
+        #: (the heartbeat period may have to shrink), or when heartbeat details wait to go out.
         self.started = asyncio.Event()
+        #: Set by the heartbeat loop before each wait: when it beats next (loop time), and the
+        #: period it keeps while attempts run. A start wakes it only when that beat is too late.
+        self.beat_at = 0.0
+        self.busy_period = 0.0
 
     def running_refs(self) -> list[task_pb2.TaskRef]:
         return [attempt.ref for attempt in self.running.values()]
@@ -157,7 +165,7 @@ class Attempts:
                 if assignment.HasField("start_to_close_deadline")
                 else None
             ),
-            headers=dict(assignment.headers),
+            headers=dict(assignment.headers) if assignment.headers else _NO_HEADERS,
             _report=lambda data: loop.call_soon_threadsafe(self._details_reported, attempt, data),
         )
         task = loop.create_task(
@@ -173,7 +181,11 @@ class Attempts:
             attempt.deadline_handle = loop.call_later(
                 max(0.0, remaining) + _DEADLINE_GRACE, self._deadline_passed, attempt
             )
-        self.started.set()
+        if heartbeat_timeout is not None or self.beat_at > loop.time() + self.busy_period:
+            # A short heartbeat timeout, or an idle worker's long wait: the loop recomputes.
+            # Otherwise its next beat comes on time already (one wake per start was a tenth of
+            # a small worker's CPU in a drain).
+            self.started.set()
         log_event(
             logging.DEBUG,
             "worker.attempt_started",

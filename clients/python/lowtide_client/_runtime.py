@@ -336,7 +336,10 @@ class Runtime:
                 queue.put_nowait(worker_pb2.WorkerMessage(heartbeat=heartbeat))
                 last = loop.time()
                 continue
-            # A new attempt with a short heartbeat timeout wakes us to shorten the wait.
+            # A new attempt with a short heartbeat timeout (or the first after an idle wait)
+            # wakes us to shorten the wait.
+            self._attempts.beat_at = loop.time() + due
+            self._attempts.busy_period = interval
             self._attempts.started.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._attempts.started.wait(), due)

@@ -36,7 +36,7 @@ class ActivityCancelled(Exception):
     """Raised by ``raise_if_cancelled()`` once the attempt was cancelled; its result is not used."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ActivityContext:
     task_id: int
     attempt: int
