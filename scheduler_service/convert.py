@@ -401,8 +401,10 @@ def assignment(row: ClaimedRow) -> worker_pb2.Assignment:
         kind=KIND_OF_COLUMN[row.kind],
         activity_type=row.activity_type,
         payload=row.payload,
-        headers=row.headers or {},
     )
+    if row.headers:
+        # Only when there are some: an empty dict goes through MutableMapping.update all the same.
+        message.headers.update(row.headers)
     if row.close_deadline is not None:
         message.start_to_close_deadline.FromDatetime(row.close_deadline)
     heartbeat = _ms_duration(row.heartbeat_ms)

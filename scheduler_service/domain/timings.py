@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 OTHER = "other"
 COST_HOLD = "cost_hold"
@@ -23,9 +24,9 @@ class HoldEpisode:
     ended: datetime | None
 
 
-@dataclass(frozen=True, slots=True)
-class SentAttempt:
-    """What a claimed row says of an attempt's timing, and whether a cost hold could hold it."""
+class SentAttempt(NamedTuple):
+    """What a claimed row says of an attempt's timing, and whether a cost hold could hold it. A
+    NamedTuple, as one is made for every attempt sent (a frozen dataclass cost twice as much)."""
 
     # When the attempt became due: its submission, the end of its backoff, its dependencies'
     # end, its fixed start or its planned release.
@@ -39,8 +40,7 @@ class SentAttempt:
     deferrable: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Timings:
+class Timings(NamedTuple):
     """In seconds: due → started, claimable → sent, and how long a hold held it (with which)."""
 
     queue_wait: float
