@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import worker_pb2
-from scheduler_service.convert import assignment
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.dispatch import GroupKey, hand_out, rotated
 from scheduler_service.domain.skiplist import effective_limits
 from scheduler_service.domain.timings import Timings
+from scheduler_service.messages import assignment
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.sessions import Group, Registry, WorkerSession

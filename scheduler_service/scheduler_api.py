@@ -20,7 +20,7 @@ from lowtide.config import Config, TokenEntry
 from lowtide.errors import InvalidArgument, TooLarge
 from lowtide.grpc_status import handles_errors
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
-from scheduler_service import convert
+from scheduler_service import convert, messages
 from scheduler_service.adaptive import adaptive_status
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.fixed import Refused
@@ -97,7 +97,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         [submitted] = await self._submit([task], context)
         row = await self._store.get_task(submitted.id)
         assert row is not None
-        return scheduler_pb2.SubmitTaskResponse(task=convert.task_message(row), created=submitted.created)
+        return scheduler_pb2.SubmitTaskResponse(task=messages.task_message(row), created=submitted.created)
 
     @handles_errors
     async def SubmitTasks(
@@ -123,7 +123,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
 
     @handles_errors
     async def GetTask(self, request: scheduler_pb2.GetTaskRequest, context: Context) -> scheduler_pb2.GetTaskResponse:
-        return scheduler_pb2.GetTaskResponse(task=convert.task_message(await self._tasks.get(request.id)))
+        return scheduler_pb2.GetTaskResponse(task=messages.task_message(await self._tasks.get(request.id)))
 
     @handles_errors
     async def CancelTask(
@@ -131,7 +131,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     ) -> scheduler_pb2.CancelTaskResponse:
         row = await self._tasks.cancel(request.id, self._who(context))
         self._waiters.finished([row.id])
-        return scheduler_pb2.CancelTaskResponse(task=convert.task_message(row))
+        return scheduler_pb2.CancelTaskResponse(task=messages.task_message(row))
 
     @handles_errors
     async def ListTasks(
@@ -155,7 +155,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         more = len(rows) > size
         rows = rows[:size]
         return scheduler_pb2.ListTasksResponse(
-            tasks=[convert.task_message(r) for r in rows],
+            tasks=[messages.task_message(r) for r in rows],
             next_page_token=str(rows[-1].id) if more else "",
         )
 
@@ -175,14 +175,14 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(finished), timeout.total_seconds())
                 row = await self._tasks.get(request.id)
-        return scheduler_pb2.WaitTaskResponse(task=convert.task_message(row), finished=row.state in FINISHED)
+        return scheduler_pb2.WaitTaskResponse(task=messages.task_message(row), finished=row.state in FINISHED)
 
     @handles_errors
     async def ExplainTask(
         self, request: scheduler_pb2.ExplainTaskRequest, context: Context
     ) -> scheduler_pb2.ExplainTaskResponse:
         row, text, codes = await self._tasks.explain(request.id)
-        return scheduler_pb2.ExplainTaskResponse(task=convert.task_message(row), explanation=text, reasons=codes)
+        return scheduler_pb2.ExplainTaskResponse(task=messages.task_message(row), explanation=text, reasons=codes)
 
     @handles_errors
     async def PauseQueue(
