@@ -9,6 +9,7 @@ import contextlib
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 import grpc
 import psycopg
@@ -179,17 +180,22 @@ async def _polls(scheduler: Scheduler, at_least: int) -> None:
     await eventually(polled, within=30)
 
 
+async def _two_workers(conn: psycopg.AsyncConnection[Any], *, queues: list[str], types: list[str]) -> None:
+    """Workers "first" and "second" (8 slots each, leases a minute long), as a replica records them."""
+    for worker in ("first", "second"):
+        await conn.execute(
+            "INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at)"
+            " VALUES (%s, 'default', %s, %s, 8, 'test', now() + interval '1 minute')",
+            (worker, queues, types),
+        )
+
+
 async def test_a_claim_locks_only_the_rows_it_takes(database_url: str) -> None:
     # One claim of 2 slots over two types stays open (its transaction uncommitted); a second claim
     # of 8 slots meanwhile takes all 8 others: the first locked its 2, not 2 of each type.
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await apply_migrations(database_url)
-        for worker in ("first", "second"):
-            await conn.execute(
-                "INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at)"
-                " VALUES (%s, 'default', '{default}', '{a,b}', 8, 'test', now() + interval '1 minute')",
-                (worker,),
-            )
+        await _two_workers(conn, queues=["default"], types=["a", "b"])
         await conn.execute(
             "INSERT INTO lowtide.tasks (queue, kind, activity_type, payload, max_attempts, initial_backoff_ms,"
             " backoff_coefficient, max_backoff_ms)"
@@ -229,12 +235,7 @@ async def test_a_claim_of_one_type_takes_rows_off_the_index_past_those_another_c
     # task of the paused queue or a task not due yet.
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await apply_migrations(database_url)
-        for worker in ("first", "second"):
-            await conn.execute(
-                "INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at)"
-                " VALUES (%s, 'default', '{default,stopped}', '{a}', 8, 'test', now() + interval '1 minute')",
-                (worker,),
-            )
+        await _two_workers(conn, queues=["default", "stopped"], types=["a"])
         columns = (
             "INSERT INTO lowtide.tasks (queue, kind, activity_type, payload, max_attempts, initial_backoff_ms,"
             " backoff_coefficient, max_backoff_ms, priority, run_at)"
