@@ -26,14 +26,14 @@ class ClaimStore(StoreBase):
     ) -> list[ClaimedRow]:
         """Claims up to one task per free slot of `slots` ((worker id, free slots), in the order
         of domain.dispatch.rotated: rows go to them as domain.dispatch.hand_out says) in one
-        statement. Candidates are
-        planned for twice the slots (see claim_tasks in queries.sql), so a claim that meets
-        another still fills its slots.
+        statement: claim_pair for one open (queue, type) and nothing held, which locks rows as it
+        reads them off the index; claim_tasks otherwise, whose candidates are planned for twice the
+        slots so that a claim meeting another still fills its slots (see both in queries.sql).
 
         Types with a concurrency limit are locked and counted inside the same transaction, so
         replicas claiming at once never overshoot a limit together. Claims run on the connections
-        that keep one generic plan per statement (lowtide.db.connector, _GENERIC_PLANS). `held` maps a queue to the
-        types a cost hold holds on it; `signal` is recorded on each claimed task.
+        that keep one generic plan per statement (lowtide.db.connector, _GENERIC_PLANS). `held`
+        maps a queue to the types a cost hold holds on it; `signal` is recorded on each claimed task.
         """
         limit = sum(free for _, free in slots)
         if limit == 0:
