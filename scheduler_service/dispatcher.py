@@ -4,10 +4,13 @@ Sessions that may run the same work form a group (sessions.Registry, domain.disp
 group is asked for a claim — by a submit (in this process or, through NOTIFY, in another), by a
 freed slot, by a cancel — the dispatcher claims for all of it at once: due fixed starts first (on
 held slots or any free one), then work that needs resources, then regular work, each in one
-statement up to the group's free slots, every row recorded for the worker it is handed to. Each
-group has at most two claims running (on different slots), each in a task of its own, so groups
-do not wait for each other and slots freed during a claim are claimed at once.
-Every poll_interval each group claims once anyway: the fallback, per replica, not per worker.
+statement up to the group's free slots (at most CLAIM_SLOTS: a large group is served by claims
+in turn), every row recorded for the worker it is handed to. Each group has at most two claims
+running (on different slots), each in a task of its own, so groups do not wait for each other and
+slots freed during a claim are claimed at once.
+Every poll_interval each group claims once anyway: the fallback, per replica, not per worker. A
+poll that nothing else asked for claims for a few slots (PROBE_SLOTS) and for the rest only when
+those came back full, so an idle fleet costs the same whatever its size.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import worker_pb2
 from scheduler_service.cost import CostHolds
-from scheduler_service.domain.dispatch import GroupKey, hand_out, rotated
+from scheduler_service.domain.dispatch import GroupKey, hand_out, take_slots
 from scheduler_service.domain.skiplist import effective_limits
 from scheduler_service.domain.timings import Timings
 from scheduler_service.messages import assignment
@@ -44,6 +47,16 @@ log = logging.getLogger("lowtide.scheduler.dispatcher")
 # Claims that may run at once for one group: a second starts for slots freed while the first
 # runs, instead of leaving them idle until it returns.
 CLAIMS_PER_GROUP = 2
+# The most slots one claim fills: a large group is served by several claims in turn (each comes
+# back full, so the next starts at once), none of which costs more than this many slots.
+CLAIM_SLOTS = 512
+# The slots a poll's claim fills when nothing woke the group since its last claim: the poll looks
+# for work no wake announced (a retry's backoff ended, a wake missed), and an idle fleet of any
+# size costs this much. When it comes back full, the group claims again at once, for all.
+PROBE_SLOTS = 32
+
+# A claim's slots: the sessions it fills and how many of each one's slots (domain.dispatch.take_slots).
+Slots = list[tuple[WorkerSession, int]]
 
 
 class Parked:
@@ -212,11 +225,13 @@ class Dispatcher:
             while group.wanted:
                 group.wanted = False
                 polled, group.polled = group.polled, False
+                woken, group.woken = group.woken, False
                 try:
-                    again = await self._claim_for(group, polled)
+                    again = await self._claim_for(group, polled, probe=polled and not woken)
                 except DatabaseUnavailable as error:
                     log.warning("dispatch.claim_failed", extra={"error": str(error)})
                     group.polled = group.polled or polled
+                    group.woken = group.woken or woken
                     await asyncio.sleep(backoff.next_delay())
                     group.wanted = True
                     continue
@@ -224,6 +239,7 @@ class Dispatcher:
                     # Nothing else may stop this group's dispatch for good: said, then tried again.
                     log.exception("dispatch.claim_error", extra={"pool": group.key.pool})
                     group.polled = group.polled or polled
+                    group.woken = group.woken or woken
                     await asyncio.sleep(backoff.next_delay())
                     group.wanted = True
                     continue
@@ -234,51 +250,54 @@ class Dispatcher:
         finally:
             group.claims -= 1
 
-    async def _claim_for(self, group: Group, polled: bool) -> bool:
+    async def _claim_for(self, group: Group, polled: bool, *, probe: bool) -> bool:
         """One round for the group: due fixed starts, slot holds, resources, regular work.
-        True when a claim came back full (more may be waiting)."""
+        True when a claim came back full (more may be waiting). A `probe` (the replica's poll,
+        with no wake since the last claim) claims for PROBE_SLOTS slots only: it looks for work
+        nothing announced, and when it comes back full the group claims again at once for all."""
         members = self._registry.members(group)
         if not members:
             return False
-        fixed_full = await self._claim_fixed(group.key, members, polled)
+        most = PROBE_SLOTS if probe else CLAIM_SLOTS
+        fixed_full = await self._claim_fixed(group, members, polled, most)
         if self.fixed.upcoming:
             for session in members:
                 self.fixed.offer_slots(session)
-        resources_full = await self._claim_with_resources(group.key, members)
-        slots = rotated([(s.worker_id, s.free) for s in members], group.turn)
-        group.turn += 1
-        if not slots:
+        resources_full = await self._claim_with_resources(group, members, most)
+        taken, group.turn = take_slots(members, _free, group.turn, most)
+        if not taken:
             return fixed_full or resources_full
         key = group.key
         self.claims_run += 1
         claimed_ns = now_ns()
-        wanted = sum(free for _, free in slots)
-        with _reserved(members, slots):
+        wanted = sum(free for _, free in taken)
+        with _reserved(taken):
             rows = await self._store.claim(
-                slots=slots,
+                slots=[(s.worker_id, free) for s, free in taken],
                 queues=key.queues,
                 worker_types=key.activity_types,
                 limits=self.limits(),
                 held=self.held_map(key),
                 signal=self.holds.value,
             )
-            sent = await self._send(members, rows, claimed_ns)
+            sent = await self._send(taken, rows, claimed_ns)
         return fixed_full or resources_full or (sent and len(rows) == wanted)
 
-    async def _claim_fixed(self, key: GroupKey, members: list[WorkerSession], polled: bool) -> bool:
-        """Claims due fixed-start tasks of the group's pool into its busy-or-held room; True
-        when the batch came back full (more may be due)."""
+    async def _claim_fixed(self, group: Group, members: list[WorkerSession], polled: bool, most: int) -> bool:
+        """Claims due fixed-start tasks of the group's pool into its busy-or-held room (up to
+        `most` slots); True when the batch came back full (more may be due)."""
+        key = group.key
         if not (polled or key.pool in self.fixed.due):
             return False
-        slots = rotated([(s.worker_id, s.room) for s in members])
-        if not slots:
+        taken, _ = take_slots(members, _room, group.turn, most)
+        if not taken:
             return False
         self.fixed.due.discard(key.pool)
         self.claims_run += 1
         claimed_ns = now_ns()
-        with _reserved(members, slots):
+        with _reserved(taken):
             rows = await self._store.claim_fixed_due(
-                slots=slots,
+                slots=[(s.worker_id, room) for s, room in taken],
                 pool=key.pool,
                 queues=key.queues,
                 worker_types=key.activity_types,
@@ -287,26 +306,27 @@ class Dispatcher:
             if not rows:
                 return False
             self.fixed.dispatched([r.id for r in rows])
-            await self._send(members, rows, claimed_ns)
+            await self._send(taken, rows, claimed_ns)
         self.metrics.fixed_started(rows)
-        if len(rows) == sum(room for _, room in slots):
+        if len(rows) == sum(room for _, room in taken):
             self.fixed.due.add(key.pool)
             return True
         return False
 
-    async def _claim_with_resources(self, key: GroupKey, members: list[WorkerSession]) -> bool:
+    async def _claim_with_resources(self, group: Group, members: list[WorkerSession], most: int) -> bool:
         """Tasks that need named resources go their own way: as many as fit in what is free.
         Due fixed starts among them may use the workers' held slots."""
         if not self.resources:
             return False
-        room = [(s.worker_id, s.room) for s in members]
-        fixed_slots = hand_out(room)
+        taken, _ = take_slots(members, _room, group.turn, most)
+        fixed_slots = hand_out([(s.worker_id, room) for s, room in taken])
         if not fixed_slots:
             return False
         self.claims_run += 1
-        free_slots = hand_out([(s.worker_id, s.free) for s in members])
+        free_slots = hand_out([(s.worker_id, min(s.free, room)) for s, room in taken])
         claimed_ns = now_ns()
-        with _reserved(members, room):
+        key = group.key
+        with _reserved(taken):
             rows = await self._store.claim_with_resources(
                 fixed_slots=fixed_slots,
                 free_slots=free_slots,
@@ -320,16 +340,16 @@ class Dispatcher:
             if not rows:
                 return False
             self.fixed.dispatched([r.id for r in rows])
-            await self._send(members, rows, claimed_ns)
+            await self._send(taken, rows, claimed_ns)
         return len(rows) == len(fixed_slots)
 
-    async def _send(self, members: list[WorkerSession], rows: list[ClaimedRow], claimed_ns: int) -> bool:
+    async def _send(self, taken: Slots, rows: list[ClaimedRow], claimed_ns: int) -> bool:
         """Hands each row to the session it was claimed for, in one message per session. Rows of a
         session that left (or was told to drain) while the claim ran go back untouched: nothing is
         assigned after a Drain. False when any went back. `claimed_ns`: when the claim began."""
         if not rows:
             return True
-        sessions = {s.worker_id: s for s in members}
+        sessions = {s.worker_id: s for s, _ in taken}
         by_worker: dict[str, list[ClaimedRow]] = defaultdict(list)
         for row in rows:
             by_worker[row.worker_id].append(row)
@@ -375,15 +395,22 @@ class Dispatcher:
             self.traces.dispatched(context, row, claimed_ns)
 
 
+def _free(session: WorkerSession) -> int:
+    return session.free
+
+
+def _room(session: WorkerSession) -> int:
+    return session.room
+
+
 @contextlib.contextmanager
-def _reserved(members: list[WorkerSession], slots: list[tuple[str, int]]) -> Iterator[None]:
+def _reserved(taken: Slots) -> Iterator[None]:
     """Reserves the slots a claim may fill while it runs, so a claim running beside it for the
     same group takes other slots."""
-    sessions = {s.worker_id: s for s in members}
-    for worker_id, count in slots:
-        sessions[worker_id].claiming += count
+    for session, count in taken:
+        session.claiming += count
     try:
         yield
     finally:
-        for worker_id, count in slots:
-            sessions[worker_id].claiming -= count
+        for session, count in taken:
+            session.claiming -= count

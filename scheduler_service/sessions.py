@@ -174,9 +174,11 @@ class Group:
         self.members: dict[str, WorkerSession] = {}
         # Where the next claim's hand-out starts (rotated each claim, see domain.dispatch.hand_out).
         self.turn = 0
-        # A claim was asked for since the last one began; the replica's poll came since then.
+        # A claim was asked for since the last one began; the replica's poll came since then;
+        # something else asked (a wake: a submit, a freed slot), which a poll alone does not.
         self.wanted = False
         self.polled = False
+        self.woken = False
         # Claims running for the group now.
         self.claims = 0
 
@@ -218,6 +220,10 @@ class Registry:
             self.want_group(session.group)
 
     def want_group(self, group: Group) -> None:
+        group.woken = True
+        self._want(group)
+
+    def _want(self, group: Group) -> None:
         group.wanted = True
         self.wanted[group.key] = group
         self.changed.set()
@@ -230,7 +236,7 @@ class Registry:
         """The replica's poll: every group claims once (due fixed starts included)."""
         for group in self._groups.values():
             group.polled = True
-            self.want_group(group)
+            self._want(group)
 
     def take_wanted(self) -> list[Group]:
         groups = list(self.wanted.values())

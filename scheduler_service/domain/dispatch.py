@@ -8,8 +8,11 @@ so no worker of a group is starved by another.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+W = TypeVar("W")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,32 @@ def rotated(free: Sequence[tuple[str, int]], start: int = 0) -> list[tuple[str, 
         return []
     offset = start % len(live)
     return live[offset:] + live[:offset]
+
+
+def take_slots(
+    workers: Sequence[W], free: Callable[[W], int], start: int, most: int
+) -> tuple[list[tuple[W, int]], int]:
+    """A claim's slots: the workers with a free slot from the `start`-th on (and round), each with
+    its free count, until `most` slots are taken (the last one's count cut to fit); and where the
+    next claim starts. A claim that stopped at `most` is followed by one starting past the last
+    worker it looked at, so bounded claims take turns over a large group; one that looked at every
+    worker, by one starting a worker further on (the hand-out's rotation). Only the workers looked
+    at are asked for their free slots: a claim costs its slots, not the size of its group."""
+    count = len(workers)
+    if count == 0 or most <= 0:
+        return [], start
+    offset = start % count
+    taken: list[tuple[W, int]] = []
+    total = looked = 0
+    while looked < count and total < most:
+        worker = workers[(offset + looked) % count]
+        looked += 1
+        slots = free(worker)
+        if slots > 0:
+            slots = min(slots, most - total)
+            taken.append((worker, slots))
+            total += slots
+    return taken, (offset + (looked if looked < count else 1)) % count
 
 
 def hand_out(free: Sequence[tuple[str, int]], start: int = 0) -> list[str]:

@@ -158,8 +158,8 @@ async def test_a_thousand_idle_streams_cause_no_claim_between_the_replicas_polls
         claims, renewals, polls = dispatcher.claims_run, leases.renewals, dispatcher.polls
         await _polls(scheduler, polls + 4)
         # One group (they may all run the same work): per poll one claim of due fixed starts and
-        # one of regular work, for all 1,000 at once (the claims of the poll counted first may
-        # run inside the window too); a claim per worker would be 4,000 or more.
+        # one of regular work, each for a few of the 1,000 (the claims of the poll counted first
+        # may run inside the window too); a claim per worker would be 4,000 or more.
         assert dispatcher.claims_run - claims <= 2 * (dispatcher.polls - polls + 1)
         # One renewal per tick (half the heartbeat interval) for every stream heard from.
         ticks = (dispatcher.polls - polls) * config.scheduler.poll_interval / (config.scheduler.heartbeat_interval / 2)
@@ -171,6 +171,57 @@ async def test_a_thousand_idle_streams_cause_no_claim_between_the_replicas_polls
         for channel in channels:
             await channel.close()
         await scheduler.stop(grace=1.0)
+
+
+async def test_work_only_a_poll_finds_goes_to_the_whole_group_in_that_poll(database_url: str) -> None:
+    # A poll with no wake claims for a few slots only; when that comes back full the group claims
+    # for the rest at once. Work announced by no wake (the queue resumed behind the scheduler's
+    # back, as by a replica whose NOTIFY was lost) is all started within one poll, not a few
+    # slots a poll. Each activity holds its slot until all have started, so no freed slot wakes
+    # the group and only the poll can find the work.
+    config = make_config(poll_interval=timedelta(seconds=1))
+    scheduler = await start_scheduler(config, database_url=database_url)
+    count, slots = 40, 4
+    tasks = count * slots
+    started_in_poll: list[int] = []
+    everyone = asyncio.Event()
+
+    async def hold(payload: bytes) -> bytes:
+        started_in_poll.append(scheduler.dispatcher.polls)
+        if len(started_in_poll) == tasks:
+            everyone.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(everyone.wait(), 30)
+        return b""
+
+    workers = []
+    for i in range(count):
+        worker = Worker(target=scheduler.target, slots=slots, worker_id=f"polled-{i}")
+        worker.register("unannounced", hold)
+        workers.append(worker)
+    try:
+        async with (
+            contextlib.AsyncExitStack() as stack,
+            Client(scheduler.target) as client,
+            await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn,
+        ):
+            for worker in workers:
+                await stack.enter_async_context(worker)
+            await eventually(lambda: _registered(scheduler, count))
+            await client.pause_queue("default")
+            await client.submit_many([task_spec("unannounced", b"") for _ in range(tasks)])
+            await conn.execute("UPDATE lowtide.queues SET paused = false WHERE name = 'default'")
+
+            async def all_completed() -> bool:
+                return await states(database_url) == {"completed": tasks}
+
+            await eventually(all_completed, within=60, interval=0.1)
+    finally:
+        await scheduler.stop(grace=1.0)
+    assert len(started_in_poll) == tasks
+    # All in the poll that found them (or the one after, should a slow machine start the last
+    # of them only then): a claim of the probe's few slots a poll would take 20 polls.
+    assert max(started_in_poll) - min(started_in_poll) <= 1, Counter(started_in_poll)
 
 
 async def _polls(scheduler: Scheduler, at_least: int) -> None:
