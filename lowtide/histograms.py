@@ -72,6 +72,22 @@ class Histogram:
             point.min = min(point.min, value)
             point.max = max(point.max, value)
 
+    def record_many(self, values: Sequence[float], labels: Labels) -> None:
+        """`record` for each of `values` (a batch's tasks of one label set), under one lock."""
+        if not values:
+            return
+        bounds = self.bounds
+        with self._lock:
+            point = self._points.get(labels)
+            if point is None:
+                point = self._points[labels] = _Point(len(bounds) + 1)
+            counts = point.counts
+            for value in values:
+                counts[bisect_left(bounds, value)] += 1
+            point.sum += sum(values)
+            point.min = min(point.min, *values)
+            point.max = max(point.max, *values)
+
     def points(self, start_ns: int, now_ns: int) -> list[HistogramDataPoint]:
         with self._lock:
             taken = [(labels, list(p.counts), p.sum, p.min, p.max) for labels, p in self._points.items()]

@@ -10,7 +10,7 @@ the same names, buckets and labels on the Prometheus endpoint and over OTLP.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
@@ -19,7 +19,7 @@ from opentelemetry.metrics import Meter
 from lowtide.config import Config
 from lowtide.histograms import Histograms, Labels
 from scheduler_service.cost import CostHolds
-from scheduler_service.domain.timings import HoldEpisode, LabelCap, SentAttempt, Timings, timings
+from scheduler_service.domain.timings import HoldEpisode, LabelCap, Timings, timings
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.sessions import WorkerSession
@@ -132,6 +132,9 @@ class TaskMetrics:
         signal = self._holds.signal
         signal_labels = ("signal", self._holds.signal_name, "unit", signal.unit if signal else "")
         held_types: dict[str, frozenset[str]] = {}  # per queue, the types a cost hold may hold
+        # Per label set, the figures of the send: recorded one batch each (one lock, one lookup).
+        waits: defaultdict[Labels, list[float]] = defaultdict(list)
+        latencies: defaultdict[Labels, list[float]] = defaultdict(list)
         out = []
         for _, rows in sent:
             figures_of_session = []
@@ -141,10 +144,10 @@ class TaskMetrics:
                 if types is None:
                     types = held_types[row.queue] = self._holds.config.for_queue(row.queue) | first.cost_deferrable
                 deferrable = row.kind == "activity" and row.start_at is None and row.activity_type in types
-                figures = timings(_sent_attempt(row, deferrable), sent_at=now, episode=episode)
+                figures = timings(row, deferrable=deferrable, sent_at=now, episode=episode)
                 figures_of_session.append(figures)
-                self.queue_wait.record(figures.queue_wait, labels)
-                self.dispatch_latency.record(figures.dispatch_latency, labels)
+                waits[labels].append(figures.queue_wait)
+                latencies[labels].append(figures.dispatch_latency)
                 if figures.held is not None:
                     reason, seconds = figures.held
                     self.held.record(seconds, self._key(row.queue, row.activity_type, "reason", reason))
@@ -153,16 +156,23 @@ class TaskMetrics:
                         row.signal_at_dispatch, self._key(row.queue, row.activity_type, *signal_labels)
                     )
             out.append(figures_of_session)
+        for labels, values in waits.items():
+            self.queue_wait.record_many(values, labels)
+        for labels, values in latencies.items():
+            self.dispatch_latency.record_many(values, labels)
         return out
 
     def ended(self, rows: Iterable[FinishedRow]) -> None:
         """Attempts the completer applied (a worker's report): by state, and their run time."""
         # Counted once per (queue, type, state) of the batch, not once per task.
         ended: Counter[tuple[str, str, str]] = Counter()
+        runs: defaultdict[Labels, list[float]] = defaultdict(list)
         for row in rows:
             ended[(row.queue, row.activity_type, row.state)] += 1
             if row.run_time is not None:
-                self.run.record(max(0.0, row.run_time.total_seconds()), self._key(row.queue, row.activity_type))
+                runs[self._key(row.queue, row.activity_type)].append(max(0.0, row.run_time.total_seconds()))
+        for labels, values in runs.items():
+            self.run.record_many(values, labels)
         for (queue, activity_type, state), count in ended.items():
             self.finished.add(count, {**self._labels(queue, activity_type), "state": state})
 
@@ -171,14 +181,3 @@ class TaskMetrics:
         if state.active and state.since is not None:
             return HoldEpisode(state.since, None)
         return self._holds.last_hold
-
-
-def _sent_attempt(row: ClaimedRow, deferrable: bool) -> SentAttempt:
-    return SentAttempt(
-        run_at=row.run_at,
-        started_at=row.started_at,
-        released_by=row.released_by,
-        hold_deadline=row.hold_deadline,
-        planned_since=row.planned_since,
-        deferrable=deferrable,
-    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 OTHER = "other"
 COST_HOLD = "cost_hold"
@@ -24,20 +24,32 @@ class HoldEpisode:
     ended: datetime | None
 
 
-class SentAttempt(NamedTuple):
-    """What a claimed row says of an attempt's timing, and whether a cost hold could hold it. A
-    NamedTuple, as one is made for every attempt sent (a frozen dataclass cost twice as much)."""
+class Due(Protocol):
+    """What a claimed row says of an attempt's timing (the claim's RETURNING has these columns)."""
 
     # When the attempt became due: its submission, the end of its backoff, its dependencies'
     # end, its fixed start or its planned release.
+    @property
+    def run_at(self) -> datetime: ...
+    @property
+    def started_at(self) -> datetime: ...
+    @property
+    def released_by(self) -> str | None: ...
+    @property
+    def hold_deadline(self) -> datetime | None: ...
+    # A first attempt's submission when a planned release held it (its run_at is the release).
+    @property
+    def planned_since(self) -> datetime | None: ...
+
+
+class SentAttempt(NamedTuple):
+    """A `Due` of its own (the dispatcher passes the claimed rows themselves)."""
+
     run_at: datetime
     started_at: datetime
     released_by: str | None
     hold_deadline: datetime | None
-    # A first attempt's submission when a planned release held it (its run_at is the release).
     planned_since: datetime | None
-    # A cost hold holds its type on its queue (configured, or by the worker it was sent to).
-    deferrable: bool
 
 
 class Timings(NamedTuple):
@@ -54,21 +66,23 @@ def _seconds(later: datetime, earlier: datetime) -> float:
     return max(0.0, (later - earlier).total_seconds())
 
 
-def timings(row: SentAttempt, *, sent_at: datetime, episode: HoldEpisode | None) -> Timings:
+def timings(row: Due, *, deferrable: bool, sent_at: datetime, episode: HoldEpisode | None) -> Timings:
     """Queue wait runs from when the attempt became due to its start (a cost hold's wait
     included: the task was due); dispatch latency from when it became claimable (due, and no
     hold on it any more) to the assignment's send. Time held is counted once, at the release:
     a first attempt released at its planned release waited from its submission; one a cost hold
     held waited from its due time (or the hold's start, if later) to the hold's end (or to its own
-    deadline, `max_defer`). A task held through several episodes counts the last one only."""
+    deadline, `max_defer`). A task held through several episodes counts the last one only.
+    `deferrable`: a cost hold holds its type on its queue (configured, or by the worker it was
+    sent to)."""
     claimable = row.run_at
     reason, began = None, row.run_at
     if row.planned_since is not None:
         reason, began = PLANNED_RELEASE, row.planned_since
-    elif row.deferrable and row.released_by == "max_defer":
+    elif deferrable and row.released_by == "max_defer":
         claimable = max(row.run_at, row.hold_deadline or row.run_at)
         reason, began = COST_HOLD, row.run_at if episode is None else max(row.run_at, episode.began)
-    elif row.deferrable and episode is not None and episode.ended is not None and episode.ended > row.run_at:
+    elif deferrable and episode is not None and episode.ended is not None and episode.ended > row.run_at:
         claimable = episode.ended
         reason, began = COST_HOLD, max(row.run_at, episode.began)
     return Timings(

@@ -93,6 +93,28 @@ def _points(data: MetricsData, name: str) -> list[HistogramDataPoint]:
     ]
 
 
+def test_a_batch_recorded_at_once_reads_as_its_values_recorded_one_by_one() -> None:
+    labels = (("activity_type", "echo"), ("queue", "default"))
+    texts = []
+    for batched in (False, True):
+        metrics = start_metrics("lowtide-test", "")
+        try:
+            histogram = metrics.histograms.create("lowtide.test.batch", unit="s", description="b", bounds=BOUNDS)
+            metrics.meter.create_counter("lowtide.test.finished").add(1)
+            if batched:
+                histogram.record_many(VALUES[:4], labels)
+                histogram.record_many([], labels)
+                histogram.record_many(VALUES[4:], labels)
+            else:
+                for value in VALUES:
+                    histogram.record(value, labels)
+            texts.append(_series(metrics.text(), "lowtide_test_batch_seconds"))
+        finally:
+            metrics.shutdown()
+    assert texts[0] == texts[1]
+    assert '_count{activity_type="echo",queue="default"} 11.0' in texts[1]
+
+
 def test_the_points_go_out_with_every_export_beside_the_sdk_figures() -> None:
     kept = _Kept()
     histograms = Histograms("lowtide-test")
