@@ -33,6 +33,7 @@ BENCHMARKS = (
     "hostile",
     "idle",
     "drain",
+    "grpc_floor",
     "adaptive_concurrency",
 )
 PEERS = ("procrastinate", "pgqueuer")
@@ -138,6 +139,10 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
         from bench.drain_bench import drain
 
         return await drain(args.database_url, timeout_s=args.timeout)
+    if name == "grpc_floor":
+        from bench.grpc_floor_bench import grpc_floor
+
+        return await grpc_floor()
     if name == "adaptive_concurrency":
         from bench.adaptive_bench import adaptive_concurrency
 
