@@ -244,15 +244,24 @@ class Dispatcher:
                     group.wanted = True
                     continue
                 backoff.reset()
+                if again is None:
+                    # The claim running beside this one has every free slot reserved: the ask
+                    # stays for it, which claims again once its own claim is done (so a submit
+                    # landing while it ran is not left to the next poll).
+                    group.wanted = True
+                    group.polled = group.polled or polled
+                    group.woken = group.woken or woken
+                    return
                 if again:
                     # A full batch: more may be waiting, so claim again at once.
                     group.wanted = True
         finally:
             group.claims -= 1
 
-    async def _claim_for(self, group: Group, polled: bool, *, probe: bool) -> bool:
+    async def _claim_for(self, group: Group, polled: bool, *, probe: bool) -> bool | None:
         """One round for the group: due fixed starts, slot holds, resources, regular work.
-        True when a claim came back full (more may be waiting). A `probe` (the replica's poll,
+        True when a claim came back full (more may be waiting); None when it found no free slot
+        because a claim running beside it reserves them all. A `probe` (the replica's poll,
         with no wake since the last claim) claims for PROBE_SLOTS slots only: it looks for work
         nothing announced, and when it comes back full the group claims again at once for all."""
         members = self._registry.members(group)
@@ -266,6 +275,8 @@ class Dispatcher:
         resources_full = await self._claim_with_resources(group, members, most)
         taken, group.turn = take_slots(members, _free, group.turn, most)
         if not taken:
+            if not (fixed_full or resources_full) and any(s.claiming for s in members):
+                return None
             return fixed_full or resources_full
         key = group.key
         self.claims_run += 1
