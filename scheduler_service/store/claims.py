@@ -25,7 +25,7 @@ class ClaimStore(StoreBase):
         signal: float | None = None,
     ) -> list[ClaimedRow]:
         """Claims up to one task per free slot of `slots` ((worker id, free slots), in the order
-        of domain.dispatch.rotated: rows go to them as domain.dispatch.hand_out says) in one
+        of domain.dispatch.take_slots: rows go to them as domain.dispatch.hand_out says) in one
         statement: claim_pair for one open (queue, type) and nothing held, which locks rows as it
         reads them off the index; claim_tasks otherwise, whose candidates are planned for twice the
         slots so that a claim meeting another still fills its slots (see both in queries.sql).
