@@ -230,27 +230,21 @@ class Dispatcher:
                     again = await self._claim_for(group, polled, probe=polled and not woken)
                 except DatabaseUnavailable as error:
                     log.warning("dispatch.claim_failed", extra={"error": str(error)})
-                    group.polled = group.polled or polled
-                    group.woken = group.woken or woken
                     await asyncio.sleep(backoff.next_delay())
-                    group.wanted = True
+                    _ask_again(group, polled=polled, woken=woken)
                     continue
                 except Exception:
                     # Nothing else may stop this group's dispatch for good: said, then tried again.
                     log.exception("dispatch.claim_error", extra={"pool": group.key.pool})
-                    group.polled = group.polled or polled
-                    group.woken = group.woken or woken
                     await asyncio.sleep(backoff.next_delay())
-                    group.wanted = True
+                    _ask_again(group, polled=polled, woken=woken)
                     continue
                 backoff.reset()
                 if again is None:
                     # The claim running beside this one has every free slot reserved: the ask
                     # stays for it, which claims again once its own claim is done (so a submit
                     # landing while it ran is not left to the next poll).
-                    group.wanted = True
-                    group.polled = group.polled or polled
-                    group.woken = group.woken or woken
+                    _ask_again(group, polled=polled, woken=woken)
                     return
                 if again:
                     # A full batch: more may be waiting, so claim again at once.
@@ -404,6 +398,13 @@ class Dispatcher:
             if timing.held is not None and timing.held_between is not None:
                 self.traces.held(context, row, timing.held[0], *timing.held_between)
             self.traces.dispatched(context, row, claimed_ns)
+
+
+def _ask_again(group: Group, *, polled: bool, woken: bool) -> None:
+    """The group asks for a claim again, with the poll and the wake a claim took from it."""
+    group.wanted = True
+    group.polled = group.polled or polled
+    group.woken = group.woken or woken
 
 
 def _free(session: WorkerSession) -> int:

@@ -42,16 +42,6 @@ class Due(Protocol):
     def planned_since(self) -> datetime | None: ...
 
 
-class SentAttempt(NamedTuple):
-    """A `Due` of its own (the dispatcher passes the claimed rows themselves)."""
-
-    run_at: datetime
-    started_at: datetime
-    released_by: str | None
-    hold_deadline: datetime | None
-    planned_since: datetime | None
-
-
 class Timings(NamedTuple):
     """In seconds: due → started, claimable → sent, and how long a hold held it (with which)."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from scheduler_service.domain.timings import (
     COST_HOLD,
@@ -10,7 +11,6 @@ from scheduler_service.domain.timings import (
     PLANNED_RELEASE,
     HoldEpisode,
     LabelCap,
-    SentAttempt,
     timings,
 )
 
@@ -19,6 +19,16 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
+
+
+class SentAttempt(NamedTuple):
+    """A claimed row's timing columns (domain.timings.Due), and nothing else."""
+
+    run_at: datetime
+    started_at: datetime
+    released_by: str | None
+    hold_deadline: datetime | None
+    planned_since: datetime | None
 
 
 ROW = SentAttempt(
