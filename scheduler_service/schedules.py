@@ -158,11 +158,14 @@ class ScheduleMaterializer:
         settings = self._config.pool(pool)
         return reservation_capacity(settings.max_workers, settings.reservable_fraction)
 
+    def horizon(self, now: datetime) -> datetime:
+        """The latest fire time a tick at `now` materializes (the widest lookahead of any pool)."""
+        return now + max([self.lookahead(p) for p in self._config.pools] + [self.lookahead("default")])
+
     async def tick(self, now: datetime | None = None) -> int:
         """Creates the tasks of every fire time within its pool's lookahead; returns how many."""
         now = now or datetime.now(UTC)
-        widest = max([self.lookahead(p) for p in self._config.pools] + [self.lookahead("default")])
-        params = {"horizon": now + widest, "limit": BATCH}
+        params = {"horizon": self.horizon(now), "limit": BATCH}
         rows = await self._store.db.fetch_as(ScheduleRow, Q["due_schedules"], params)
         created = 0
         for row in rows:

@@ -1,4 +1,4 @@
-"""The rows of the workers' lease renewal."""
+"""The rows of the workers' lease renewal and of the leader's tick."""
 
 from __future__ import annotations
 
@@ -19,3 +19,14 @@ class LeaderCheck:
 
     leading: bool
     others: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceDue:
+    """Which of the leader's time-driven statements may find something to do now (each flag is
+    true whenever its statement would take a row; the tick runs only those)."""
+
+    schedules: bool
+    start_deadlines: bool
+    misses: bool
+    expired_attempts: bool

@@ -339,6 +339,24 @@ WHERE t.state = 'running'
 LIMIT %(limit)s
 FOR UPDATE OF t SKIP LOCKED
 
+-- maintenance_due --
+-- What the leader's tick has to do, in one statement: for each of its statements, whether a row
+-- may be due now. Each condition is that statement's own or a wider one (a row it skips because
+-- it is locked, paused or waits on dependencies still counts), so nothing due is ever missed; a
+-- tick with nothing due costs this statement alone.
+SELECT EXISTS (SELECT 1 FROM lowtide.schedules WHERE NOT paused AND next_fire_at <= %(horizon)s) AS schedules,
+       EXISTS (SELECT 1 FROM lowtide.tasks
+               WHERE state = 'pending' AND schedule_to_start_deadline < now()) AS start_deadlines,
+       EXISTS (SELECT 1 FROM lowtide.tasks t
+               WHERE t.state = 'pending' AND t.start_at IS NOT NULL AND t.attempt = 0 AND NOT t.missed
+                 AND t.start_at + GREATEST(t.start_tolerance_ms, 50) * interval '1 millisecond' < now())
+           AS misses,
+       EXISTS (SELECT 1 FROM lowtide.tasks t
+               LEFT JOIN lowtide.workers w ON w.id = t.worker_id
+               WHERE t.state = 'running'
+                 AND (t.close_deadline < now() OR t.heartbeat_deadline < now()
+                      OR w.id IS NULL OR w.lease_expires_at < now())) AS expired_attempts
+
 -- expire_schedule_to_start --
 -- Ends pending tasks whose start deadline has passed.
 UPDATE lowtide.tasks

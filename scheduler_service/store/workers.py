@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from scheduler_service.rows.fleet import DatabaseClock
-from scheduler_service.rows.leases import LeaderCheck, RenewedWorker
+from scheduler_service.rows.leases import LeaderCheck, MaintenanceDue, RenewedWorker
 from scheduler_service.store.base import SEPARATOR, Q, StoreBase, ms
 
 
@@ -59,6 +59,13 @@ class WorkerStore(StoreBase):
         check = await self.db.fetch_one_as(LeaderCheck, Q["seen_and_lead"], params)
         assert check is not None
         return check
+
+    async def maintenance_due(self, schedules_horizon: datetime) -> MaintenanceDue:
+        """Which of the leader's time-driven statements may find work now (fire times up to
+        `schedules_horizon` count as due)."""
+        due = await self.db.fetch_one_as(MaintenanceDue, Q["maintenance_due"], {"horizon": schedules_horizon})
+        assert due is not None
+        return due
 
     async def resign(self, name: str, holder: str) -> None:
         await self.db.execute(Q["resign"], {"name": name, "holder": holder})

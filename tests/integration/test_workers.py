@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import grpc
 import pytest
@@ -153,6 +155,34 @@ async def test_schedule_to_start_timeout_ends_a_task_nobody_takes(scheduler: Sch
         done = await client.wait(task.id, timeout=timedelta(seconds=10))
     assert (done.state, done.attempt) == (TIMED_OUT, 0)
     assert done.last_failure.error_type == "ScheduleToStartTimeout"
+
+
+async def test_a_leader_tick_with_nothing_due_runs_none_of_its_timeout_statements(
+    scheduler: Scheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle leader's tick is one statement that finds nothing due; the statements that end
+    timed-out work run once something is due, and end it."""
+    ran: Counter[str] = Counter()
+
+    def counting(name: str) -> Any:
+        real = getattr(scheduler.store, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            ran[name] += 1
+            return real(*args, **kwargs)
+
+        return counted
+
+    for name in ("expire_schedule_to_start", "apply_misses", "expired_attempts"):
+        monkeypatch.setattr(scheduler.store, name, counting(name))
+    await scheduler.parts.maintenance.tick()
+    assert not ran
+    async with Client(scheduler.target) as client:
+        task = await client.submit("nobody-runs-this", schedule_to_start_timeout=timedelta(milliseconds=300))
+        done = await client.wait(task.id, timeout=timedelta(seconds=10))
+    assert (done.state, done.last_failure.error_type) == (TIMED_OUT, "ScheduleToStartTimeout")
+    assert ran["expire_schedule_to_start"] >= 1
+    assert ran["apply_misses"] == ran["expired_attempts"] == 0
 
 
 async def test_a_type_at_its_concurrency_limit_waits(database_url: str) -> None:
