@@ -192,11 +192,13 @@ class Dispatcher:
         loop.call_later(delay, fire)
 
     async def run(self) -> None:
-        """The replica's dispatch loop, until cancelled: starts a claim for each group that asked
-        for one (and is not claiming already), and every poll_interval asks every group once."""
+        """The replica's dispatch loop, until cancelled: a group that asks for a claim (and has
+        fewer than CLAIMS_PER_GROUP running) gets one at once, from the ask itself; the loop
+        starts what asks that came meanwhile left, and every poll_interval asks every group once."""
         loop = asyncio.get_running_loop()
         changed = self._registry.changed
         next_poll = loop.time() + self._poll
+        self._registry.on_want(self._start)
         try:
             while True:
                 left = next_poll - loop.time()
@@ -209,14 +211,20 @@ class Dispatcher:
                     self.polls += 1
                     self._registry.poll()
                 for group in self._registry.take_wanted():
-                    if group.claims < CLAIMS_PER_GROUP:
-                        group.claims += 1
-                        claim = loop.create_task(self._serve(group), name="dispatch-claim")
-                        self._claims.add(claim)
-                        claim.add_done_callback(self._claims.discard)
+                    self._start(group)
         finally:
+            self._registry.on_want(None)
             for claim in list(self._claims):
                 claim.cancel()
+
+    def _start(self, group: Group) -> None:
+        """Starts a claim for the group unless CLAIMS_PER_GROUP run already (one of them then
+        claims again for the ask, see _serve)."""
+        if group.claims < CLAIMS_PER_GROUP and group.wanted:
+            group.claims += 1
+            claim = asyncio.get_running_loop().create_task(self._serve(group), name="dispatch-claim")
+            self._claims.add(claim)
+            claim.add_done_callback(self._claims.discard)
 
     async def _serve(self, group: Group) -> None:
         """Claims for the group while it asks for claims (or a claim came back full)."""

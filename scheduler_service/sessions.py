@@ -190,6 +190,8 @@ class Registry:
         # Groups that asked for a claim since the dispatcher last looked, and its wake-up.
         self.wanted: dict[GroupKey, Group] = {}
         self.changed = asyncio.Event()
+        # Told of each ask as it is made, while the dispatcher runs (see on_want).
+        self._listener: Callable[[Group], None] | None = None
 
     def __iter__(self) -> Iterator[WorkerSession]:
         return iter(list(self._sessions.values()))
@@ -223,10 +225,18 @@ class Registry:
         group.woken = True
         self._want(group)
 
+    def on_want(self, listener: Callable[[Group], None] | None) -> None:
+        """While set, `listener` is told of every ask as it is made (the running dispatcher
+        starts the group's claim at once, rather than a few turns of the event loop later when
+        its own loop looks); the asks are recorded for the dispatcher's loop all the same."""
+        self._listener = listener
+
     def _want(self, group: Group) -> None:
         group.wanted = True
         self.wanted[group.key] = group
         self.changed.set()
+        if self._listener is not None:
+            self._listener(group)
 
     def wake_all(self) -> None:
         for group in self._groups.values():
