@@ -324,6 +324,13 @@ FROM lowtide.tasks t
 JOIN unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS u(id, attempt) USING (id, attempt)
 WHERE t.state = 'running' AND t.worker_id = %(worker_id)s
 
+-- _attempt_expired --
+-- A running attempt past a deadline or whose worker's lease is gone (t: the task, w: its worker,
+-- LEFT JOINed): what expired_attempts takes and maintenance_due looks for.
+t.state = 'running'
+  AND (t.close_deadline < now() OR t.heartbeat_deadline < now()
+       OR w.id IS NULL OR w.lease_expires_at < now())
+
 -- expired_attempts --
 -- Running attempts past a deadline or whose worker's lease is gone, locked, with the reason.
 SELECT t.id, t.attempt, t.max_attempts, t.initial_backoff_ms, t.backoff_coefficient,
@@ -333,29 +340,26 @@ SELECT t.id, t.attempt, t.max_attempts, t.initial_backoff_ms, t.backoff_coeffici
             ELSE 'WorkerLost' END AS reason
 FROM lowtide.tasks t
 LEFT JOIN lowtide.workers w ON w.id = t.worker_id
-WHERE t.state = 'running'
-  AND (t.close_deadline < now() OR t.heartbeat_deadline < now()
-       OR w.id IS NULL OR w.lease_expires_at < now())
+WHERE {{_attempt_expired}}
 LIMIT %(limit)s
 FOR UPDATE OF t SKIP LOCKED
 
 -- maintenance_due --
 -- What the leader's tick has to do, in one statement: for each of its statements, whether a row
--- may be due now. Each condition is that statement's own or a wider one (a row it skips because
--- it is locked, paused or waits on dependencies still counts), so nothing due is ever missed; a
--- tick with nothing due costs this statement alone.
+-- may be due now. Each looks for its statement's own condition (the fragments they share), without
+-- what makes the statement pass a row by (a lock, a paused queue, dependencies), so nothing due is
+-- ever missed; a tick with nothing due costs this statement alone.
 SELECT EXISTS (SELECT 1 FROM lowtide.schedules WHERE NOT paused AND next_fire_at <= %(horizon)s) AS schedules,
-       EXISTS (SELECT 1 FROM lowtide.tasks
-               WHERE state = 'pending' AND schedule_to_start_deadline < now()) AS start_deadlines,
-       EXISTS (SELECT 1 FROM lowtide.tasks t
-               WHERE t.state = 'pending' AND t.start_at IS NOT NULL AND t.attempt = 0 AND NOT t.missed
-                 AND t.start_at + GREATEST(t.start_tolerance_ms, 50) * interval '1 millisecond' < now())
-           AS misses,
+       EXISTS (SELECT 1 FROM lowtide.tasks WHERE {{_start_deadline_passed}}) AS start_deadlines,
+       EXISTS (SELECT 1 FROM lowtide.tasks t WHERE {{_start_missed}}) AS misses,
        EXISTS (SELECT 1 FROM lowtide.tasks t
                LEFT JOIN lowtide.workers w ON w.id = t.worker_id
-               WHERE t.state = 'running'
-                 AND (t.close_deadline < now() OR t.heartbeat_deadline < now()
-                      OR w.id IS NULL OR w.lease_expires_at < now())) AS expired_attempts
+               WHERE {{_attempt_expired}}) AS expired_attempts
+
+-- _start_deadline_passed --
+-- A pending task past its schedule_to_start deadline: what expire_schedule_to_start ends (unless
+-- it waits on dependencies or its queue is paused) and maintenance_due looks for.
+state = 'pending' AND schedule_to_start_deadline < now()
 
 -- expire_schedule_to_start --
 -- Ends pending tasks whose start deadline has passed.
@@ -365,7 +369,7 @@ SET state = 'timed_out', finished_at = now(), error_type = 'ScheduleToStartTimeo
     schedule_to_start_deadline = NULL
 WHERE id IN (
     SELECT id FROM lowtide.tasks
-    WHERE state = 'pending' AND schedule_to_start_deadline < now() AND deps_pending = 0
+    WHERE {{_start_deadline_passed}} AND deps_pending = 0
       AND queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -613,6 +617,12 @@ WHERE state = 'pending' AND start_at IS NOT NULL AND attempt = 0
 ORDER BY start_at
 LIMIT 1000
 
+-- _start_missed --
+-- A fixed start's first attempt not started by start + tolerance and not yet marked (t: the
+-- task): what missed_fixed takes and maintenance_due looks for.
+t.state = 'pending' AND t.start_at IS NOT NULL AND t.attempt = 0 AND NOT t.missed
+  AND t.start_at + GREATEST(t.start_tolerance_ms, 50) * interval '1 millisecond' < now()
+
 -- missed_fixed --
 -- First attempts not started by start + tolerance (not yet marked), locked, with what explains
 -- it: the queue's pause, the pool's workers (all, and those that run the task's queue and type),
@@ -646,8 +656,7 @@ CROSS JOIN LATERAL (
     WHERE r.state = 'running' AND w.pool = t.pool AND w.lease_expires_at > now()
       AND t.queue = ANY(w.queues) AND t.activity_type = ANY(w.activity_types)
 ) pb
-WHERE t.state = 'pending' AND t.start_at IS NOT NULL AND t.attempt = 0 AND NOT t.missed
-  AND t.start_at + GREATEST(t.start_tolerance_ms, 50) * interval '1 millisecond' < now()
+WHERE {{_start_missed}}
 ORDER BY t.start_at
 LIMIT 1000
 FOR UPDATE OF t SKIP LOCKED

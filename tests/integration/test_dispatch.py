@@ -140,6 +140,32 @@ def _beat(outgoing: asyncio.Queue[worker_pb2.WorkerMessage], interval: float) ->
     asyncio.get_running_loop().call_later(interval, _beat, outgoing, interval)
 
 
+async def test_an_ask_starts_its_groups_claim_at_once(scheduler: Scheduler) -> None:
+    """A wake (here as a submit or a freed slot makes it) starts the group's claim in the same
+    turn of the event loop, not when the dispatcher's own loop next looks."""
+    worker = Worker(target=scheduler.target, slots=2)
+
+    @worker.activity("asked")
+    async def asked(payload: bytes) -> bytes:
+        return payload
+
+    async with worker:
+
+        async def one_quiet_group() -> bool:
+            groups = scheduler.registry.groups()
+            return len(groups) == 1 and groups[0].claims == 0
+
+        await eventually(one_quiet_group, within=30)
+        group = scheduler.registry.groups()[0]
+        scheduler.registry.want_group(group)
+        # No await between the ask and the look: only a claim started by the ask itself counts.
+        assert group.claims == 1
+        async with Client(scheduler.target) as client:
+            task = await client.submit("asked", b"x")
+            done = await client.wait(task.id, timeout=timedelta(seconds=10))
+        assert done.result == b"x"
+
+
 async def test_a_thousand_idle_streams_cause_no_claim_between_the_replicas_polls(database_url: str) -> None:
     # The scheduler's own counters (pg_stat_statements is not assumed to be installed): claim
     # statements run by the dispatcher, lease renewals, and the replica's polls.
