@@ -3,11 +3,18 @@ worked off by lowtide with 4 worker processes x 64 slots, by lowtide with 64 wor
 (16 streams in each of 4 processes), and by PgQueuer 1.6 with its best settings (see
 bench.pgqueuer_bench; 2 consumer processes, the best of 1, 2 and 4 in earlier runs). Targets
 (issue 15): lowtide 4 x 64 at least 1.2 x PgQueuer at both sizes; 64 x 4 within 15 % of 4 x 64.
+
+The three runs of a size are made in rounds (ROUNDS, or more with --repeat), each round in a
+different order: on a shared machine the speed drifts over minutes (the same code drained 9k and
+17k tasks/s a quarter of an hour apart), so a ratio is taken within a round, where the runs are
+a minute apart, and the report gives every round's ratios and their median.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench import lowtide_run
@@ -15,24 +22,51 @@ from bench._pg import throwaway_database
 from bench.pgqueuer_bench import run_pgqueuer
 
 BACKLOGS = (20_000, 100_000)
+ROUNDS = 3
 PGQUEUER_PROCESSES = (2,)
 SHAPES = {"4x64": (4, 1, 64), "64x4": (4, 16, 4)}  # processes, workers per process, slots per worker
 
 
-async def drain(server_url: str, *, timeout_s: float) -> dict[str, Any]:
+async def _lowtide(server_url: str, tasks: int, shape: str) -> float:
+    processes, per_process, slots = SHAPES[shape]
+    async with throwaway_database(server_url, "bench_drain") as url:
+        run = await lowtide_run.drain(url, tasks, processes=processes, per_process=per_process, slots=slots)
+    return float(run["drain_tasks_per_s"])
+
+
+async def _round(server_url: str, tasks: int, nth: int, timeout_s: float) -> dict[str, Any]:
+    """One run of each contender, starting with a different one each round."""
+
+    async def pgqueuer() -> float:
+        peer = await run_pgqueuer(server_url, tasks=tasks, processes=PGQUEUER_PROCESSES, repeat=1, timeout_s=timeout_s)
+        return float(peer["best_tasks_per_s"])  # type: ignore[arg-type]
+
+    runs: dict[str, Callable[[], Awaitable[float]]] = {
+        "lowtide_4x64_tasks_per_s": lambda: _lowtide(server_url, tasks, "4x64"),
+        "lowtide_64x4_tasks_per_s": lambda: _lowtide(server_url, tasks, "64x4"),
+        "pgqueuer_tasks_per_s": pgqueuer,
+    }
+    names = list(runs)
+    order = names[nth % len(names) :] + names[: nth % len(names)]
+    figures: dict[str, Any] = {}
+    for name in order:
+        figures[name] = round(await runs[name]())
+        print(f"[drain] {tasks} tasks, round {nth + 1}, {name}: {figures[name]}", file=sys.stderr, flush=True)
+    figures = {name: figures[name] for name in names}
+    figures["lowtide_vs_pgqueuer"] = round(figures["lowtide_4x64_tasks_per_s"] / figures["pgqueuer_tasks_per_s"], 3)
+    figures["64x4_vs_4x64"] = round(figures["lowtide_64x4_tasks_per_s"] / figures["lowtide_4x64_tasks_per_s"], 3)
+    return figures
+
+
+async def drain(server_url: str, *, timeout_s: float, rounds: int = ROUNDS) -> dict[str, Any]:
     report: dict[str, Any] = {
-        "shapes": {k: {"processes": p, "workers": p * w, "slots": s} for k, (p, w, s) in SHAPES.items()}
+        "shapes": {k: {"processes": p, "workers": p * w, "slots": s} for k, (p, w, s) in SHAPES.items()},
+        "rounds": rounds,
     }
     for tasks in BACKLOGS:
-        figures: dict[str, Any] = {}
-        for shape, (processes, per_process, slots) in SHAPES.items():
-            async with throwaway_database(server_url, "bench_drain") as url:
-                run = await lowtide_run.drain(url, tasks, processes=processes, per_process=per_process, slots=slots)
-            figures[f"lowtide_{shape}_tasks_per_s"] = run["drain_tasks_per_s"]
-            print(f"[drain] {tasks} tasks, lowtide {shape}: {run['drain_tasks_per_s']} tasks/s", file=sys.stderr)
-        peer = await run_pgqueuer(server_url, tasks=tasks, processes=PGQUEUER_PROCESSES, repeat=1, timeout_s=timeout_s)
-        figures["pgqueuer_tasks_per_s"] = peer["best_tasks_per_s"]
-        figures["lowtide_vs_pgqueuer"] = round(figures["lowtide_4x64_tasks_per_s"] / peer["best_tasks_per_s"], 3)
-        figures["64x4_vs_4x64"] = round(figures["lowtide_64x4_tasks_per_s"] / figures["lowtide_4x64_tasks_per_s"], 3)
-        report[str(tasks)] = figures
+        made = [await _round(server_url, tasks, nth, timeout_s) for nth in range(rounds)]
+        report[str(tasks)] = {
+            "median": {name: statistics.median(r[name] for r in made) for name in made[0]},
+            "rounds": made,
+        }
     return report
