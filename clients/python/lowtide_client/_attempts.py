@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -47,7 +48,8 @@ class Attempt:
     ref: task_pb2.TaskRef
     heartbeat_timeout: float | None
     task: asyncio.Task[None] | None = None
-    deadline_handle: asyncio.TimerHandle | None = None
+    #: The second (loop time) whose shared timer abandons it past its deadline, if it has one.
+    deadline_second: int | None = None
     discarded: bool = False
     context: ActivityContext | None = None
     #: Heartbeat details the activity reported, not yet sent.
@@ -98,6 +100,10 @@ class Attempts:
         #: period it keeps while attempts run. A start wakes it only when that beat is too late.
         self.beat_at = 0.0
         self.busy_period = 0.0
+        # Running attempts by the second (loop time) their deadline and grace run out in, each
+        # second with one timer: a claim's batch shares a deadline, and a timer per attempt (a
+        # heap push, a cancel, a pop) was a fifth of a worker's Python per task in a drain.
+        self._deadlines: dict[int, tuple[asyncio.TimerHandle, set[Attempt]]] = {}
 
     def running_refs(self) -> list[task_pb2.TaskRef]:
         return [attempt.ref for attempt in self.running.values()]
@@ -156,15 +162,16 @@ class Attempts:
             heartbeat_timeout=heartbeat_timeout,
         )
         loop = asyncio.get_running_loop()
+        deadline = (
+            assignment.start_to_close_deadline.ToDatetime(tzinfo=UTC)
+            if assignment.HasField("start_to_close_deadline")
+            else None
+        )
         attempt.context = ActivityContext(
             task_id=ref.task_id,
             attempt=ref.attempt,
             activity_type=assignment.activity_type,
-            deadline=(
-                assignment.start_to_close_deadline.ToDatetime(tzinfo=UTC)
-                if assignment.HasField("start_to_close_deadline")
-                else None
-            ),
+            deadline=deadline,
             headers=dict(assignment.headers) if assignment.headers else _NO_HEADERS,
             _report=lambda data: loop.call_soon_threadsafe(self._details_reported, attempt, data),
         )
@@ -175,12 +182,8 @@ class Attempts:
         attempt.task = task
         task.add_done_callback(lambda _: self._finished(attempt))
         self.running[key] = attempt
-        if assignment.HasField("start_to_close_deadline"):
-            deadline = assignment.start_to_close_deadline.ToDatetime(tzinfo=UTC)
-            remaining = (deadline - datetime.now(UTC)).total_seconds()
-            attempt.deadline_handle = loop.call_later(
-                max(0.0, remaining) + _DEADLINE_GRACE, self._deadline_passed, attempt
-            )
+        if deadline is not None:
+            self._watch(attempt, loop, max(0.0, (deadline - datetime.now(UTC)).total_seconds()))
         if heartbeat_timeout is not None or self.beat_at > loop.time() + self.busy_period:
             # A short heartbeat timeout, or an idle worker's long wait: the loop recomputes.
             # Otherwise its next beat comes on time already (one wake per start was a tenth of
@@ -265,8 +268,7 @@ class Attempts:
         # runs its body, but must still leave the running set.
         if self.running.get(attempt.key) is attempt:
             del self.running[attempt.key]
-        if attempt.deadline_handle is not None:
-            attempt.deadline_handle.cancel()
+        self._unwatch(attempt)
         task = attempt.task
         if task is not None and not task.cancelled() and task.exception() is not None:
             log_event(
@@ -276,6 +278,34 @@ class Attempts:
                 attempt=attempt.ref.attempt,
                 error=repr(task.exception()),
             )
+
+    def _watch(self, attempt: Attempt, loop: asyncio.AbstractEventLoop, remaining: float) -> None:
+        """Abandons the attempt once `remaining` seconds and the grace have passed (up to a second
+        later: the deadlines of a second share a timer), unless it ends first."""
+        second = math.ceil(loop.time() + remaining + _DEADLINE_GRACE)
+        watched = self._deadlines.get(second)
+        if watched is None:
+            watched = self._deadlines[second] = (loop.call_at(second, self._second_passed, second), set())
+        watched[1].add(attempt)
+        attempt.deadline_second = second
+
+    def _unwatch(self, attempt: Attempt) -> None:
+        second = attempt.deadline_second
+        if second is None:
+            return
+        attempt.deadline_second = None
+        watched = self._deadlines.get(second)
+        if watched is not None:
+            watched[1].discard(attempt)
+            if not watched[1]:
+                watched[0].cancel()
+                del self._deadlines[second]
+
+    def _second_passed(self, second: int) -> None:
+        _, attempts = self._deadlines.pop(second, (None, set()))
+        for attempt in attempts:
+            attempt.deadline_second = None
+            self._deadline_passed(attempt)
 
     def _deadline_passed(self, attempt: Attempt) -> None:
         # The scheduler has failed this attempt by now; stop spending a slot on it.
