@@ -27,6 +27,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from bench import _handshake
+from bench._cpu import CpuWindow
 
 READY_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.2
@@ -120,6 +121,8 @@ class Run:
     # when the last worker process had exited.
     observed_s: float
     workers_exited_s: float
+    # CPU per task of the workers and of PostgreSQL while they drained (bench._cpu).
+    cpu_us_per_task: dict[str, float] | None = None
 
     @property
     def tasks_per_s(self) -> float:
@@ -133,6 +136,7 @@ class Run:
             "tasks_per_s": round(self.tasks_per_s, 1),
             "observed_s": round(self.observed_s, 3),
             "workers_exited_s": round(self.workers_exited_s, 3),
+            "cpu_us_per_task": self.cpu_us_per_task,
         }
 
 
@@ -165,6 +169,8 @@ async def drain_with_workers(
 
             (started_at,) = await _fetch_one(conn, "SELECT clock_timestamp()")
             wall_start = time.monotonic()
+            cpu = CpuWindow({"workers": [p.pid for p in procs]})
+            cpu.start()
             await asyncio.gather(*(_release(p) for p in procs))
 
             finished = failed = 0
@@ -177,8 +183,10 @@ async def drain_with_workers(
                     raise RuntimeError(f"workers exited ({codes}) with {finished}/{tasks} jobs finished")
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{finished}/{tasks} jobs finished after {timeout_s:.0f} s")
+                cpu.sample()
                 await asyncio.sleep(POLL_INTERVAL_S)
             observed_s = time.monotonic() - wall_start
+            used = cpu.per_task(tasks)
             (finished_at,) = await _fetch_one(conn, progress.finished_at)
 
         # The workers stop by themselves once the queue is empty; give them until the deadline.
@@ -201,6 +209,7 @@ async def drain_with_workers(
         elapsed_s=(finished_at - started_at).total_seconds(),
         observed_s=observed_s,
         workers_exited_s=exited_s,
+        cpu_us_per_task=used,
     )
     print(
         f"[{label}] {processes} worker process(es): {run.tasks_per_s:,.0f} jobs/s",

@@ -7,14 +7,15 @@ bench.pgqueuer_bench; 2 consumer processes, the best of 1, 2 and 4 in earlier ru
 The three runs of a size are made in rounds (ROUNDS, or more with --repeat), each round in a
 different order: on a shared machine the speed drifts over minutes (the same code drained 9k and
 17k tasks/s a quarter of an hour apart), so a ratio is taken within a round, where the runs are
-a minute apart, and the report gives every round's ratios and their median.
+a minute apart, and the report gives every round's ratios and their median. Each run also says
+where its CPU went, per task: the scheduler, the workers and PostgreSQL (bench._cpu).
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from bench import lowtide_run
@@ -27,34 +28,37 @@ PGQUEUER_PROCESSES = (2,)
 SHAPES = {"4x64": (4, 1, 64), "64x4": (4, 16, 4)}  # processes, workers per process, slots per worker
 
 
-async def _lowtide(server_url: str, tasks: int, shape: str) -> float:
+async def _lowtide(server_url: str, tasks: int, shape: str) -> tuple[float, Any]:
     processes, per_process, slots = SHAPES[shape]
     async with throwaway_database(server_url, "bench_drain") as url:
         run = await lowtide_run.drain(url, tasks, processes=processes, per_process=per_process, slots=slots)
-    return float(run["drain_tasks_per_s"])
+    return float(run["drain_tasks_per_s"]), run["cpu_us_per_task"]
 
 
 async def _round(server_url: str, tasks: int, nth: int, timeout_s: float) -> dict[str, Any]:
     """One run of each contender, starting with a different one each round."""
 
-    async def pgqueuer() -> float:
+    async def pgqueuer() -> tuple[float, Any]:
         peer = await run_pgqueuer(server_url, tasks=tasks, processes=PGQUEUER_PROCESSES, repeat=1, timeout_s=timeout_s)
-        return float(peer["best_tasks_per_s"])  # type: ignore[arg-type]
+        (run,) = peer["runs"]  # type: ignore[misc]
+        return float(peer["best_tasks_per_s"]), run["cpu_us_per_task"]  # type: ignore[arg-type]
 
-    runs: dict[str, Callable[[], Awaitable[float]]] = {
-        "lowtide_4x64_tasks_per_s": lambda: _lowtide(server_url, tasks, "4x64"),
-        "lowtide_64x4_tasks_per_s": lambda: _lowtide(server_url, tasks, "64x4"),
-        "pgqueuer_tasks_per_s": pgqueuer,
+    runs: dict[str, Callable[[], Awaitable[tuple[float, Any]]]] = {
+        "lowtide_4x64": lambda: _lowtide(server_url, tasks, "4x64"),
+        "lowtide_64x4": lambda: _lowtide(server_url, tasks, "64x4"),
+        "pgqueuer": pgqueuer,
     }
     names = list(runs)
     order = names[nth % len(names) :] + names[: nth % len(names)]
-    figures: dict[str, Any] = {}
+    made: dict[str, tuple[float, Any]] = {}
     for name in order:
-        figures[name] = round(await runs[name]())
-        print(f"[drain] {tasks} tasks, round {nth + 1}, {name}: {figures[name]}", file=sys.stderr, flush=True)
-    figures = {name: figures[name] for name in names}
+        made[name] = await runs[name]()
+        print(f"[drain] {tasks} tasks, round {nth + 1}, {name}: {made[name][0]:.0f}/s", file=sys.stderr, flush=True)
+    figures: dict[str, Any] = {f"{name}_tasks_per_s": round(made[name][0]) for name in names}
     figures["lowtide_vs_pgqueuer"] = round(figures["lowtide_4x64_tasks_per_s"] / figures["pgqueuer_tasks_per_s"], 3)
     figures["64x4_vs_4x64"] = round(figures["lowtide_64x4_tasks_per_s"] / figures["lowtide_4x64_tasks_per_s"], 3)
+    for name in names:
+        figures[f"{name}_cpu_us_per_task"] = made[name][1]
     return figures
 
 
@@ -66,7 +70,18 @@ async def drain(server_url: str, *, timeout_s: float, rounds: int = ROUNDS) -> d
     for tasks in BACKLOGS:
         made = [await _round(server_url, tasks, nth, timeout_s) for nth in range(rounds)]
         report[str(tasks)] = {
-            "median": {name: statistics.median(r[name] for r in made) for name in made[0]},
+            "median": {name: _median(r[name] for r in made) for name in made[0]},
             "rounds": made,
         }
     return report
+
+
+def _median(figures: Iterable[Any]) -> Any:
+    """The median of a figure over the rounds; of a CPU breakdown, per role (None where a round
+    measured none)."""
+    values = list(figures)
+    if any(v is None for v in values):
+        return None
+    if isinstance(values[0], dict):
+        return {role: round(statistics.median(v[role] for v in values), 1) for role in values[0]}
+    return statistics.median(values)

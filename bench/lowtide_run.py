@@ -29,6 +29,7 @@ from typing import Any
 
 import psycopg
 
+from bench._cpu import CpuWindow
 from bench._fleet import POLL_INTERVAL_S
 from bench._pg import throwaway_database
 from lowtide_client import Client, task_spec
@@ -143,12 +144,13 @@ async def _throughput(database_url: str, tasks: int) -> dict[str, float]:
 
 async def drain(
     database_url: str, tasks: int, *, processes: int = WORKERS, per_process: int = 1, slots: int = SLOTS
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Submits `tasks` to a paused queue, starts `processes` worker processes (the demo worker, one
     stream each, when `per_process` is 1, else `bench.drain_workers` with `per_process` streams
     each; `slots` per stream), and once every stream is connected resumes the queue: the clock runs
     from the resume to the last completion, so process start-up is not counted whatever the shape
-    (the peers' workers are released together the same way, see bench._fleet)."""
+    (the peers' workers are released together the same way, see bench._fleet). Also reports the
+    CPU the scheduler, the workers and PostgreSQL spent per task meanwhile (bench._cpu)."""
     async with (
         _services(database_url) as (target, env, processes_run),
         await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn,
@@ -177,14 +179,17 @@ async def drain(
         # resume to the completion time the scheduler recorded on the last task, looking only
         # every POLL_INTERVAL_S, so the count that tells when it is over costs the run next to
         # nothing (counting 100,000 rows every 10 ms took a fifth of a core from it).
+        cpu = CpuWindow({"scheduler": [processes_run[0].pid], "workers": [p.pid for p in processes_run[1:]]})
         started = await _value(conn, "SELECT clock_timestamp()")
+        cpu.start()
         await client.resume_queue("default")
         await _wait_for(
             conn, "SELECT count(*) FROM lowtide.tasks WHERE state = 'completed'", tasks, 600, every=POLL_INTERVAL_S
         )
+        used = cpu.per_task(tasks)
         finished = await _value(conn, "SELECT max(finished_at) FROM lowtide.tasks")
     seconds = (finished - started).total_seconds()
-    return {"drain_tasks_per_s": round(tasks / seconds), "drain_seconds": round(seconds, 3)}
+    return {"drain_tasks_per_s": round(tasks / seconds), "drain_seconds": round(seconds, 3), "cpu_us_per_task": used}
 
 
 def _bench_env(env: dict[str, str]) -> dict[str, str]:

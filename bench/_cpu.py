@@ -1,0 +1,80 @@
+"""Where a timed run's CPU went, by role: the scheduler, the workers, and PostgreSQL's processes
+(the server on this machine, as in every run here), from their user and system time in /proc
+(Linux; elsewhere nothing is reported). Given per task, the figure the MEASURED notes and the
+issues speak in: a drain's throughput on 2 cores is bounded by what a task costs in all."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+_PROC = Path("/proc")
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_s(pid: int) -> float | None:
+    """The process's user and system time so far, in seconds; None when it is gone or unreadable."""
+    try:
+        # The command name (2nd field) may hold spaces and parentheses: split after its last ')'.
+        fields = (_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _postgres_pids() -> list[int]:
+    pids = []
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "postgres":
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+class CpuWindow:
+    """CPU time by role between `start()` and `per_task()`. `roles` maps a role to its pids;
+    "postgres" is added: every postgres process, those that start meanwhile (a pool's new
+    connections) counted from zero. A process that exits before the end (a peer's worker and its
+    connection's backend, once the queue is empty) counts up to the last `sample()` that saw it.
+    The benchmark's own progress queries are in PostgreSQL's share, for lowtide and the peers
+    alike."""
+
+    def __init__(self, roles: Mapping[str, Sequence[int]]) -> None:
+        self._roles = {role: list(pids) for role, pids in roles.items()}
+        self._start: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._postgres: set[int] = set()
+        self.available = _PROC.is_dir()
+
+    def start(self) -> None:
+        if not self.available:
+            return
+        self._postgres = set(_postgres_pids())
+        pids = [pid for pids in self._roles.values() for pid in pids] + sorted(self._postgres)
+        self._start = {pid: cpu for pid in pids if (cpu := _cpu_s(pid)) is not None}
+        self._last = dict(self._start)
+
+    def sample(self) -> None:
+        """Reads every process now; call it while waiting for the end."""
+        if not self.available:
+            return
+        self._postgres.update(_postgres_pids())
+        for pid in [pid for pids in self._roles.values() for pid in pids] + sorted(self._postgres):
+            if (cpu := _cpu_s(pid)) is not None:
+                self._last[pid] = cpu
+
+    def per_task(self, tasks: int) -> dict[str, float] | None:
+        """Microseconds of CPU per task, by role and in all; None where /proc is not there."""
+        if not self.available or tasks < 1:
+            return None
+        self.sample()
+        used: dict[str, float] = {}
+        for role, pids in [*self._roles.items(), ("postgres", sorted(self._postgres))]:
+            seconds = sum(max(0.0, self._last.get(pid, 0.0) - self._start.get(pid, 0.0)) for pid in pids)
+            used[role] = round(seconds / tasks * 1e6, 1)
+        used["total"] = round(sum(used.values()), 1)
+        return used
