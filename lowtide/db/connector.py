@@ -115,12 +115,19 @@ class Transaction:
 _GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
 
 
-async def _binary_arrays(conn: psycopg.AsyncConnection[Any]) -> None:
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     """Lists go to the server in PostgreSQL's binary array format. The batches of the hot path
     pass one array per column (a finish of 256 attempts is nine arrays of 256): psycopg's text
     format quotes every element through a regular expression, about four times the cost of the
-    binary one, which only packs them. Every statement casts its arrays (`%(ids)s::bigint[]`)."""
+    binary one, which only packs them. Every statement casts its arrays (`%(ids)s::bigint[]`).
+
+    The session's time zone is UTC, whatever the server's default (Debian's is 'Etc/UTC'): psycopg
+    then loads every timestamptz with Python's own UTC, not a ZoneInfo, and the arithmetic between
+    them and `datetime.now(UTC)` on the hot path (the task histograms' timings) skips a UTC-offset
+    lookup on each side, 0.8 -> 0.3 us a subtraction. Nothing stored depends on it: every column
+    is a timestamptz and no statement converts one to local time."""
     conn.adapters.register_dumper(list, ListBinaryDumper)
+    await conn.execute("SET TIME ZONE 'UTC'")
 
 
 def _pool(
@@ -132,7 +139,7 @@ def _pool(
         max_size=max_size,
         open=False,
         kwargs={"autocommit": True, "row_factory": dict_row, **kwargs},
-        configure=_binary_arrays,
+        configure=_configure,
         # A pool that cannot get a connection in this time fails the request instead
         # of hanging it while the database is away.
         timeout=5.0,
