@@ -34,12 +34,15 @@ def series(text: str, name: str) -> dict[str, float]:
 
 
 async def idle_page(scheduler: Scheduler, *queues: str) -> str:
-    """A /metrics page on which every queue named has its idle figures."""
+    """A /metrics page on which every queue named has its idle figures and the workers that ran
+    their tasks are gone (a worker's disconnection reaches the gauges a moment after it closes
+    its stream, later on a loaded machine)."""
 
     async def probe() -> str:
         text = await scrape(scheduler)
         running = series(text, "lowtide_queue_running")
-        return text if all(running.get(f'queue="{q}"') == 0 for q in queues) else ""
+        connected = series(text, "lowtide_worker_connected").get('pool="default"')
+        return text if not connected and all(running.get(f'queue="{q}"') == 0 for q in queues) else ""
 
     return await eventually(probe, within=20)
 
