@@ -5,6 +5,7 @@ are the instants and durations protobuf's own conversions make, for any instant 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 from google.protobuf import duration_pb2, timestamp_pb2
 from hypothesis import example, given
@@ -31,6 +32,7 @@ def _row(close_deadline: datetime | None, heartbeat_ms: int | None) -> ClaimedRo
 @example(datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC), -1)
 @example(datetime(1970, 1, 1), -1001)
 @example(datetime(2026, 12, 2, 9, 0, 0, 1, tzinfo=UTC), 999)
+@example(datetime(1983, 4, 24, 2, 0, tzinfo=ZoneInfo("America/Dawson")), 0)  # in a DST gap
 def test_the_deadline_and_heartbeat_timeout_are_protobuf_s_own(deadline: datetime, heartbeat_ms: int) -> None:
     expected_deadline = timestamp_pb2.Timestamp()
     expected_deadline.FromDatetime(deadline)
@@ -39,8 +41,10 @@ def test_the_deadline_and_heartbeat_timeout_are_protobuf_s_own(deadline: datetim
     message = assignment(_row(deadline, heartbeat_ms))
     assert message.start_to_close_deadline == expected_deadline
     assert message.heartbeat_timeout == expected_heartbeat
+    # The same instant (compared in UTC: a local time in a DST gap or fold never equals one of
+    # another zone, PEP 495).
     assert message.start_to_close_deadline.ToDatetime(tzinfo=UTC) == (
-        deadline if deadline.tzinfo is not None else deadline.replace(tzinfo=UTC)
+        deadline.astimezone(UTC) if deadline.tzinfo is not None else deadline.replace(tzinfo=UTC)
     )
 
 
