@@ -43,6 +43,12 @@ def auction(bidders: Sequence[Bidder], room: Sequence[int], epsilon: float, max_
     # Expected work is worth no more to keep than the dearest start it has.
     drops = {b.key: max(score for score, _ in b.options) + epsilon for b in bidders if b.droppable and b.options}
     held: dict[int, tuple[int, list[tuple[int, int]]]] = {}
+    # What a bidder with a single start (no second best) raises its units by: more than any
+    # other bidder can gain by staying there rather than moving (the spread of all scores), so
+    # those who can move do so at once. Raising by epsilon alone started a price war that took
+    # (spread / epsilon) bids to settle, and ran out of bids with room left for everyone.
+    scores = [score for b in bidders for score, _ in b.options]
+    single = (max(scores) - min(scores) if scores else 0.0) + epsilon
     waiting = deque(b for b in bidders if b.options)
     bids = 0
     while waiting and bids < max_bids:
@@ -65,7 +71,7 @@ def auction(bidders: Sequence[Bidder], room: Sequence[int], epsilon: float, max_
             continue
         bids += 1
         slots = bidder.options[chosen][1]
-        rise = (second - best if second < math.inf else 0.0) + epsilon
+        rise = (second - best if second < math.inf else single) + epsilon
         units = []
         for i in slots:
             here = prices[i]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scheduler_service.domain.assignment import Bidder, auction
@@ -33,8 +33,23 @@ def used(bidders: list[Bidder], got: dict[int, int]) -> Counter[int]:
     return Counter(i for b in bidders if b.key in got for i in b.options[got[b.key]][1])
 
 
+# Found by hypothesis: tasks with a single start raised its price by epsilon alone, and the
+# price war with a task that had another start 50 dearer ran out of bids.
+PRICE_WAR = (
+    [
+        Bidder(0, [(0.0, range(0, 1))]),
+        Bidder(1, [(0.0, range(0, 1))]),
+        Bidder(2, [(0.0, range(1, 2))]),
+        Bidder(3, [(0.0, range(0, 1)), (0.0, range(1, 2)), (0.0, range(2, 3))]),
+        Bidder(4, [(0.0, range(0, 1)), (0.0, range(1, 2)), (50.0, range(2, 3))]),
+    ],
+    [2, 1, 2],
+)
+
+
 @settings(max_examples=300)
 @given(instances())
+@example(PRICE_WAR)
 def test_one_slot_tasks_get_the_cheapest_assignment_within_epsilon(instance: tuple[list[Bidder], list[int]]) -> None:
     bidders, room = instance
     best = None
