@@ -48,7 +48,8 @@ def auction(bidders: Sequence[Bidder], room: Sequence[int], epsilon: float, max_
     # those who can move do so at once. Raising by epsilon alone started a price war that took
     # (spread / epsilon) bids to settle, and ran out of bids with room left for everyone.
     scores = [score for b in bidders for score, _ in b.options]
-    single = (max(scores) - min(scores) if scores else 0.0) + epsilon
+    spread = max(scores) - min(scores) if scores else 0.0
+    single = (spread if math.isfinite(spread) else 0.0) + epsilon
     waiting = deque(b for b in bidders if b.options)
     bids = 0
     while waiting and bids < max_bids:
