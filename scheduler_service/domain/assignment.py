@@ -5,7 +5,8 @@ least by moving are the ones that move.
 Each slot of the plan's grid has some units of room (the pool's capacity less what is already
 spoken for), each with a price, 0 at first. A task without room bids for the start whose score
 plus the prices of the units it would take is lowest, raising those prices by how much better
-that start is than its next best, plus `epsilon`; a task it outbids loses all its room and bids
+that start is than its next best (a task with a single start: by the spread of all scores), plus
+`epsilon`; a task it outbids loses all its room and bids
 again. When no task is without room, each has the start that is best at the final prices, and
 the total score is within (number of tasks) x epsilon of the cheapest assignment there is, for
 tasks of one slot each (the case of the GB bench); a task over several slots pays a share of the
