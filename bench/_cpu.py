@@ -13,14 +13,19 @@ _PROC = Path("/proc")
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def cpu_seconds(pid: int) -> float:
+    """The process's user and system time so far, in seconds (OSError when it is gone)."""
+    # The command name (2nd field) may hold spaces and parentheses: split after its last ')'.
+    fields = (_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 def _cpu_s(pid: int) -> float | None:
-    """The process's user and system time so far, in seconds; None when it is gone or unreadable."""
+    """cpu_seconds, or None when the process is gone or unreadable."""
     try:
-        # The command name (2nd field) may hold spaces and parentheses: split after its last ')'.
-        fields = (_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        return cpu_seconds(pid)
     except (OSError, IndexError):
         return None
-    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def _postgres_pids() -> list[int]:

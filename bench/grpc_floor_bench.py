@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from bench._cpu import cpu_seconds
 from lowtide_proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
 
 SHAPES = ((1, 4000), (16, 400), (64, 100))  # streams, messages per stream
@@ -59,12 +60,6 @@ async def _send(port: int, streams: int, messages: int) -> None:
         await asyncio.gather(*(stream() for _ in range(streams)))
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -96,9 +91,9 @@ async def grpc_floor() -> dict[str, Any]:
         runs = []
         for streams, messages in SHAPES:
             await _clients(port, streams, WARM_UP)
-            before = _cpu_seconds(server.pid)
+            before = cpu_seconds(server.pid)
             await _clients(port, streams, messages)
-            spent = _cpu_seconds(server.pid) - before
+            spent = cpu_seconds(server.pid) - before
             count = streams * messages
             per_message = round(1e6 * spent / count)
             runs.append({"streams": streams, "messages": count, "server_cpu_us_per_message": per_message})

@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 
 from bench import lowtide_run
+from bench._cpu import cpu_seconds
 from bench._pg import throwaway_database
 
 FLEETS = (0, 100, 1000)
@@ -30,13 +31,6 @@ SETTLE_S = 3.0
 WINDOW_S = 15.0
 # The parent directory of the `bench` package, so the fleet's `python -m bench.idle_fleet` resolves.
 _ROOT = str(Path(__file__).resolve().parent.parent)
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    # utime and stime are fields 14 and 15 of the line; here 12 and 13 after the command.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _commits(conn: psycopg.AsyncConnection[Any]) -> int:
@@ -76,9 +70,9 @@ async def _idle(database_url: str, workers: int) -> dict[str, float]:
             await lowtide_run._wait_for(conn, "SELECT count(*) FROM lowtide.workers", workers, 120)
             await asyncio.sleep(SETTLE_S)
             window = max(WINDOW_S, interval)
-            commits, cpu = await _commits(conn), _cpu_seconds(scheduler.pid)
+            commits, cpu = await _commits(conn), cpu_seconds(scheduler.pid)
             await asyncio.sleep(window)
-            commits, cpu = await _commits(conn) - commits - 1, _cpu_seconds(scheduler.pid) - cpu
+            commits, cpu = await _commits(conn) - commits - 1, cpu_seconds(scheduler.pid) - cpu
         finally:
             # Gone before the scheduler stops, so its drain has no stream left to write to.
             await lowtide_run._stop(fleets)
