@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Collection, Container
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from opentelemetry.context import Context
@@ -41,6 +42,7 @@ class Completer:
         traces: TaskTraces | None,
         adaptive: AdaptiveLimits,
         on_freed: Callable[[Collection[FinishedRow]], None],
+        on_retry: Callable[[datetime, set[tuple[str, str]]], None],
     ) -> None:
         self._store = store
         self._pending: list[tuple[Outcome, WorkerSession | None]] = []
@@ -56,6 +58,8 @@ class Completer:
         self.adaptive = adaptive
         # Told the attempts every batch ended: a type at its limit may be claimed again.
         self._on_freed = on_freed
+        # Told when each retry the batch wrote is due, so it is claimed then, not at a later poll.
+        self._on_retry = on_retry
 
     def add(
         self, outcome: Outcome, session: WorkerSession | None, traced: tuple[Context | None, int] | None = None
@@ -76,15 +80,18 @@ class Completer:
         while True:
             await self._ready.wait()
             self._ready.clear()
+            # What a failed write had already written (store.finish): its next try skips it.
+            written: dict[tuple[int, int], FinishedRow] = {}
             while self._pending:
                 batch = self._pending[:MAX_BATCH]
                 try:
-                    applied = await self._write(batch)
+                    applied = await self._write(batch, written)
                 except DatabaseUnavailable as error:
                     log.warning("completer.retrying", extra={"error": str(error), "batch": len(batch)})
                     await asyncio.sleep(backoff.next_delay())
                     continue
                 backoff.reset()
+                written = {}
                 del self._pending[: len(batch)]
                 stale: dict[int, tuple[WorkerSession, list[tuple[int, int]]]] = {}
                 for outcome, session in batch:
@@ -93,6 +100,8 @@ class Completer:
                         stale.setdefault(id(session), (session, []))[1].append(ref)
                 self._count(batch, applied)
                 self._on_freed(applied.values())
+                for due, pairs in _retries_due(batch, applied).items():
+                    self._on_retry(due, pairs)
                 if self._traced:
                     self._trace(batch, applied)
                 for session, refs in stale.values():
@@ -103,19 +112,23 @@ class Completer:
                 )
             self._idle.set()
 
-    async def _write(self, batch: list[tuple[Outcome, WorkerSession | None]]) -> dict[tuple[int, int], FinishedRow]:
+    async def _write(
+        self, batch: list[tuple[Outcome, WorkerSession | None]], written: dict[tuple[int, int], FinishedRow]
+    ) -> dict[tuple[int, int], FinishedRow]:
+        """The batch's reports applied, by (id, attempt); `written` holds what a failed try of the
+        same batch wrote before it failed, and gains what this one writes."""
         try:
-            return await self._store.finish([(o, s.worker_id if s else None) for o, s in batch])
+            return await self._store.finish([(o, s.worker_id if s else None) for o, s in batch], written)
         except DatabaseUnavailable:
             raise
         except Exception:
             # One report the database refuses must not stall every other: write them one by one,
             # and leave out (refuse) only the ones that fail alone.
             log.exception("completer.batch_refused", extra={"batch": len(batch)})
-            applied: dict[tuple[int, int], FinishedRow] = {}
+            applied = written
             for outcome, session in batch:
                 try:
-                    applied |= await self._store.finish([(outcome, session.worker_id if session else None)])
+                    await self._store.finish([(outcome, session.worker_id if session else None)], applied)
                 except DatabaseUnavailable:
                     raise
                 except Exception:
@@ -141,3 +154,16 @@ class Completer:
         rejected = sum(1 for outcome, _ in batch if (outcome.task_id, outcome.attempt) not in applied)
         if rejected:
             self.metrics.rejected.add(rejected, {"reason": "no_longer_held"})
+
+
+def _retries_due(
+    batch: list[tuple[Outcome, WorkerSession | None]], applied: dict[tuple[int, int], FinishedRow]
+) -> dict[datetime, set[tuple[str, str]]]:
+    """When the retries the batch wrote are due, with the (queue, type) pairs due then."""
+    due: dict[datetime, set[tuple[str, str]]] = {}
+    for outcome, _ in batch:
+        if outcome.state is State.PENDING and outcome.run_at is not None:
+            row = applied.get((outcome.task_id, outcome.attempt))
+            if row is not None:
+                due.setdefault(outcome.run_at, set()).add((row.queue, row.activity_type))
+    return due

@@ -106,7 +106,8 @@ class Dispatcher:
         self._hold_recheck = hold_recheck.total_seconds()
         self.parked = parked
         self.metrics = metrics
-        self._wake_timers: set[int] = set()
+        # The wake-up timers by 10 ms bucket, with the pairs each wakes for (None: every group).
+        self._wake_timers: dict[int, set[tuple[str, str]] | None] = {}
         self.fixed = fixed
         # Capacities of named resources ([resources]); empty: no task can ask for any.
         self.resources = dict(resources)
@@ -175,20 +176,30 @@ class Dispatcher:
         if pairs and all(t in held.get(q, frozenset()) for q, t in pairs):
             self._park(session, sorted(pairs))
 
-    def wake_at(self, when: datetime) -> None:
-        """Wakes every group at `when` (a planned release or a latest start), so the work due
-        then is claimed on time rather than at the next poll. Timers are shared per 10 ms."""
+    def wake_at(self, when: datetime, pairs: Iterable[tuple[str, str]] | None = None) -> None:
+        """Wakes the groups that may run the (queue, type) `pairs` at `when` (every group when
+        None: a planned release or a latest start; a retry names its own), so the work due then
+        is claimed on time rather than at the next poll. Timers are shared per 10 ms."""
         bucket = int(when.timestamp() * 100)
         if bucket in self._wake_timers:
+            named = self._wake_timers[bucket]
+            if named is not None:
+                if pairs is None:
+                    self._wake_timers[bucket] = None
+                else:
+                    named.update(pairs)
             return
         delay = max(0.0, (when - datetime.now(UTC)).total_seconds())
         loop = asyncio.get_running_loop()
 
         def fire() -> None:
-            self._wake_timers.discard(bucket)
-            self._registry.wake_all()
+            named = self._wake_timers.pop(bucket, None)
+            if named is None:
+                self._registry.wake_all()
+            else:
+                self.wake_for(named)
 
-        self._wake_timers.add(bucket)
+        self._wake_timers[bucket] = None if pairs is None else set(pairs)
         loop.call_later(delay, fire)
 
     async def run(self) -> None:
@@ -269,6 +280,7 @@ class Dispatcher:
         members = self._registry.members(group)
         if not members:
             return False
+        asked = group.asked
         most = PROBE_SLOTS if probe else CLAIM_SLOTS
         fixed_full = await self._claim_fixed(group, members, polled, most)
         if self.fixed.upcoming:
@@ -294,7 +306,17 @@ class Dispatcher:
                 signal=self.holds.value,
             )
             sent = await self._send(taken, rows, claimed_ns)
-        return fixed_full or resources_full or (sent and len(rows) == wanted)
+        full = fixed_full or resources_full or (sent and len(rows) == wanted)
+        if not full and self._rests(group):
+            group.dry_at = max(group.dry_at, asked)
+        return full
+
+    def _rests(self, group: Group) -> bool:
+        """Whether the group may rest after a claim that found less work than it had slots for
+        (Group.dry): what it did not find can only come with a wake, a timer or the poll. Not so
+        while fixed starts are upcoming or due (they take slots as they free), nor with named
+        resources (a task waiting for one may run once a finishing task gives it back)."""
+        return not (self.resources or self.fixed.upcoming or group.key.pool in self.fixed.due)
 
     async def _claim_fixed(self, group: Group, members: list[WorkerSession], polled: bool, most: int) -> bool:
         """Claims due fixed-start tasks of the group's pool into its busy-or-held room (up to

@@ -153,6 +153,7 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         fixed=fixed,
         planner=core.planner,
         tracing=core.traces is not None,
+        scheduler_id=scheduler_id,
     )
     waiters = Waiters(store)
     api = SchedulerApi(
@@ -172,6 +173,7 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         traces=core.traces,
         adaptive=core.adaptive,
         on_freed=dispatcher.freed,
+        on_retry=dispatcher.wake_at,
     )
     leases = Leases(
         store,

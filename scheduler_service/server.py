@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 import socket
@@ -32,6 +31,7 @@ from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_p
 from scheduler_service.database_health import follow_database
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.holds import HoldConfig, local_conflicts
+from scheduler_service.domain.submission import parse_wake
 from scheduler_service.keda import SERVICE_NAME as KEDA_SERVICE
 from scheduler_service.keda import add_keda_scaler
 from scheduler_service.metrics import SchedulerMetrics
@@ -129,23 +129,17 @@ def check_cost_config(config: Config) -> HoldConfig:
     return holds
 
 
-def _wake_pairs(payload: str) -> list[tuple[str, str]] | None:
-    """The (queue, type) pairs a wake-up names; None means wake everyone."""
-    try:
-        pairs = json.loads(payload)
-        return [(str(q), str(t)) for q, t in pairs]
-    except (ValueError, TypeError):
-        return None
-
-
 async def _listen(
     db: Database,
     registry: Registry,
     dispatcher: Dispatcher,
     waiters: Waiters,
     planned: Callable[[], Awaitable[None]],
+    *,
+    scheduler_id: str,
 ) -> None:
-    """Wake-ups, cancels and new plans from other replicas (and this one), through LISTEN/NOTIFY."""
+    """Wake-ups, cancels and new plans from other replicas (and this one), through LISTEN/NOTIFY.
+    A wake-up this replica sent after waking its own dispatch (see wake_payload) is skipped."""
     backoff = Backoff(initial=0.1, maximum=5.0)
     while True:
         try:
@@ -156,7 +150,9 @@ async def _listen(
                 async for note in notifications:
                     channel, _, payload = note.partition(":")
                     if channel == "lowtide_wake":
-                        pairs = _wake_pairs(payload)
+                        origin, pairs = parse_wake(payload)
+                        if origin == scheduler_id:
+                            continue
                         if pairs is None:
                             registry.wake_all()
                         else:
@@ -217,10 +213,12 @@ def _grpc_server(
 
 
 def _background(
-    config: Config, db: Database, parts: Parts, health_servicer: health.aio.HealthServicer
+    config: Config, db: Database, parts: Parts, health_servicer: health.aio.HealthServicer, scheduler_id: str
 ) -> list[asyncio.Task[None]]:
     cfg = config.scheduler
-    listen = _listen(db, parts.registry, parts.dispatcher, parts.waiters, parts.planner.wake_for_upcoming)
+    listen = _listen(
+        db, parts.registry, parts.dispatcher, parts.waiters, parts.planner.wake_for_upcoming, scheduler_id=scheduler_id
+    )
     database = follow_database(db, health_servicer, ("", *SERVICES), interval=cfg.heartbeat_interval)
     return [
         asyncio.create_task(parts.completer.run(), name="completer"),
@@ -260,7 +258,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         await server.start()
         for service in ("", *SERVICES):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-        stack.push_async_callback(cancel_all, _background(config, db, parts, health_servicer))
+        stack.push_async_callback(cancel_all, _background(config, db, parts, health_servicer, scheduler_id))
         stack.callback(parts.holds.close)
         resources = stack.pop_all()
     log.info("scheduler.started", extra={"listen": config.scheduler.listen, "port": port, "scheduler_id": scheduler_id})
@@ -270,6 +268,10 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
 async def serve(config: Config, *, database_url: str | None = None) -> None:
     scheduler = await start_scheduler(config, database_url=database_url)
     print(f"lowtide scheduler listening on {scheduler.target}", flush=True)
+    import gc
+
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -44,6 +44,7 @@ async def store_tasks(
     submitted_by: str | None = None,
     capacity: Callable[[str], int] = lambda pool: 1,
     overload: Mapping[str, Overload] | None = None,
+    origin: str | None = None,
 ) -> list[Submitted]:
     """Stores the tasks in one transaction and returns their ids in order.
 
@@ -52,6 +53,7 @@ async def store_tasks(
     starts are admitted first, under a per-pool lock, against the pool's `capacity`; one
     that does not fit raises Refused and nothing of the batch is stored. A queue over its
     max_depth refuses the batch (reject) or sheds work once it is stored (shed_lowest, shed_oldest).
+    Every replica's dispatch is woken at commit (NOTIFY) but `origin`'s, which wakes its own.
     """
     keys = [t.idempotency_key for t in tasks if t.idempotency_key]
     async with store.submitting() as writes:
@@ -83,7 +85,7 @@ async def store_tasks(
         if dependent:
             await writes.link_dependencies(dependent)
         if inserted:
-            await writes.notify_wake(wake_payload(tasks))
+            await writes.notify_wake(wake_payload(tasks, origin))
     return out
 
 
@@ -127,8 +129,11 @@ class Submission:
         fixed: FixedStarts,
         planner: ReleasePlanner,
         tracing: bool,
+        scheduler_id: str,
     ) -> None:
         self._config = config
+        # The replica: it wakes its own dispatch after a submit, so its NOTIFY is for the others.
+        self._scheduler_id = scheduler_id
         # Tracing on: each task carries the submission's trace context (scheduler_service.tracing).
         self._tracing = tracing
         self._store = store
@@ -161,6 +166,7 @@ class Submission:
             capacity=self.capacity,
             overload=self.overload(planned),
             submitted_by=submitted_by,
+            origin=self._scheduler_id,
         )
         self._dispatcher.wake_for({(t.queue, t.activity_type) for t in planned if t.fixed is None})
         if any(t.fixed for t in planned):

@@ -121,8 +121,29 @@ def pending_dependencies(tasks: Iterable[NewTask], states: Mapping[int, str]) ->
     return [sum(1 for d in t.depends_on if states[d] != "completed") for t in tasks]
 
 
-def wake_payload(tasks: Iterable[NewTask]) -> str:
-    """The (queue, type) pairs of new tasks as JSON; "*" (wake everyone) when too many to name."""
+def wake_payload(tasks: Iterable[NewTask], origin: str | None = None) -> str:
+    """The wake-up for new tasks, as JSON: the (queue, type) pairs they are of (null, wake every
+    group, when too many to name), and `origin`, the replica that stored them when it wakes its
+    own dispatch itself (its listener skips the NOTIFY then: one claim per submit, not two)."""
     pairs = sorted({(t.queue, t.activity_type) for t in tasks})
-    text = json.dumps(pairs)
-    return text if len(text.encode()) < _MAX_WAKE_PAYLOAD else "*"
+    text = json.dumps({"origin": origin, "pairs": pairs})
+    return text if len(text.encode()) < _MAX_WAKE_PAYLOAD else json.dumps({"origin": origin, "pairs": None})
+
+
+def parse_wake(payload: str) -> tuple[str | None, list[tuple[str, str]] | None]:
+    """A wake-up's origin (None: no replica woke itself for it) and its (queue, type) pairs
+    (None: wake every group). Takes the earlier forms too (a JSON list of pairs, or "*"); anything
+    else wakes every group."""
+    try:
+        message = json.loads(payload)
+    except ValueError:
+        return None, None
+    origin, pairs = None, message
+    if isinstance(message, dict):
+        origin = message.get("origin")
+        origin = origin if isinstance(origin, str) else None
+        pairs = message.get("pairs")
+    try:
+        return origin, [(str(q), str(t)) for q, t in pairs]
+    except (ValueError, TypeError):
+        return origin, None

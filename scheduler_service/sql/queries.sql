@@ -278,7 +278,7 @@ SET state = 'pending', attempt = t.attempt - 1, worker_id = NULL, started_at = N
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(worker_ids)s::text[]) AS u(id, attempt, worker_id)
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.state = 'running' AND t.worker_id = u.worker_id
 
--- finish_attempts --
+-- _finish_fenced --
 -- Applies what follows a batch of attempts, fenced by (id, attempt, running, worker): a report
 -- for an attempt that is no longer the worker's changes nothing and is left out of RETURNING,
 -- which also gives the attempt's labels and run time for the task metrics.
@@ -302,6 +302,20 @@ FROM unnest(
 ) AS o(id, attempt, worker_id, state, result, error_type, error_message, non_retryable, run_at)
 WHERE t.id = o.id AND t.attempt = o.attempt AND t.state = 'running'
   AND (o.worker_id IS NULL OR t.worker_id = o.worker_id)
+
+-- finish_attempts --
+-- A batch's outcomes (see _finish_fenced), in the transaction that also settles the dependents of
+-- the tasks that ended (store.tasks.settle).
+{{_finish_fenced}}
+RETURNING t.id, t.attempt, t.state, t.has_dependents, t.queue, t.activity_type, now() - t.started_at AS run_time
+
+-- finish_independent_attempts --
+-- The batch's outcomes for tasks nothing depends on, in one statement on its own (no BEGIN and
+-- COMMIT round trips): there are no dependents to settle with it. A task that gains a dependent
+-- meanwhile is left out (a submission locks it FOR SHARE until it commits, and the row is checked
+-- again once that lock is gone), and so is every stale report: finish_attempts takes the rest.
+{{_finish_fenced}}
+  AND NOT t.has_dependents
 RETURNING t.id, t.attempt, t.state, t.has_dependents, t.queue, t.activity_type, now() - t.started_at AS run_time
 
 -- running_attempts_of_worker --

@@ -94,15 +94,36 @@ class TaskStore(StoreBase):
         if rows:
             self.on_unblocked(rows)
 
-    async def finish(self, outcomes: Sequence[tuple[Outcome, str | None]]) -> dict[tuple[int, int], FinishedRow]:
+    async def finish(
+        self,
+        outcomes: Sequence[tuple[Outcome, str | None]],
+        applied: dict[tuple[int, int], FinishedRow] | None = None,
+    ) -> dict[tuple[int, int], FinishedRow]:
         """Applies outcomes (each with the worker that reported it, or None for the scheduler's own
-        verdicts); returns the attempts applied, by (id, attempt). The rest were stale."""
-        params = _finish_params(outcomes)
+        verdicts); returns the attempts applied, by (id, attempt). The rest were stale.
+
+        Most tasks have no dependents: theirs are applied in one statement, without a transaction
+        around it. What that leaves (tasks with dependents, stale reports) goes the whole way, with
+        the dependents settled in the same transaction. So a failure may come after a part was
+        written: `applied` (filled in place) keeps that part for the caller's next try, which
+        then skips it and still counts it as applied."""
+        applied = {} if applied is None else applied
+        todo = [(o, worker) for o, worker in outcomes if (o.task_id, o.attempt) not in applied] if applied else outcomes
+        if not todo:
+            return applied
+        rows = await self.db.fetch_as(FinishedRow, Q["finish_independent_attempts"], _finish_params(todo))
+        applied.update({(r.id, r.attempt): r for r in rows})
+        if len(rows) == len(todo):
+            return applied
+        rest = [(o, worker) for o, worker in todo if (o.task_id, o.attempt) not in applied]
+        if not rest:
+            return applied
         async with self.db.transaction() as tx:
-            rows = await tx.fetch_as(FinishedRow, Q["finish_attempts"], params)
+            rows = await tx.fetch_as(FinishedRow, Q["finish_attempts"], _finish_params(rest))
             released = await settle(tx, rows) if any(r.has_dependents for r in rows) else []
         self._unblocked(released)
-        return {(r.id, r.attempt): r for r in rows}
+        applied.update({(r.id, r.attempt): r for r in rows})
+        return applied
 
     async def running_attempts_of(self, worker_id: str, scheduler_id: str) -> list[Attempt]:
         """The attempts the worker runs, unless it is connected to another replica than this one."""

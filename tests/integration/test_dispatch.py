@@ -1,6 +1,7 @@
 """Central dispatch (issue 15) over real gRPC streams and a real database: workers of mixed pools,
 queues and types each get only what they may run and none starves; a burst is shared fairly
-between equal workers; an idle fleet of 1,000 streams causes no claim between the replica's polls."""
+between equal workers; an idle fleet of 1,000 streams causes no claim between the replica's polls;
+a task on an idle replica costs one claim, and nothing waits for the poll that a wake can find."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import asyncio
 import contextlib
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import grpc
 import psycopg
 
+from lowtide.config import Config, TypeConfig
 from lowtide.db import Database, apply_migrations
 from lowtide_client import Client, Worker, task_spec
 from lowtide_proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
@@ -380,3 +383,89 @@ async def test_wait_task_returns_on_any_replica_once_the_task_finishes(database_
 
 async def _running(scheduler: Scheduler) -> bool:
     return any(session.in_flight for session in scheduler.registry)
+
+
+# The replica's poll, out of the way: what is claimed then was claimed on a wake alone.
+NO_POLL = timedelta(minutes=10)
+
+
+async def _echo(payload: bytes) -> bytes:
+    return payload
+
+
+async def test_a_task_on_an_idle_replica_costs_one_claim(database_url: str) -> None:
+    # The submit wakes the replica's dispatch itself, so its NOTIFY (which tells the other
+    # replicas) does not wake it a second time; and the slot the result frees claims nothing
+    # while the group's last claim found no more work than it had room for. (Three claims a
+    # task before: the submit, the replica's own NOTIFY, the freed slot.)
+    scheduler = await start_scheduler(make_config(poll_interval=NO_POLL), database_url=database_url)
+    worker = Worker(target=scheduler.target, slots=4, worker_id="single")
+    worker.register("echo", _echo)
+    tasks = 10
+    try:
+        async with worker, Client(scheduler.target) as client:
+            await eventually(lambda: _registered(scheduler, 1))
+
+            async def quiet() -> bool:
+                groups = scheduler.registry.groups()
+                return len(groups) == 1 and groups[0].claims == 0
+
+            await eventually(quiet)
+            claims = scheduler.dispatcher.claims_run
+            for i in range(tasks):
+                task = await client.submit("echo", b"%d" % i)
+                done = await client.wait(task.id, timeout=timedelta(seconds=10))
+                assert done.result == b"%d" % i
+            await eventually(quiet)
+            assert scheduler.dispatcher.claims_run - claims == tasks
+    finally:
+        await scheduler.stop(grace=1.0)
+
+
+async def test_with_the_poll_far_off_a_backlog_and_a_limited_type_drain_on_freed_slots(database_url: str) -> None:
+    # A group rests (claims nothing when a slot frees) only after a claim found less work than
+    # it had room for: a backlog larger than the slots keeps every claim full, so each freed
+    # slot claims the next task; a type at its concurrency limit is claimed again once its
+    # running attempts are written as ended. Neither waits for the replica's poll.
+    config: Config = replace(make_config(poll_interval=NO_POLL), types={"limited": TypeConfig(max_concurrency=1)})
+    scheduler = await start_scheduler(config, database_url=database_url)
+    worker = Worker(target=scheduler.target, slots=4, worker_id="freed")
+    worker.register("echo", _echo)
+    worker.register("limited", _echo)
+    try:
+        async with worker, Client(scheduler.target) as client:
+            await eventually(lambda: _registered(scheduler, 1))
+            await client.submit_many([task_spec("echo", b"") for _ in range(40)])
+            await client.submit_many([task_spec("limited", b"") for _ in range(5)])
+
+            async def all_completed() -> bool:
+                return await states(database_url) == {"completed": 45}
+
+            await eventually(all_completed, within=30, interval=0.1)
+            assert scheduler.dispatcher.polls == 0
+    finally:
+        await scheduler.stop(grace=1.0)
+
+
+async def test_a_retry_is_claimed_when_its_backoff_ends_not_at_the_next_poll(database_url: str) -> None:
+    scheduler = await start_scheduler(make_config(poll_interval=NO_POLL), database_url=database_url)
+    worker = Worker(target=scheduler.target, slots=4, worker_id="retrying")
+    attempts: list[float] = []
+
+    @worker.activity("flaky")
+    async def flaky(payload: bytes) -> bytes:
+        attempts.append(asyncio.get_running_loop().time())
+        if len(attempts) == 1:
+            raise RuntimeError("the first attempt fails")
+        return b"second"
+
+    try:
+        async with worker, Client(scheduler.target) as client:
+            await eventually(lambda: _registered(scheduler, 1))
+            task = await client.submit("flaky", b"", max_attempts=2, initial_backoff=timedelta(milliseconds=300))
+            done = await client.wait(task.id, timeout=timedelta(seconds=20))
+        assert (done.result, done.attempt) == (b"second", 2)
+        assert attempts[1] - attempts[0] >= 0.3
+        assert scheduler.dispatcher.polls == 0
+    finally:
+        await scheduler.stop(grace=1.0)

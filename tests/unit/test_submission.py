@@ -16,6 +16,7 @@ from scheduler_service.domain.submission import (
     counted,
     ended_dependency,
     first_new,
+    parse_wake,
     pending_dependencies,
     submitted,
     unknown_dependencies,
@@ -134,6 +135,18 @@ def test_fixed_starts_held_types_and_other_queues_do_not_count() -> None:
 
 
 def test_wake_payload_names_pairs_until_too_long() -> None:
-    assert json.loads(wake_payload([task(), task(queue="b"), task()])) == [["b", "work"], ["default", "work"]]
+    payload = wake_payload([task(), task(queue="b"), task()])
+    assert json.loads(payload) == {"origin": None, "pairs": [["b", "work"], ["default", "work"]]}
+    assert parse_wake(payload) == (None, [("b", "work"), ("default", "work")])
     many = [task(queue=f"queue-{i:04}") for i in range(500)]
-    assert wake_payload(many) == "*"
+    assert parse_wake(wake_payload(many, "replica-1")) == ("replica-1", None)
+
+
+def test_a_wake_names_the_replica_that_woke_itself() -> None:
+    assert parse_wake(wake_payload([task()], "replica-1")) == ("replica-1", [("default", "work")])
+
+
+def test_wake_payloads_of_the_earlier_form_and_garbage_wake_every_group_of_every_replica() -> None:
+    assert parse_wake('[["default", "work"]]') == (None, [("default", "work")])
+    for payload in ("*", "", "{", "[1]", '{"origin": 3, "pairs": 7}', "null"):
+        assert parse_wake(payload) == (None, None)

@@ -1,0 +1,115 @@
+"""Writing the outcomes of a batch of attempts: tasks nothing depends on are written in one
+statement of their own, the rest with their dependents in a transaction. A try that fails between
+the two keeps what it wrote, so the next try applies the rest and counts the whole batch."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from lowtide.db import Database, apply_migrations
+from lowtide.db.connector import Transaction
+from lowtide.errors import DatabaseUnavailable
+from scheduler_service.domain.model import Outcome, State
+from scheduler_service.rows.tasks import FinishedRow, UnblockedRow
+from scheduler_service.store import Store
+
+
+class _LosesTheTransaction(Database):
+    """The real database, gone for the first transaction asked of it (as when the server
+    restarts between a batch's two writes)."""
+
+    lost = 1
+
+    def transaction(self, *, planned: bool = False) -> contextlib._AsyncGeneratorContextManager[Transaction]:
+        if self.lost:
+            self.lost -= 1
+            raise DatabaseUnavailable("database unavailable: the server closed the connection")
+        return super().transaction(planned=planned)
+
+
+async def _running(conn: psycopg.AsyncConnection[Any], count: int) -> list[int]:
+    cur = await conn.execute(
+        "INSERT INTO lowtide.tasks (queue, kind, activity_type, payload, max_attempts, initial_backoff_ms,"
+        " backoff_coefficient, max_backoff_ms, state, attempt, worker_id, started_at)"
+        " SELECT 'default', 'activity', 'a', ''::bytea, 1, 1000, 2, 60000, 'running', 1, 'w', now()"
+        " FROM generate_series(1, %s) RETURNING id",
+        (count,),
+    )
+    return [row[0] for row in await cur.fetchall()]
+
+
+@pytest.fixture
+async def conn(database_url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    await apply_migrations(database_url)
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as connection:
+        yield connection
+
+
+async def test_a_batch_cut_between_its_two_writes_is_applied_whole_by_the_next_try(
+    database_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    alone = await _running(conn, 3)
+    [depended_on] = await _running(conn, 1)
+    cur = await conn.execute(
+        "INSERT INTO lowtide.tasks (queue, kind, activity_type, payload, max_attempts, initial_backoff_ms,"
+        " backoff_coefficient, max_backoff_ms, deps_pending, run_at)"
+        " VALUES ('default', 'activity', 'a', '', 1, 1000, 2, 60000, 1, 'infinity') RETURNING id"
+    )
+    [[dependent]] = await cur.fetchall()
+    await conn.execute(
+        "INSERT INTO lowtide.task_dependencies (task_id, depends_on) VALUES (%s, %s)", (dependent, depended_on)
+    )
+    await conn.execute("UPDATE lowtide.tasks SET has_dependents = true WHERE id = %s", (depended_on,))
+
+    released: list[UnblockedRow] = []
+    db = _LosesTheTransaction(database_url, min_size=1, max_size=2)
+    await db.open()
+    try:
+        store = Store(db, on_unblocked=released.extend)
+        batch = [(Outcome(i, 1, State.COMPLETED, result=b"done"), "w") for i in [*alone, depended_on]]
+        written: dict[tuple[int, int], FinishedRow] = {}
+        with pytest.raises(DatabaseUnavailable):
+            await store.finish(batch, written)
+        # The tasks nothing depends on were written by the first statement, and say so.
+        assert set(written) == {(i, 1) for i in alone}
+        cur = await conn.execute("SELECT state FROM lowtide.tasks WHERE id = %s", (depended_on,))
+        assert await cur.fetchone() == ("running",)
+
+        applied = await store.finish(batch, written)
+    finally:
+        await db.close()
+    assert set(applied) == {(i, 1) for i in [*alone, depended_on]}
+    cur = await conn.execute(
+        "SELECT id, state, result FROM lowtide.tasks WHERE id = ANY(%s) ORDER BY id", ([*alone, depended_on],)
+    )
+    assert await cur.fetchall() == [(i, "completed", b"done") for i in sorted([*alone, depended_on])]
+    # The dependent was released with its dependency, in the dependency's transaction.
+    assert [r.id for r in released] == [dependent]
+    cur = await conn.execute("SELECT deps_pending FROM lowtide.tasks WHERE id = %s", (dependent,))
+    assert await cur.fetchone() == (0,)
+
+
+async def test_stale_reports_in_a_batch_are_left_out_of_both_writes(
+    database_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    fresh, taken_back = await _running(conn, 2)
+    await conn.execute(
+        "UPDATE lowtide.tasks SET state = 'pending', attempt = 1, worker_id = NULL WHERE id = %s", (taken_back,)
+    )
+    db = Database(database_url, min_size=1, max_size=2)
+    await db.open()
+    try:
+        store = Store(db, on_unblocked=lambda rows: None)
+        applied = await store.finish(
+            [(Outcome(fresh, 1, State.COMPLETED, result=b""), "w"), (Outcome(taken_back, 1, State.COMPLETED), "w")]
+        )
+    finally:
+        await db.close()
+    assert set(applied) == {(fresh, 1)}
+    cur = await conn.execute("SELECT id, state FROM lowtide.tasks ORDER BY id")
+    assert await cur.fetchall() == [(fresh, "completed"), (taken_back, "pending")]
