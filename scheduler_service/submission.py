@@ -46,7 +46,8 @@ async def store_tasks(
     overload: Mapping[str, Overload] | None = None,
     origin: str | None = None,
 ) -> list[Submitted]:
-    """Stores the tasks in one transaction and returns their ids in order.
+    """Stores the tasks in one transaction (plain tasks in one statement) and returns their ids
+    in order.
 
     A task whose idempotency key this submitter used already (stored before, or earlier in
     this batch) is not stored again: its entry carries the first task's id and created=False. Fixed
@@ -56,20 +57,27 @@ async def store_tasks(
     Every replica's dispatch is woken at commit (NOTIFY) but `origin`'s, which wakes its own.
     """
     keys = [t.idempotency_key for t in tasks if t.idempotency_key]
-    async with store.submitting() as writes:
+    limited = {t.queue: overload[t.queue] for t in tasks if overload and t.queue in overload}
+    alone = not keys and not limited and not any(t.depends_on or t.fixed for t in tasks)
+    async with store.submitting(alone=alone) as writes:
         existing = await writes.existing(keys, submitted_by) if keys else {}
         fresh = first_new(tasks, existing)
         deps_pending = await _dependencies(writes, tasks) if any(t.depends_on for t in tasks) else [0] * len(tasks)
         if any(tasks[i].fixed for i in fresh):
             await _admit(writes, [(i, tasks[i]) for i in fresh if tasks[i].fixed], capacity)
-        limited = {t.queue: overload[t.queue] for t in tasks if overload and t.queue in overload}
         depths = await writes.queue_depths(limited) if limited else {}
         for queue, limit in limited.items():
             refusal = limit.rejection(queue, depths[queue], counted(limit, queue, (tasks[i] for i in fresh)))
             if refusal is not None:
                 raise TooLarge(refusal)
         await writes.register_queues({t.queue for t in tasks})
-        inserted = await writes.insert(tasks, deps_pending=deps_pending, signal=signal, submitted_by=submitted_by)
+        inserted = await writes.insert(
+            tasks,
+            deps_pending=deps_pending,
+            signal=signal,
+            submitted_by=submitted_by,
+            wake=wake_payload(tasks, origin),
+        )
         if len(inserted) < len(fresh) and keys:
             # Another submit with one of these keys committed meanwhile.
             existing = await writes.existing(keys, submitted_by)
@@ -84,8 +92,6 @@ async def store_tasks(
         dependent = [(i, d) for i, t in created for d in t.depends_on]
         if dependent:
             await writes.link_dependencies(dependent)
-        if inserted:
-            await writes.notify_wake(wake_payload(tasks, origin))
     return out
 
 

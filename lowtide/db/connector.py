@@ -62,14 +62,22 @@ def typed_row(cls: type[T]) -> BaseRowFactory[T]:
     make: Callable[[Sequence[Any]], T] = functools.partial(tuple.__new__, cls)
 
     def factory(cursor: Any) -> Callable[[Sequence[Any]], T]:
-        if cursor.description is None:
+        if not _returns_rows(cursor):
             return make  # no rows to make (a statement without RETURNING)
-        names = tuple(column.name for column in cursor.description)
+        result = cursor.pgresult
+        names = tuple(result.fname(i).decode() for i in range(result.nfields))
         if names != fields:
             raise TypeError(f"{cls.__name__} has the fields {fields}, the query returns the columns {names}")
         return make
 
     return factory
+
+
+def _returns_rows(cursor: psycopg.AsyncCursor[Any]) -> bool:
+    """Whether the statement returned columns (a SELECT, a RETURNING): what `cursor.description`
+    tells, without the Column object per column it makes each time (57 for a whole task)."""
+    result = cursor.pgresult
+    return result is not None and result.nfields > 0
 
 
 class Transaction:
@@ -81,7 +89,7 @@ class Transaction:
     async def fetch(self, sql: str, params: Params | None = None) -> list[Row]:
         with wrap_exceptions():
             cur = await self._conn.execute(sql, params)
-            return await cur.fetchall() if cur.description else []
+            return await cur.fetchall() if _returns_rows(cur) else []
 
     async def fetch_one(self, sql: str, params: Params | None = None) -> Row | None:
         rows = await self.fetch(sql, params)
@@ -94,7 +102,7 @@ class Transaction:
         with wrap_exceptions():
             async with self._conn.cursor(row_factory=typed_row(cls)) as cur:
                 await cur.execute(sql, params)
-                return await cur.fetchall() if cur.description else []
+                return await cur.fetchall() if _returns_rows(cur) else []
 
     async def fetch_one_as(self, cls: type[T], sql: str, params: Params | None = None) -> T | None:
         rows = await self.fetch_as(cls, sql, params)

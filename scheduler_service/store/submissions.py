@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from lowtide.db.connector import Transaction
+from lowtide.db.connector import Database, Transaction
 from scheduler_service.domain.fixed import Interval, Reservation
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.planning import RELEASE_LEAD
@@ -57,9 +57,10 @@ def _task_columns(tasks: Sequence[NewTask]) -> dict[str, list[Any]]:
 
 
 class SubmissionWrites:
-    """The reads and writes of one submission's transaction."""
+    """The reads and writes of one submission: in its transaction, or, for a submission that is
+    a single insert, on the database itself (each statement commits on its own)."""
 
-    def __init__(self, tx: Transaction, registered: set[str]) -> None:
+    def __init__(self, tx: Transaction | Database, registered: set[str]) -> None:
         self._tx = tx
         self._registered = registered
         self.registering: set[str] = set()
@@ -108,14 +109,18 @@ class SubmissionWrites:
         deps_pending: Sequence[int],
         signal: float | None,
         submitted_by: str | None,
+        wake: str,
     ) -> list[tuple[int, str | None]]:
-        """Stores the tasks whose key is new in one statement; returns (id, key) of each one stored."""
+        """Stores the tasks whose key is new in one statement, which also wakes every replica's
+        dispatch at commit with the `wake` payload if any was stored; returns (id, key) of each
+        one stored."""
         params = {
             **_task_columns(tasks),
             "deps_pending": list(deps_pending),
             "submitted_by": submitted_by,
             "signal": signal,
             "release_lead": RELEASE_LEAD,
+            "wake": wake,
         }
         rows = await self._tx.fetch_as(KeyedRow, Q["insert_tasks"], params)
         return [(r.id, r.idempotency_key) for r in rows]
@@ -134,6 +139,7 @@ class SubmissionWrites:
     async def shed(self, queue: str, limit: Overload, count: int) -> None:
         """Ends `count` claimable tasks of the queue by its policy (and fails their dependents)."""
         params = {"queue": queue, "held": sorted(limit.held), "count": count, "reason": limit.shed_reason(queue)}
+        assert isinstance(self._tx, Transaction), "a queue with a max_depth is written in a transaction"
         shed = await self._tx.fetch_as(EndedRow, Q[limit.policy], params)
         await settle(self._tx, shed)
 
@@ -142,18 +148,21 @@ class SubmissionWrites:
         params = {"task_ids": [p[0] for p in pairs], "depends_on": [p[1] for p in pairs]}
         await self._tx.execute(Q["insert_dependencies"], params)
 
-    async def notify_wake(self, payload: str) -> None:
-        """Wakes every replica's dispatch (at commit) for the named (queue, type) pairs."""
-        await self._tx.execute(Q["notify_wake"], {"payload": payload})
-
 
 class SubmissionStore(StoreBase):
     @asynccontextmanager
-    async def submitting(self) -> AsyncIterator[SubmissionWrites]:
-        """One submission's transaction; the queues it registered are remembered once it commits."""
-        async with self.db.transaction() as tx:
-            writes = SubmissionWrites(tx, self.registered_queues)
+    async def submitting(self, *, alone: bool = False) -> AsyncIterator[SubmissionWrites]:
+        """One submission's transaction, or none when the submission is `alone` a single insert
+        (nothing read first, nothing locked: no idempotency keys, dependencies, fixed starts or
+        queue depth limits), which commits on its own. The queues it registered are remembered
+        once it is written."""
+        if alone:
+            writes = SubmissionWrites(self.db, self.registered_queues)
             yield writes
+        else:
+            async with self.db.transaction() as tx:
+                writes = SubmissionWrites(tx, self.registered_queues)
+                yield writes
         if len(self.registered_queues) > _MAX_REGISTERED:
             self.registered_queues.clear()
         self.registered_queues |= writes.registering

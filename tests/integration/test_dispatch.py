@@ -469,3 +469,37 @@ async def test_a_retry_is_claimed_when_its_backoff_ends_not_at_the_next_poll(dat
         assert scheduler.dispatcher.polls == 0
     finally:
         await scheduler.stop(grace=1.0)
+
+
+async def test_a_submit_on_one_replica_wakes_the_workers_of_another_at_once(database_url: str) -> None:
+    # Each replica skips the wake-up NOTIFY it sent itself; another replica's still wakes it.
+    config = make_config(poll_interval=NO_POLL)
+    submitted_to = await start_scheduler(config, database_url=database_url)
+    serving = await start_scheduler(config, database_url=database_url)
+    worker = Worker(target=serving.target, slots=2, worker_id="elsewhere")
+    worker.register("echo", _echo)
+    try:
+        async with (
+            worker,
+            Client(submitted_to.target) as client,
+            await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn,
+        ):
+            await eventually(lambda: _registered(serving, 1))
+
+            async def both_listen() -> bool:
+                cur = await conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND query = 'LISTEN \"lowtide_done\"'"
+                )
+                row = await cur.fetchone()
+                return row is not None and row[0] == 2
+
+            await eventually(both_listen)
+            for i in range(3):
+                task = await client.submit("echo", b"%d" % i)
+                done = await client.wait(task.id, timeout=timedelta(seconds=10))
+                assert done.result == b"%d" % i
+        assert serving.dispatcher.polls == submitted_to.dispatcher.polls == 0
+    finally:
+        await serving.stop(grace=1.0)
+        await submitted_to.stop(grace=1.0)
