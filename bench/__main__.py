@@ -32,6 +32,7 @@ BENCHMARKS = (
     "carbon",
     "hostile",
     "idle",
+    "steady",
     "drain",
     "grpc_floor",
     "adaptive_concurrency",
@@ -157,6 +158,10 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
         from bench.idle_bench import idle_cost
 
         return await idle_cost(args.database_url)
+    if name == "steady":
+        from bench.steady_bench import steady
+
+        return await steady(args.database_url)
     if name == "carbon":
         from bench.carbon_bench import carbon_evaluation
 
