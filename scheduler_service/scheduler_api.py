@@ -27,6 +27,7 @@ from scheduler_service.domain.fixed import Refused
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.submission import Submitted
 from scheduler_service.rows.fleet import PendingGroup
+from scheduler_service.rows.tasks import TaskRow
 from scheduler_service.schedules_api import ScheduleApi
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
@@ -80,10 +81,12 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     def _who(self, context: Context) -> TokenEntry | None:
         return caller(self._config.auth, context.invocation_metadata() or ())
 
-    async def _submit(self, tasks: list[NewTask], context: Context) -> list[Submitted]:
+    async def _submit(
+        self, tasks: list[NewTask], context: Context, stored: dict[int, TaskRow] | None = None
+    ) -> list[Submitted]:
         who = self._who(context)
         try:
-            return await self._submission.submit(tasks, who.name if who else None)
+            return await self._submission.submit(tasks, who.name if who else None, stored)
         except Refused as refused:
             raise conflict_error(refused, len(tasks) > 1) from None
 
@@ -94,8 +97,11 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         if not request.HasField("task"):
             raise InvalidArgument("task", "is required")
         task = self._validate(request.task)
-        [submitted] = await self._submit([task], context)
-        row = await self._store.get_task(submitted.id)
+        # A plain task comes back from its insert whole; one the submitter stored before under
+        # its idempotency key, or one stored with more than an insert, is read back.
+        stored: dict[int, TaskRow] = {}
+        [submitted] = await self._submit([task], context, stored)
+        row = stored.get(submitted.id) or await self._store.get_task(submitted.id)
         assert row is not None
         return scheduler_pb2.SubmitTaskResponse(task=messages.task_message(row), created=submitted.created)
 

@@ -30,6 +30,7 @@ from scheduler_service.domain.submission import (
 )
 from scheduler_service.fixed_starts import FixedStarts
 from scheduler_service.release_planning import ReleasePlanner
+from scheduler_service.rows.tasks import TaskRow
 from scheduler_service.store import Store, SubmissionWrites
 from scheduler_service.tracing import with_trace_context
 
@@ -45,6 +46,7 @@ async def store_tasks(
     capacity: Callable[[str], int] = lambda pool: 1,
     overload: Mapping[str, Overload] | None = None,
     origin: str | None = None,
+    stored: dict[int, TaskRow] | None = None,
 ) -> list[Submitted]:
     """Stores the tasks in one transaction (plain tasks in one statement) and returns their ids
     in order.
@@ -55,6 +57,8 @@ async def store_tasks(
     that does not fit raises Refused and nothing of the batch is stored. A queue over its
     max_depth refuses the batch (reject) or sheds work once it is stored (shed_lowest, shed_oldest).
     Every replica's dispatch is woken at commit (NOTIFY) but `origin`'s, which wakes its own.
+    `stored`, when given, gets the tasks of a submission of plain tasks as the insert stored them
+    (whole, so the caller need not read them back); other submissions leave it empty.
     """
     keys = [t.idempotency_key for t in tasks if t.idempotency_key]
     limited = {t.queue: overload[t.queue] for t in tasks if overload and t.queue in overload}
@@ -77,7 +81,10 @@ async def store_tasks(
             signal=signal,
             submitted_by=submitted_by,
             wake=wake_payload(tasks, origin),
+            whole=alone and stored is not None,
         )
+        if stored is not None:
+            stored.update(writes.stored)
         if len(inserted) < len(fresh) and keys:
             # Another submit with one of these keys committed meanwhile.
             existing = await writes.existing(keys, submitted_by)
@@ -162,8 +169,10 @@ class Submission:
                 limits[queue] = Overload(settings.max_depth, settings.overflow, held)
         return limits
 
-    async def submit(self, tasks: Sequence[NewTask], submitted_by: str | None = None) -> list[Submitted]:
-        """Stores the tasks (see store_tasks) and wakes what should look at them now."""
+    async def submit(
+        self, tasks: Sequence[NewTask], submitted_by: str | None = None, stored: dict[int, TaskRow] | None = None
+    ) -> list[Submitted]:
+        """Stores the tasks (see store_tasks, also for `stored`) and wakes what should look at them now."""
         planned = self._planner.plan_submitted(with_trace_context(tasks) if self._tracing else tasks)
         out = await store_tasks(
             self._store,
@@ -173,6 +182,7 @@ class Submission:
             overload=self.overload(planned),
             submitted_by=submitted_by,
             origin=self._scheduler_id,
+            stored=stored,
         )
         self._dispatcher.wake_for({(t.queue, t.activity_type) for t in planned if t.fixed is None})
         if any(t.fixed for t in planned):

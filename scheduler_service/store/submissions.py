@@ -15,7 +15,7 @@ from scheduler_service.domain.fixed import Interval, Reservation
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.domain.submission import Overload
-from scheduler_service.rows.tasks import DepthRow, EndedRow, KeyedRow, ReservationRow, StateRow
+from scheduler_service.rows.tasks import DepthRow, EndedRow, KeyedRow, ReservationRow, StateRow, TaskRow
 from scheduler_service.store.base import SEPARATOR, Q, StoreBase, ms
 from scheduler_service.store.tasks import settle
 
@@ -64,6 +64,8 @@ class SubmissionWrites:
         self._tx = tx
         self._registered = registered
         self.registering: set[str] = set()
+        # The tasks as stored, when the insert returned them whole (see insert).
+        self.stored: dict[int, TaskRow] = {}
 
     async def existing(self, keys: Sequence[str], submitted_by: str | None) -> dict[str, int]:
         """The ids of the tasks this submitter stored before under these idempotency keys."""
@@ -110,10 +112,11 @@ class SubmissionWrites:
         signal: float | None,
         submitted_by: str | None,
         wake: str,
+        whole: bool = False,
     ) -> list[tuple[int, str | None]]:
         """Stores the tasks whose key is new in one statement, which also wakes every replica's
         dispatch at commit with the `wake` payload if any was stored; returns (id, key) of each
-        one stored."""
+        one stored. `whole`: the statement also returns each task as stored, kept in `stored`."""
         params = {
             **_task_columns(tasks),
             "deps_pending": list(deps_pending),
@@ -122,6 +125,10 @@ class SubmissionWrites:
             "release_lead": RELEASE_LEAD,
             "wake": wake,
         }
+        if whole:
+            stored = await self._tx.fetch_as(TaskRow, Q["insert_tasks_whole"], params)
+            self.stored.update((r.id, r) for r in stored)
+            return [(r.id, r.idempotency_key) for r in stored]
         rows = await self._tx.fetch_as(KeyedRow, Q["insert_tasks"], params)
         return [(r.id, r.idempotency_key) for r in rows]
 

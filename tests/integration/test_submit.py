@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import timedelta
+
 import grpc
 import pytest
 
 from lowtide_client import Client, TaskState, task_spec
+from lowtide_proto.lowtide.v1 import task_pb2
 from scheduler_service.server import Scheduler
 
 
@@ -22,6 +26,36 @@ async def test_submit_then_get_returns_the_stored_task(scheduler: Scheduler) -> 
         3,
         0,
     )
+
+
+async def test_a_submit_answers_with_the_task_exactly_as_stored(scheduler: Scheduler) -> None:
+    # A plain task comes back from its insert, a keyed or dependent one is read back after its
+    # transaction: either way the answer is what GetTask reads (no worker runs anything here).
+    async with Client(scheduler.target) as client:
+
+        async def submit(payload: bytes, key: str | None = None, after: Sequence[int] = ()) -> task_pb2.Task:
+            return await client.submit(
+                "echo",
+                payload,
+                queue="q1",
+                priority=7,
+                max_attempts=4,
+                initial_backoff=timedelta(seconds=2),
+                start_to_close_timeout=timedelta(minutes=3),
+                headers={"tenant": "acme"},
+                idempotency_key=key,
+                depends_on=after,
+            )
+
+        plain = await submit(b"plain")
+        keyed = await submit(b"keyed", "answer-1")
+        again = await submit(b"ignored", "answer-1")
+        dependent = await submit(b"after", after=[plain.id])
+        for answer in (plain, keyed, again, dependent):
+            assert answer == await client.get(answer.id)
+    assert again.id == keyed.id and again.payload == b"keyed"
+    assert list(dependent.depends_on) == [plain.id]
+    assert (plain.payload, plain.priority, dict(plain.headers)) == (b"plain", 7, {"tenant": "acme"})
 
 
 async def test_same_idempotency_key_returns_the_first_task(scheduler: Scheduler) -> None:
