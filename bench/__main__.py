@@ -1,7 +1,8 @@
 """`python -m bench`: one JSON object on stdout: lowtide against Procrastinate and PgQueuer on
 the same PostgreSQL, then lowtide's own figures (signal fan-out, cost-hold release, claim cost
 with a million held rows, carbon saved by planned release over the 2020 GB trace, both services
-against hostile HTTP/2 clients, the adaptive concurrency limit against a degrading downstream).
+against hostile HTTP/2 clients, the adaptive concurrency limit against a degrading downstream,
+the cost of idle workers and of a steady light load, the drain of issue 15, gRPC's own floor).
 
 Progress and the workers' own warnings go to stderr. The exit status is 1 when a selected
 benchmark failed (its entry then holds `error`), 0 otherwise.
