@@ -20,7 +20,7 @@ from lowtide_proto.backoff import Backoff
 from scheduler_service.domain.model import Outcome, State
 from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.sessions import WorkerSession
-from scheduler_service.store import Store
+from scheduler_service.store import Store, retries_due
 from scheduler_service.tracing import TaskTraces
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class Completer:
                         stale.setdefault(id(session), (session, []))[1].append(ref)
                 self._count(batch, applied)
                 self._on_freed(applied.values())
-                for due, pairs in _retries_due(batch, applied).items():
+                for due, pairs in retries_due((o for o, _ in batch), applied).items():
                     self._on_retry(due, pairs)
                 if self._traced:
                     self._trace(batch, applied)
@@ -154,16 +154,3 @@ class Completer:
         rejected = sum(1 for outcome, _ in batch if (outcome.task_id, outcome.attempt) not in applied)
         if rejected:
             self.metrics.rejected.add(rejected, {"reason": "no_longer_held"})
-
-
-def _retries_due(
-    batch: list[tuple[Outcome, WorkerSession | None]], applied: dict[tuple[int, int], FinishedRow]
-) -> dict[datetime, set[tuple[str, str]]]:
-    """When the retries the batch wrote are due, with the (queue, type) pairs due then."""
-    due: dict[datetime, set[tuple[str, str]]] = {}
-    for outcome, _ in batch:
-        if outcome.state is State.PENDING and outcome.run_at is not None:
-            row = applied.get((outcome.task_id, outcome.attempt))
-            if row is not None:
-                due.setdefault(outcome.run_at, set()).add((row.queue, row.activity_type))
-    return due

@@ -20,7 +20,7 @@ from scheduler_service.fixed_starts import FixedStarts
 from scheduler_service.leadership import Leadership
 from scheduler_service.rows.fleet import MissedFixed
 from scheduler_service.sessions import Registry
-from scheduler_service.store import Store, attempt_of
+from scheduler_service.store import Store, attempt_of, retries_due
 
 if TYPE_CHECKING:
     from scheduler_service.adaptive import AdaptiveLimits
@@ -51,6 +51,7 @@ class Maintenance:
         interval: timedelta,
         lease: timedelta,
         on_requeued: Callable[[], None],
+        on_retry: Callable[[datetime, set[tuple[str, str]]], None],
         on_replicas: Callable[[bool], None],
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
@@ -73,6 +74,8 @@ class Maintenance:
         self._interval = interval.total_seconds()
         self._lease = lease
         self._on_requeued = on_requeued
+        # Told when each retry of an attempt it ended is due (Dispatcher.wake_at).
+        self._on_retry = on_retry
         # Told every tick whether another replica runs (see Waiters.others).
         self._on_replicas = on_replicas
         self._leadership = leadership
@@ -136,6 +139,8 @@ class Maintenance:
                         holder.cancel([ref])
             log.info("maintenance.attempts_ended", extra={"count": len(applied)})
             self._on_requeued()
+            for at, pairs in retries_due((o for o, _ in outcomes), applied).items():
+                self._on_retry(at, pairs)
         self._ticks += 1
         if self._ticks % HOUSEKEEPING == 0:
             # Rows nothing reads any more (expired workers are filtered out everywhere): no hurry.

@@ -203,6 +203,7 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         interval=cfg.maintenance_interval,
         lease=cfg.leader_lease,
         on_requeued=registry.wake_all,
+        on_retry=dispatcher.wake_at,
         on_replicas=waiters.others_running,
         fixed=fixed,
         metrics=metrics,

@@ -18,8 +18,9 @@ from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.holds import local_conflicts
 from scheduler_service.domain.model import Failure, Outcome
 from scheduler_service.domain.retry import after_failure
+from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.sessions import Registry, WorkerSession
-from scheduler_service.store import Store
+from scheduler_service.store import Store, retries_due
 from scheduler_service.worker_reader import MAX_SLOTS, holds
 
 log = logging.getLogger("lowtide.scheduler.workers")
@@ -184,8 +185,19 @@ class Attachments:
             else:
                 reason = "the worker reconnected without the attempt"
             lost = Failure("WorkerLost", reason)
-            await self._store.finish([(after_failure(a, lost, now), session.worker_id) for a in orphans])
-            self._registry.wake_all()
+            outcomes: list[tuple[Outcome, str | None]] = [
+                (after_failure(a, lost, now), session.worker_id) for a in orphans
+            ]
+            self._wake_for_retries(outcomes, await self._store.finish(outcomes))
+
+    def _wake_for_retries(
+        self, outcomes: list[tuple[Outcome, str | None]], applied: dict[tuple[int, int], FinishedRow]
+    ) -> None:
+        """Lost attempts were written as ended: every group looks again now, and the groups of the
+        retries when each is due."""
+        self._registry.wake_all()
+        for due, pairs in retries_due((o for o, _ in outcomes), applied).items():
+            self._dispatcher.wake_at(due, pairs)
 
     def _warn_unregistered_holds(self) -> None:
         """A held name that no connected worker registers does nothing; say so once."""
@@ -210,8 +222,7 @@ class Attachments:
                 (after_failure(a, lost, now), session.worker_id) for a in attempts
             ]
             if outcomes:
-                await self._store.finish(outcomes)
-                self._registry.wake_all()
+                self._wake_for_retries(outcomes, await self._store.finish(outcomes))
             await self._store.delete_worker(session.worker_id, self._scheduler_id)
         except DatabaseUnavailable as error:
             # The worker's lease will run out and the leader will end its attempts then.

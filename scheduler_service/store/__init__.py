@@ -16,11 +16,11 @@ from scheduler_service.store.claims import ClaimStore
 from scheduler_service.store.fixed import FixedStore
 from scheduler_service.store.queues import QueueStore
 from scheduler_service.store.submissions import SubmissionStore, SubmissionWrites
-from scheduler_service.store.tasks import TaskStore
+from scheduler_service.store.tasks import TaskStore, retries_due
 from scheduler_service.store.waits import WaitStore
 from scheduler_service.store.workers import WorkerStore
 
-__all__ = ["Q", "Store", "SubmissionWrites", "attempt_of", "retry_policy_of"]
+__all__ = ["Q", "Store", "SubmissionWrites", "attempt_of", "retries_due", "retry_policy_of"]
 
 
 class Store(TaskStore, ClaimStore, SubmissionStore, FixedStore, QueueStore, WorkerStore, WaitStore, AdaptiveStore):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 from lowtide.db.connector import Transaction
-from scheduler_service.domain.model import Attempt, Outcome
+from scheduler_service.domain.model import Attempt, Outcome, State
 from scheduler_service.domain.submission import ENDED_UNCOMPLETED
 from scheduler_service.rows.tasks import (
     AttemptRow,
@@ -45,6 +46,20 @@ async def settle(tx: Transaction, ended: Sequence[Ended]) -> list[UnblockedRow]:
     if failed:
         await tx.execute(Q["fail_dependents"], {"ids": failed})
     return released
+
+
+def retries_due(
+    outcomes: Iterable[Outcome], applied: Mapping[tuple[int, int], FinishedRow]
+) -> dict[datetime, set[tuple[str, str]]]:
+    """When the retries among the outcomes that were applied are due, with the (queue, type)
+    pairs due then: what the dispatcher is to be woken for (Dispatcher.wake_at)."""
+    due: dict[datetime, set[tuple[str, str]]] = {}
+    for outcome in outcomes:
+        if outcome.state is State.PENDING and outcome.run_at is not None:
+            row = applied.get((outcome.task_id, outcome.attempt))
+            if row is not None:
+                due.setdefault(outcome.run_at, set()).add((row.queue, row.activity_type))
+    return due
 
 
 def _finish_params(outcomes: Sequence[tuple[Outcome, str | None]]) -> dict[str, list[Any] | None]:

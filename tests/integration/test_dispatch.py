@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import psycopg
+import pytest
 
 from lowtide.config import Config, TypeConfig
 from lowtide.db import Database, apply_migrations
@@ -447,30 +448,6 @@ async def test_with_the_poll_far_off_a_backlog_and_a_limited_type_drain_on_freed
         await scheduler.stop(grace=1.0)
 
 
-async def test_a_retry_is_claimed_when_its_backoff_ends_not_at_the_next_poll(database_url: str) -> None:
-    scheduler = await start_scheduler(make_config(poll_interval=NO_POLL), database_url=database_url)
-    worker = Worker(target=scheduler.target, slots=4, worker_id="retrying")
-    attempts: list[float] = []
-
-    @worker.activity("flaky")
-    async def flaky(payload: bytes) -> bytes:
-        attempts.append(asyncio.get_running_loop().time())
-        if len(attempts) == 1:
-            raise RuntimeError("the first attempt fails")
-        return b"second"
-
-    try:
-        async with worker, Client(scheduler.target) as client:
-            await eventually(lambda: _registered(scheduler, 1))
-            task = await client.submit("flaky", b"", max_attempts=2, initial_backoff=timedelta(milliseconds=300))
-            done = await client.wait(task.id, timeout=timedelta(seconds=20))
-        assert (done.result, done.attempt) == (b"second", 2)
-        assert attempts[1] - attempts[0] >= 0.3
-        assert scheduler.dispatcher.polls == 0
-    finally:
-        await scheduler.stop(grace=1.0)
-
-
 async def test_a_submit_on_one_replica_wakes_the_workers_of_another_at_once(database_url: str) -> None:
     # Each replica skips the wake-up NOTIFY it sent itself; another replica's still wakes it.
     config = make_config(poll_interval=NO_POLL)
@@ -503,3 +480,39 @@ async def test_a_submit_on_one_replica_wakes_the_workers_of_another_at_once(data
     finally:
         await serving.stop(grace=1.0)
         await submitted_to.stop(grace=1.0)
+
+
+@pytest.mark.parametrize("failure", ["RuntimeError", "StartToCloseTimeout"])
+async def test_a_retry_is_claimed_when_its_backoff_ends_not_at_the_next_poll(database_url: str, failure: str) -> None:
+    # The first attempt fails: the worker reports an error (the completer writes the retry), or
+    # it runs past its start-to-close deadline (the leader's maintenance ends it). Either way the
+    # retry wakes dispatch when its backoff ends; the poll is ten minutes off.
+    scheduler = await start_scheduler(make_config(poll_interval=NO_POLL), database_url=database_url)
+    worker = Worker(target=scheduler.target, slots=4, worker_id="retrying")
+    attempts: list[float] = []
+
+    @worker.activity("flaky")
+    async def flaky(payload: bytes) -> bytes:
+        attempts.append(asyncio.get_running_loop().time())
+        if len(attempts) == 1:
+            if failure == "RuntimeError":
+                raise RuntimeError("the first attempt fails")
+            await asyncio.sleep(30)  # past the deadline: the scheduler ends the attempt
+        return b"second"
+
+    try:
+        async with worker, Client(scheduler.target) as client:
+            await eventually(lambda: _registered(scheduler, 1))
+            task = await client.submit(
+                "flaky",
+                b"",
+                max_attempts=2,
+                initial_backoff=timedelta(milliseconds=300),
+                start_to_close_timeout=timedelta(milliseconds=500),
+            )
+            done = await client.wait(task.id, timeout=timedelta(seconds=20))
+        assert (done.result, done.attempt, done.last_failure.error_type) == (b"second", 2, failure)
+        assert attempts[1] - attempts[0] >= 0.3
+        assert scheduler.dispatcher.polls == 0
+    finally:
+        await scheduler.stop(grace=1.0)
