@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -71,3 +72,12 @@ async def vacuum_analyze(database_url: str, tables: list[str]) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         for table in tables:
             await conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(table)))
+
+
+async def committed(conn: psycopg.AsyncConnection[Any]) -> int:
+    """Transactions committed so far in the connection's database (pg_stat_database); this read
+    counts as one."""
+    cur = await conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])

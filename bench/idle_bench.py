@@ -23,7 +23,7 @@ import psycopg
 
 from bench import lowtide_run
 from bench._cpu import cpu_seconds
-from bench._pg import throwaway_database
+from bench._pg import committed, throwaway_database
 
 FLEETS = (0, 100, 1000)
 PROCESSES = 4
@@ -31,13 +31,6 @@ SETTLE_S = 3.0
 WINDOW_S = 15.0
 # The parent directory of the `bench` package, so the fleet's `python -m bench.idle_fleet` resolves.
 _ROOT = str(Path(__file__).resolve().parent.parent)
-
-
-async def _commits(conn: psycopg.AsyncConnection[Any]) -> int:
-    cur = await conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
-    row = await cur.fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 async def _fleet(env: dict[str, str], target: str, count: int, prefix: str) -> tuple[asyncio.subprocess.Process, float]:
@@ -70,9 +63,9 @@ async def _idle(database_url: str, workers: int) -> dict[str, float]:
             await lowtide_run._wait_for(conn, "SELECT count(*) FROM lowtide.workers", workers, 120)
             await asyncio.sleep(SETTLE_S)
             window = max(WINDOW_S, interval)
-            commits, cpu = await _commits(conn), cpu_seconds(scheduler.pid)
+            commits, cpu = await committed(conn), cpu_seconds(scheduler.pid)
             await asyncio.sleep(window)
-            commits, cpu = await _commits(conn) - commits - 1, cpu_seconds(scheduler.pid) - cpu
+            commits, cpu = await committed(conn) - commits - 1, cpu_seconds(scheduler.pid) - cpu
         finally:
             # Gone before the scheduler stops, so its drain has no stream left to write to.
             await lowtide_run._stop(fleets)

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 from bench._cpu import CpuWindow
-from bench._pg import throwaway_database
+from bench._pg import committed, throwaway_database
 from bench.lowtide_run import _percentile, _services, _start_workers, _wait_for
 from lowtide_client import Client
 
@@ -30,13 +30,6 @@ RATES = (100, 200)
 DURATION_S = 10.0
 # PostgreSQL 15 publishes a backend's transaction counts at most once a second.
 STATS_FLUSH_S = 1.5
-
-
-async def _commits(conn: psycopg.AsyncConnection[Any]) -> int:
-    cur = await conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
-    row = await cur.fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 async def _steady(database_url: str, rate: int) -> dict[str, Any]:
@@ -51,7 +44,7 @@ async def _steady(database_url: str, rate: int) -> dict[str, Any]:
             await _wait_for(conn, "SELECT count(*) FROM lowtide.tasks WHERE state = 'completed'", 1, 30)
             await asyncio.sleep(STATS_FLUSH_S)
             cpu = CpuWindow({"scheduler": [processes[0].pid], "workers": [p.pid for p in processes[1:]]})
-            commits = await _commits(conn)
+            commits = await committed(conn)
             cpu.start()
             started = time.monotonic()
             for i in range(tasks):
@@ -64,7 +57,7 @@ async def _steady(database_url: str, rate: int) -> dict[str, Any]:
             used = cpu.per_task(tasks)
             await asyncio.sleep(STATS_FLUSH_S)
             # This side's own three reads (two counts before, this one) left out.
-            commits = await _commits(conn) - commits - 3
+            commits = await committed(conn) - commits - 3
         cur = await conn.execute(
             "SELECT extract(epoch FROM started_at - created_at) * 1000,"
             " extract(epoch FROM finished_at - created_at) * 1000 FROM lowtide.tasks ORDER BY id OFFSET 1"

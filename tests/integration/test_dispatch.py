@@ -24,7 +24,7 @@ from lowtide_proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
 from scheduler_service.server import Scheduler, start_scheduler
 from scheduler_service.store import Q, Store
 from tests.conftest import make_config
-from tests.faults.support import states
+from tests.faults.support import RawWorker, states
 from tests.helpers import eventually
 
 # name, pool, queues, activity types
@@ -515,4 +515,27 @@ async def test_a_retry_is_claimed_when_its_backoff_ends_not_at_the_next_poll(dat
         assert attempts[1] - attempts[0] >= 0.3
         assert scheduler.dispatcher.polls == 0
     finally:
+        await scheduler.stop(grace=1.0)
+
+
+async def test_a_retry_after_its_worker_was_lost_is_claimed_when_its_backoff_ends(database_url: str) -> None:
+    # The stream of the worker running the first attempt is cut: the scheduler ends the attempt
+    # as WorkerLost at once, and the retry wakes dispatch when its backoff ends (the poll is off).
+    scheduler = await start_scheduler(make_config(poll_interval=NO_POLL), database_url=database_url)
+    lost = RawWorker(scheduler.target, "lost", activity="flaky")
+    survivor = Worker(target=scheduler.target, slots=1, worker_id="survivor")
+    survivor.register("flaky", _echo)
+    try:
+        async with Client(scheduler.target) as client:
+            await lost.connect()
+            task = await client.submit("flaky", b"again", max_attempts=2, initial_backoff=timedelta(milliseconds=300))
+            assert (await lost.read()).WhichOneof("message") == "assignments"
+            async with survivor:
+                await eventually(lambda: _registered(scheduler, 2))
+                lost.call.cancel()
+                done = await client.wait(task.id, timeout=timedelta(seconds=20))
+        assert (done.result, done.attempt, done.last_failure.error_type) == (b"again", 2, "WorkerLost")
+        assert scheduler.dispatcher.polls == 0
+    finally:
+        await lost.close()
         await scheduler.stop(grace=1.0)
