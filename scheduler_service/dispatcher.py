@@ -280,7 +280,6 @@ class Dispatcher:
         members = self._registry.members(group)
         if not members:
             return False
-        asked = group.asked
         most = PROBE_SLOTS if probe else CLAIM_SLOTS
         fixed_full = await self._claim_fixed(group, members, polled, most)
         if self.fixed.upcoming:
@@ -306,17 +305,7 @@ class Dispatcher:
                 signal=self.holds.value,
             )
             sent = await self._send(taken, rows, claimed_ns)
-        full = fixed_full or resources_full or (sent and len(rows) == wanted)
-        if not full and self._rests(group):
-            group.dry_at = max(group.dry_at, asked)
-        return full
-
-    def _rests(self, group: Group) -> bool:
-        """Whether the group may rest after a claim that found less work than it had slots for
-        (Group.dry): what it did not find can only come with a wake, a timer or the poll. Not so
-        while fixed starts are upcoming or due (they take slots as they free), nor with named
-        resources (a task waiting for one may run once a finishing task gives it back)."""
-        return not (self.resources or self.fixed.upcoming or group.key.pool in self.fixed.due)
+        return fixed_full or resources_full or (sent and len(rows) == wanted)
 
     async def _claim_fixed(self, group: Group, members: list[WorkerSession], polled: bool, most: int) -> bool:
         """Claims due fixed-start tasks of the group's pool into its busy-or-held room (up to

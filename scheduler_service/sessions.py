@@ -30,24 +30,18 @@ MAX_OUTBOX = 1000
 
 
 class Wake:
-    """A session's call for a claim: `set()` (a task it may run arrived, its slots or holds
-    changed) asks the replica's dispatcher to claim for the session's group; `freed()` (results
-    freed its slots) asks only while the group may have work waiting (see Group.dry). Does
-    nothing until the session is registered."""
+    """A session's call for a claim (its slots freed, a task it may run arrived): `set()` asks the
+    replica's dispatcher to claim for the session's group. Does nothing until the session is
+    registered."""
 
-    __slots__ = ("notify", "notify_freed")
+    __slots__ = ("notify",)
 
     def __init__(self) -> None:
         self.notify: Callable[[], None] | None = None
-        self.notify_freed: Callable[[], None] | None = None
 
     def set(self) -> None:
         if self.notify is not None:
             self.notify()
-
-    def freed(self) -> None:
-        if self.notify_freed is not None:
-            self.notify_freed()
 
 
 class WorkerSession:
@@ -187,17 +181,6 @@ class Group:
         self.woken = False
         # Claims running for the group now.
         self.claims = 0
-        # Asks (wakes) so far, and how many there had been when the latest claim that found less
-        # work than it had slots for began (the dispatcher sets it, see Dispatcher._rests).
-        self.asked = 0
-        self.dry_at = -1
-
-    @property
-    def dry(self) -> bool:
-        """A claim found no more work than it had room for, and nothing asked since it began: a
-        slot that frees now has nothing to take (new work comes with a wake, and the replica's
-        poll looks anyway), so it asks for no claim."""
-        return self.dry_at == self.asked
 
 
 class Registry:
@@ -223,14 +206,12 @@ class Registry:
         self._sessions[session.worker_id] = session
         self._join(session)
         session.wake.notify = lambda: self.want(session)
-        session.wake.notify_freed = lambda: self.freed(session)
 
     def remove(self, session: WorkerSession) -> None:
         if self._sessions.get(session.worker_id) is session:
             del self._sessions[session.worker_id]
         self._leave(session)
         session.wake.notify = None
-        session.wake.notify_freed = None
 
     def groups(self) -> list[Group]:
         return list(self._groups.values())
@@ -240,14 +221,8 @@ class Registry:
         if session.group is not None:
             self.want_group(session.group)
 
-    def freed(self, session: WorkerSession) -> None:
-        """The session's slots freed: a claim for its group, unless the group is dry."""
-        if session.group is not None and not session.group.dry:
-            self.want_group(session.group)
-
     def want_group(self, group: Group) -> None:
         group.woken = True
-        group.asked += 1
         self._want(group)
 
     def on_want(self, listener: Callable[[Group], None] | None) -> None:

@@ -145,7 +145,7 @@ class WorkerReader:
             self.metrics.rejected.add(len(stale), {"reason": "not_held"})
         if empty:
             self.metrics.rejected.add(len(empty), {"reason": "no_outcome"})
-        session.wake.freed()
+        session.wake.set()
 
 
 def _held_details(
