@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import sys
 from typing import Any
 
 from google.protobuf import json_format
@@ -17,6 +18,14 @@ from google.protobuf.message import Message
 
 _ENUM_PREFIXES = {"state": "TASK_STATE_", "kind": "TASK_KIND_"}
 _BYTES_FIELDS = ("payload", "result", "heartbeat_details")
+
+
+def print_line(text: str) -> None:
+    """Prints one line in a single write: services started together (`lowtide up`) share one
+    stdout, and `print` writes the text and its newline apart, which can interleave them when
+    stdout is unbuffered (PYTHONUNBUFFERED)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 def to_dict(message: Message) -> dict[str, Any]:

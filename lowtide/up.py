@@ -31,6 +31,7 @@ from lowtide.db.embedded import NOT_INSTALLED, is_initialized, is_installed, sta
 from lowtide.demo import demo_env, demo_worker_args, generate, show
 from lowtide.errors import EXIT_CONFIG, ConfigError
 from lowtide.health import check_health, wait_http
+from lowtide.output import print_line
 from lowtide.supervise import Failure, Service, supervise
 from lowtide_proto.channel import Security
 
@@ -50,7 +51,7 @@ async def _wait_serving(name: str, target: str, security: Security) -> None:
         if answer.serving:
             return
         if loop.time() - told > 15:
-            print(f"still waiting for the {name} service: {answer.message}", flush=True)
+            print_line(f"still waiting for the {name} service: {answer.message}")
             told = loop.time()
         await asyncio.sleep(0.1)
 
@@ -208,7 +209,7 @@ async def _serve(
     for service in stack.services:
         if stopping.is_set():
             break
-        print(f"starting the {service.name} service on {stack.targets[service.name]} ...", flush=True)
+        print_line(f"starting the {service.name} service on {stack.targets[service.name]} ...")
         stack.supervisors.append(asyncio.create_task(supervise(service, stopping, stack.served[service.name])))
     serving = asyncio.gather(*(ready(s) for s in stack.services))
     try:
@@ -236,7 +237,7 @@ async def _serve(
 async def _start_console(stack: _Stack, stopping: asyncio.Event, stopped: asyncio.Future[Any]) -> None:
     """Starts the web console and returns once it answers over HTTP (or `up` is stopped)."""
     assert stack.console is not None
-    print(f"starting the console on {stack.console_url} ...", flush=True)
+    print_line(f"starting the console on {stack.console_url} ...")
     supervisor = asyncio.create_task(supervise(stack.console, stopping, stack.served["console"]))
     stack.supervisors.append(supervisor)
     waiting = asyncio.ensure_future(wait_http(f"{stack.console_url}static/console.css"))

@@ -24,6 +24,7 @@ from lowtide.errors import ConfigError, DatabaseUnavailable
 from lowtide.grpc_options import server_options
 from lowtide.grpc_status import RefuseUndecodable
 from lowtide.listen import add_listen_port
+from lowtide.output import print_line
 from lowtide.tasks import cancel_all
 from lowtide.telemetry import Telemetry, server_interceptors, start_telemetry
 from lowtide_proto.backoff import Backoff
@@ -267,11 +268,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
 
 async def serve(config: Config, *, database_url: str | None = None) -> None:
     scheduler = await start_scheduler(config, database_url=database_url)
-    print(f"lowtide scheduler listening on {scheduler.target}", flush=True)
-    import gc
-
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 20)
+    print_line(f"lowtide scheduler listening on {scheduler.target}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

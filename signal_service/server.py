@@ -25,6 +25,7 @@ from lowtide.grpc_options import signal_server_options
 from lowtide.grpc_status import RefuseUndecodable
 from lowtide.listen import add_listen_port
 from lowtide.metrics import Metrics
+from lowtide.output import print_line
 from lowtide.tasks import cancel_all
 from lowtide.telemetry import Telemetry, server_interceptors, start_telemetry
 from lowtide_proto.backoff import Backoff
@@ -212,7 +213,7 @@ async def start_signal_service(
 
 async def serve(config: Config, *, database_url: str | None = None) -> None:
     running = await start_signal_service(config, database_url=database_url)
-    print(f"lowtide signal service listening on {running.target}", flush=True)
+    print_line(f"lowtide signal service listening on {running.target}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
