@@ -57,8 +57,10 @@ from scheduler_service.domain.pool_load import Load
 __all__ = ["CAUTION", "Capacity", "Commitment", "Forecast", "Plan", "PlanKind", "PlanTask", "plan", "release_by"]
 
 # A held task is released this long before its latest start, so that the claim which follows
-# the release (a few milliseconds) still starts it by then: one scheduling step.
-RELEASE_LEAD = timedelta(milliseconds=50)
+# the release still starts it by then. A claim takes milliseconds, but a loaded machine (a disk
+# flush, both cores busy) has delayed one by 300 ms; a second is also a fixed start's default
+# tolerance, and costs a plan nothing it could measure.
+RELEASE_LEAD = timedelta(seconds=1)
 
 # How many standard deviations of a forecast point's expected error a start is scored above its
 # forecast value (see the module's docstring); tuned on the carbon bench (`make bench`).
