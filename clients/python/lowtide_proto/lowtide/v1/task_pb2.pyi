@@ -274,7 +274,8 @@ class TaskSpec(_message.Message):
     def deadline(self) -> _timestamp_pb2.Timestamp:
         """For a cost-deferrable task: finish by `deadline` (latest start = deadline minus
         estimated_duration) or start by `latest_start`. The scheduler then plans its release at the
-        cheapest forecast window before it, and it never starts later because of a hold.
+        cheapest forecast window before it, and it never starts later because of a hold (a hold
+        lets go of it a second before its latest start, so the claim that follows is in time).
         """
 
     @_builtins.property
