@@ -1,12 +1,17 @@
-"""Small helpers the tests share: polling for a condition, and worker processes."""
+"""Small helpers the tests share: polling for a condition, ports for services, and worker processes."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import os
+import random
+import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -23,6 +28,48 @@ async def eventually(probe: Callable[[], Awaitable[T]], *, within: float = 10.0,
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {within}s (last value: {value!r})")
         await asyncio.sleep(interval)
+
+
+PORT_BLOCK = 1500
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+@functools.cache
+def _candidates() -> Iterator[int]:
+    """This process's candidate ports, round and round its pytest worker's block."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) % 8 if worker.isdigit() else 0
+    size = PORT_BLOCK
+    top = _ephemeral_low() - index * size
+    block = range(top - size, top)
+    start = random.randrange(size)
+    return itertools.cycle([*block[start:], *block[:start]])
+
+
+def free_port() -> int:
+    """A port for a service a test starts by address (one it must know before the service runs).
+
+    Not bind(("127.0.0.1", 0)): that port is in the kernel's ephemeral range, where every outgoing
+    connection (a psycopg connection, a gRPC channel, of either pytest worker) takes its local port;
+    between the test letting go of it and the service binding it, such a connection can take it and
+    the service exits with "address already in use". These come from below that range, from a
+    block that is this pytest worker's own, and are checked bindable the way the services bind
+    (SO_REUSEADDR, so an earlier test's connections in TIME_WAIT do not count)."""
+    for port in itertools.islice(_candidates(), PORT_BLOCK):
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in this worker's block of {PORT_BLOCK} below the ephemeral range")
 
 
 def worker_process(target: str, *args: str) -> subprocess.Popen[bytes]:

@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -29,19 +28,13 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from lowtide.auth import hash_token
 from tests.debian import install
+from tests.helpers import free_port
 
 TOKENS = {"admin": "console-admin-secret", "viewer": "console-viewer-secret"}
 # The trace the signal service replays at wall-clock speed: a low first half hour (the value a
 # SetSignal overrides), a high two hours, then the cheapest window, which the planner picks.
 THRESHOLD = 250
 TRACE = [150, 300, 320, 310, 90, 95, 300, 310, 320, 330, 340, 350, 360, 370]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _install_chromium() -> str | None:

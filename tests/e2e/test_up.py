@@ -22,16 +22,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import eventually
+from tests.helpers import eventually, free_port
 
 PIPE = asyncio.subprocess.PIPE
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def user_env(data_dir: Path, listen: str) -> dict[str, str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections import Counter
@@ -18,18 +17,12 @@ import psycopg
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
+from tests.helpers import eventually, free_port
 from tests.process.test_many_workers import counting_worker, kill_all, logs_of
 
 REPO = Path(__file__).resolve().parents[2]
 
-__all__ = ["counting_worker", "kill_all", "logs_of"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+__all__ = ["counting_worker", "free_port", "kill_all", "logs_of"]
 
 
 def service_process(
@@ -73,6 +66,15 @@ async def serving(target: str) -> bool:
         except grpc.aio.AioRpcError:
             return False
         return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+async def until_serving(target: str, log: Path, *, within: float = 30) -> None:
+    """Waits for the service at target to answer SERVING; fails with the service's log when it
+    does not (a service that exited says why there)."""
+    try:
+        await eventually(lambda: serving(target), within=within, interval=0.1)
+    except AssertionError as error:
+        raise AssertionError(f"{target} never served: {error}\n{logs_of([log])}") from None
 
 
 async def query(database_url: str, sql: str) -> list[tuple[object, ...]]:

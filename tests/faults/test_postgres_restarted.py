@@ -27,8 +27,8 @@ from tests.faults.support import (
     logs_of,
     query,
     service_process,
-    serving,
     states,
+    until_serving,
 )
 from tests.helpers import eventually
 
@@ -78,9 +78,9 @@ async def test_services_ride_out_a_postgres_restart(postgres: Postgres, tmp_path
     processes: list[subprocess.Popen[bytes]] = []
     try:
         processes.append(service_process("signal", url, logs[0], {"listen": signal_target}))
-        await eventually(lambda: serving(signal_target), within=30, interval=0.1)
+        await until_serving(signal_target, logs[0])
         processes.append(service_process("scheduler", url, logs[1], {"listen": target, "signal_target": signal_target}))
-        await eventually(lambda: serving(target), within=30, interval=0.1)
+        await until_serving(target, logs[1])
         for n in range(2):
             processes.append(counting_worker(target, outs[n], slots=16, worker_id=f"counter-{n}", log=logs[2 + n]))
 

@@ -22,9 +22,9 @@ from tests.faults.support import (
     logs_of,
     query,
     service_process,
-    serving,
     sigkill,
     states,
+    until_serving,
 )
 from tests.helpers import eventually
 
@@ -64,8 +64,8 @@ async def test_two_replicas_share_the_work_and_hand_over_the_leader_lease(databa
             replicas.append(
                 service_process("scheduler", database_url, service_logs[n], {"listen": targets[n], **SETTINGS})
             )
-        for target in targets:
-            await eventually(lambda: serving(target), within=30, interval=0.1)  # noqa: B023
+        for target, log in zip(targets, service_logs, strict=True):
+            await until_serving(target, log)
         ids = [scheduler_id(log) for log in service_logs]
         assert None not in ids
         # Workers 0 and 1 on replica 0, 2 and 3 on replica 1.

@@ -19,8 +19,8 @@ from tests.faults.support import (
     kill_all,
     logs_of,
     service_process,
-    serving,
     sigkill,
+    until_serving,
 )
 from tests.helpers import eventually
 
@@ -45,7 +45,7 @@ async def test_the_scheduler_outlives_the_signal_service(on_stale: str, database
 
     try:
         signal_service = start_signal(logs[0])
-        await eventually(lambda: serving(signal_target), within=30, interval=0.1)
+        await until_serving(signal_target, logs[0])
         processes.append(
             service_process(
                 "scheduler",
@@ -59,7 +59,7 @@ async def test_the_scheduler_outlives_the_signal_service(on_stale: str, database
                 },
             )
         )
-        await eventually(lambda: serving(target), within=30, interval=0.1)
+        await until_serving(target, logs[1])
         processes.append(counting_worker(target, tmp_path / "count.txt", slots=4, worker_id="counter", log=logs[2]))
         await eventually(lambda: connected_workers(database_url), within=30, interval=0.1)
 

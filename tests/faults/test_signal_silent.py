@@ -19,7 +19,7 @@ from lowtide_client import Client, SignalClient
 from lowtide_proto.lowtide.v1 import scheduler_pb2
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy
-from tests.faults.support import free_port, kill_all, logs_of, service_process, serving
+from tests.faults.support import free_port, kill_all, logs_of, service_process, until_serving
 from tests.helpers import eventually
 
 
@@ -37,7 +37,7 @@ async def test_a_silent_subscribe_stream_turns_stale_and_keepalive_ends_it(datab
         # stale here, the scheduler's own clock did it.
         signal_service = service_process("signal", database_url, logs[0], {"listen": signal_target})
         processes.append(signal_service)
-        await eventually(lambda: serving(signal_target), within=30, interval=0.1)
+        await until_serving(signal_target, logs[0])
         processes.append(
             service_process(
                 "scheduler",
@@ -47,7 +47,7 @@ async def test_a_silent_subscribe_stream_turns_stale_and_keepalive_ends_it(datab
                 extra={"LOWTIDE_SIGNAL_STALE_AFTER": "3s", "LOWTIDE_COST_DEFERRABLE_ACTIVITIES": "count"},
             )
         )
-        await eventually(lambda: serving(target), within=30, interval=0.1)
+        await until_serving(target, logs[1])
         # The scheduler's own subscriber, in this process, with a keepalive short enough for a
         # test (10 s, the services' minimum ping interval; 3 s to answer).
         holds = CostHolds(

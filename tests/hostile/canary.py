@@ -23,19 +23,11 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide_client import Client, SignalClient
+from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def cpu_seconds(pid: int) -> float:

@@ -16,14 +16,8 @@ from lowtide.errors import ConfigError
 from scheduler_service.server import start_scheduler
 from signal_service.server import start_signal_service
 from tests.conftest import make_config
-from tests.helpers import eventually
+from tests.helpers import eventually, free_port
 from tests.signal.conftest import signal_config
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _bindable(port: int) -> bool:
@@ -59,7 +53,7 @@ async def test_a_scheduler_failing_after_its_pool_opened_closes_the_pool_and_its
         raise ConfigError("refused at the last step of the start")
 
     monkeypatch.setattr(health.aio.HealthServicer, "set", refuse)
-    listen, metrics = _free_port(), _free_port()
+    listen, metrics = free_port(), free_port()
     config = make_config(listen=f"127.0.0.1:{listen}", metrics_listen=f"127.0.0.1:{metrics}")
     config = replace(config, database=replace(config.database, pool_min=3))
 
@@ -74,7 +68,7 @@ async def test_a_scheduler_failing_after_its_pool_opened_closes_the_pool_and_its
 async def test_a_scheduler_refused_by_a_listen_check_frees_the_metrics_port_it_had_bound(
     database_url: str,
 ) -> None:
-    metrics = _free_port()
+    metrics = free_port()
     # Not loopback with auth off: refused, after the metrics port was bound.
     refused = make_config(listen="0.0.0.0:0", metrics_listen=f"127.0.0.1:{metrics}")
     with pytest.raises(ConfigError, match="not a loopback address"):
@@ -90,7 +84,7 @@ async def test_a_scheduler_refused_by_a_listen_check_frees_the_metrics_port_it_h
 
 
 async def test_a_signal_service_whose_metrics_port_is_taken_closes_its_pool_and_port(database_url: str) -> None:
-    listen = _free_port()
+    listen = free_port()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
