@@ -28,6 +28,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 from scipy.optimize import linprog
@@ -173,7 +174,7 @@ def oracle_pool(rows: Rows, arrivals: range, slack: int, slots: int) -> list[int
     jobs = len(arrivals)
     first = arrivals.start
     cols = slack + 1
-    job = np.repeat(np.arange(jobs), cols)
+    job: Any = np.repeat(np.arange(jobs), cols)
     row = job + np.tile(np.arange(cols), jobs)  # relative to the first arrival
     cost = np.asarray(rows.values, dtype=float)[first + row]
     var = np.arange(jobs * cols)

@@ -14,7 +14,7 @@ def make_app(database_url: str, pool_size: int) -> procrastinate.App:
     app = procrastinate.App(connector=connector)
 
     # Async, because a sync task would go through a thread per job (sync_to_async).
-    @app.task(name=TASK_NAME)
+    @app.task(name=TASK_NAME)  # type: ignore[untyped-decorator]
     async def noop() -> None:
         return None
 

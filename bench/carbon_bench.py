@@ -23,6 +23,7 @@ How Temporal Workload Shifting Can Reduce Carbon Emissions in the Cloud" (Middle
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import time
@@ -122,9 +123,9 @@ def carbon_evaluation(trace_file: str = "", *, blocks: int = BLOCKS, days: int =
         for pool in POOLS:
             key = f"pool_{pool}" if pool else "unbounded"
             if pool:
-                got, _ = run(lambda b, s, p=pool: _blockwise(oracle_pool, rows, b, s, p), slack)
+                got, _ = run(functools.partial(_blockwise, oracle_pool, rows, pool=pool), slack)
             else:
-                got, _ = run(lambda b, s: oracle_unbounded(rows, b, s), slack)
+                got, _ = run(functools.partial(oracle_unbounded, rows), slack)
             oracles[key] = got
             entry[f"oracle_{key}_saving_pct"] = round(100 * got, 2)
         for name in MODELS:
@@ -134,13 +135,13 @@ def carbon_evaluation(trace_file: str = "", *, blocks: int = BLOCKS, days: int =
                     key = f"pool_{pool}" if pool else "unbounded"
 
                     def one(b: range, s: int, p: int | None = pool, f: Any = policy, n: str = name) -> list[int]:
-                        return f(rows, b, s, p, forecasts[n][arrivals.index(b)])
+                        return list(f(rows, b, s, p, forecasts[n][arrivals.index(b)]))
 
                     got, (late, *waits) = run(one, slack)
                     cells[f"{mode}_{key}"] = _figures(got, oracles[key], late, waits)
             entry[name] = cells
         for p in PERCENTILES:
-            got, (late, *waits) = run(lambda b, s, q=p: threshold(rows, b, s, q), slack)
+            got, (late, *waits) = run(functools.partial(threshold, rows, percentile=p), slack)
             entry[f"threshold_p{p}"] = _figures(got, oracles["unbounded"], late, waits)
         results[f"slack_{slack_h}h"] = entry
         print(f"[carbon] slack {slack_h} h done after {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)

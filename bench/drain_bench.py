@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 import sys
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from bench import lowtide_run
 from bench._pg import throwaway_database
@@ -40,8 +40,8 @@ async def _round(server_url: str, tasks: int, nth: int, timeout_s: float) -> dic
 
     async def pgqueuer() -> tuple[float, Any]:
         peer = await run_pgqueuer(server_url, tasks=tasks, processes=PGQUEUER_PROCESSES, repeat=1, timeout_s=timeout_s)
-        (run,) = peer["runs"]  # type: ignore[misc]
-        return float(peer["best_tasks_per_s"]), run["cpu_us_per_task"]  # type: ignore[arg-type]
+        (run,) = cast(list[dict[str, Any]], peer["runs"])
+        return float(cast(float, peer["best_tasks_per_s"])), run["cpu_us_per_task"]
 
     runs: dict[str, Callable[[], Awaitable[tuple[float, Any]]]] = {
         "lowtide_4x64": lambda: _lowtide(server_url, tasks, "4x64"),

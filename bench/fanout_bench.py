@@ -31,8 +31,9 @@ from typing import Any
 import grpc
 
 from bench._pg import throwaway_database
-from bench.lowtide_run import _free_port, _percentile, _stop
+from bench.lowtide_run import _percentile, _stop
 from lowtide_client import SignalClient
+from tests.helpers import free_port
 
 SUBSCRIBERS = 1000
 PROCESSES = 4
@@ -150,7 +151,7 @@ async def _run(server_url: str, *, node: bool, replicas: int = 1) -> dict[str, A
     to the first (the others learn of it through NOTIFY, as in a deployment)."""
     processes = NODE_PROCESSES if node else PROCESSES
     async with throwaway_database(server_url, "bench_fanout") as url:
-        targets = [f"127.0.0.1:{_free_port()}" for _ in range(replicas)]
+        targets = [f"127.0.0.1:{free_port()}" for _ in range(replicas)]
         services: list[asyncio.subprocess.Process] = []
         for target in targets:
             env = dict(

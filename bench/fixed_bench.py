@@ -19,8 +19,9 @@ from typing import Any
 import psycopg
 
 from bench._pg import throwaway_database
-from bench.lowtide_run import _free_port, _percentile, _stop
+from bench.lowtide_run import _percentile, _stop
 from lowtide_client import Client, task_spec
+from tests.helpers import free_port
 
 FIXED = 200
 SPREAD = timedelta(seconds=120)
@@ -51,7 +52,7 @@ async def fixed_precision(server_url: str) -> dict[str, Any]:
 
 
 async def _run(url: str, config_path: str) -> dict[str, Any]:
-    target = f"127.0.0.1:{_free_port()}"
+    target = f"127.0.0.1:{free_port()}"
     env = dict(
         os.environ,
         LOWTIDE_CONFIG=config_path,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import grpc
 
 from bench._cpu import cpu_seconds
 from lowtide_proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
+from tests.helpers import free_port
 
 SHAPES = ((1, 4000), (16, 400), (64, 100))  # streams, messages per stream
 WARM_UP = 20
@@ -30,7 +30,7 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 class _Echo(worker_pb2_grpc.WorkerServiceServicer):
-    async def Connect(
+    async def Connect(  # type: ignore[override]
         self, request_iterator: AsyncIterator[worker_pb2.WorkerMessage], context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
         async for _ in request_iterator:
@@ -39,7 +39,7 @@ class _Echo(worker_pb2_grpc.WorkerServiceServicer):
 
 async def _serve(port: int) -> None:
     server = grpc.aio.server()
-    worker_pb2_grpc.add_WorkerServiceServicer_to_server(_Echo(), server)  # type: ignore[no-untyped-call]
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(_Echo(), server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     print("ready", flush=True)
@@ -48,7 +48,7 @@ async def _serve(port: int) -> None:
 
 async def _send(port: int, streams: int, messages: int) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = worker_pb2_grpc.WorkerServiceStub(channel)  # type: ignore[no-untyped-call]
+        stub = worker_pb2_grpc.WorkerServiceStub(channel)
 
         async def stream() -> None:
             call = stub.Connect()
@@ -58,13 +58,6 @@ async def _send(port: int, streams: int, messages: int) -> None:
             await call.done_writing()
 
         await asyncio.gather(*(stream() for _ in range(streams)))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def _child(*args: str) -> asyncio.subprocess.Process:
@@ -82,7 +75,7 @@ async def _clients(port: int, streams: int, messages: int) -> None:
 
 
 async def grpc_floor() -> dict[str, Any]:
-    port = _free_port()
+    port = free_port()
     server = await _child("serve", str(port))
     assert server.stdout is not None
     try:

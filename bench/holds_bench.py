@@ -19,10 +19,11 @@ from typing import Any
 import psycopg
 
 from bench._pg import throwaway_database
-from bench.lowtide_run import _free_port, _percentile, _stop
+from bench.lowtide_run import _percentile, _stop
 from lowtide.db import Database, apply_migrations
 from lowtide_client import Client, SignalClient, Worker
 from scheduler_service.store import Store
+from tests.helpers import free_port
 
 RISES = 50
 HELD_ROWS = 1_000_000
@@ -36,8 +37,8 @@ async def _spawn(env: dict[str, str], *args: str) -> asyncio.subprocess.Process:
 
 async def hold_release(server_url: str) -> dict[str, Any]:
     async with throwaway_database(server_url, "bench_holds") as url:
-        signal_target = f"127.0.0.1:{_free_port()}"
-        scheduler_target = f"127.0.0.1:{_free_port()}"
+        signal_target = f"127.0.0.1:{free_port()}"
+        scheduler_target = f"127.0.0.1:{free_port()}"
         env = dict(
             os.environ,
             LOWTIDE_DATABASE_URL=url,

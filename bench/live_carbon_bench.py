@@ -17,8 +17,9 @@ from typing import Any
 import psycopg
 
 from bench._pg import throwaway_database
-from bench.lowtide_run import _free_port, _stop
+from bench.lowtide_run import _stop
 from lowtide_client import Client
+from tests.helpers import free_port
 
 SPEED = 3600.0  # trace seconds per second
 TASKS = 40
@@ -33,7 +34,7 @@ async def _spawn(env: dict[str, str], *args: str) -> asyncio.subprocess.Process:
 
 async def live_carbon(server_url: str) -> dict[str, Any]:
     async with throwaway_database(server_url, "bench_live_carbon") as url:
-        signal_target, scheduler_target = f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"
+        signal_target, scheduler_target = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
         env = dict(
             os.environ,
             LOWTIDE_DATABASE_URL=url,

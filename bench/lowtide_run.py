@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import statistics
 import sys
 import time
@@ -33,18 +32,12 @@ from bench._cpu import CpuWindow
 from bench._fleet import POLL_INTERVAL_S
 from bench._pg import throwaway_database
 from lowtide_client import Client, task_spec
+from tests.helpers import free_port
 
 WORKERS = 4
 SLOTS = 64
 LATENCY_SAMPLES = 200
 _ROOT = str(Path(__file__).resolve().parent.parent)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _env(database_url: str, target: str) -> dict[str, str]:
@@ -76,7 +69,7 @@ async def _stop(processes: list[asyncio.subprocess.Process]) -> None:
 
 
 async def _value(conn: psycopg.AsyncConnection[Any], sql: str) -> Any:
-    cur = await conn.execute(sql)  # type: ignore[arg-type]
+    cur = await conn.execute(sql)
     row = await cur.fetchone()
     assert row is not None
     return row[0]
@@ -100,7 +93,7 @@ async def _wait_for(
 
 @asynccontextmanager
 async def _services(database_url: str) -> AsyncIterator[tuple[str, dict[str, str], list[Any]]]:
-    target = f"127.0.0.1:{_free_port()}"
+    target = f"127.0.0.1:{free_port()}"
     env = _env(database_url, target)
     processes = [await _spawn(env, "scheduler", "serve")]
     try:

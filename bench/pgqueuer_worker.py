@@ -35,7 +35,7 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
 async def _consume(driver: Driver, args: argparse.Namespace) -> int:
     qm = QueueManager(Queries(driver))
 
-    @qm.entrypoint(ENTRYPOINT)
+    @qm.entrypoint(ENTRYPOINT)  # type: ignore[untyped-decorator]
     async def noop(job: Job) -> None:
         return None
 
