@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -45,12 +46,6 @@ def load_compose() -> dict[str, Any]:
     return data
 
 
-def _unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class PortMap:
     """One free local port per compose port (50051, 9464, ...), the same for every service."""
@@ -60,7 +55,7 @@ class PortMap:
 
     def local(self, port: int) -> int:
         if port not in self.ports:
-            self.ports[port] = _unused_port()
+            self.ports[port] = free_port()
         return self.ports[port]
 
     def rewrite(self, value: str) -> str:

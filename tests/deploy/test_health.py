@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 
 import grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -14,12 +13,7 @@ from scheduler_service.server import Scheduler
 from signal_service.server import SignalServer
 from tests.deploy.compose import REPO
 from tests.deploy.conftest import run_lowtide
-
-
-def _unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.helpers import free_port
 
 
 async def test_health_is_serving_for_the_scheduler_and_its_services(scheduler: Scheduler) -> None:
@@ -39,7 +33,7 @@ async def test_health_is_serving_for_the_signal_service(signal_service: SignalSe
 
 
 async def test_health_fails_with_a_reason_when_nothing_listens() -> None:
-    target = f"127.0.0.1:{_unused_port()}"
+    target = f"127.0.0.1:{free_port()}"
     ran = await run_lowtide("health", "--target", target, "--timeout", "2")
     assert ran.returncode == 1
     assert f"server at {target}: UNAVAILABLE" in ran.stderr
