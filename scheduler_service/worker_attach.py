@@ -52,6 +52,7 @@ def session_from_hello(hello: worker_pb2.Hello, *, config_held: frozenset[str] =
         slots=hello.slots,
     )
     session.cost_deferrable = own_held
+    session.predicate_held = frozenset(name("hello.held_types", t) for t in hello.held_types)
     return session
 
 

@@ -120,7 +120,7 @@ async def test_a_worker_predicate_holds_its_types_whatever_the_signal(pair: Pair
         hold_check_interval=timedelta(milliseconds=50),
     )
     async with Client(pair.scheduler.target) as client, worker:
-        await asyncio.sleep(0.3)  # the hold reaches the scheduler first
+        # Submitted at once, perhaps before the worker's stream is open: its Hello holds the type.
         task = await client.submit("render")
         await asyncio.sleep(0.4)
         assert await state_of(client, task.id) == (PENDING, 0)
@@ -277,3 +277,23 @@ async def test_metrics_show_held_work_apart_and_the_hold_gauge(pair: Pair) -> No
     text = await eventually(scrape)
     assert 'lowtide_queue_depth{queue="default"} 1.0' in text
     assert 'lowtide_cost_hold{queue="default",signal="grid"} 1.0' in text
+
+
+async def test_a_worker_predicate_holds_from_the_moment_it_connects(pair: Pair) -> None:
+    # Work of a type the worker's own hold holds is pending before the worker connects: none of
+    # it may be claimed for the worker, not even in the moment after its Hello.
+    await pair.set_signal(50)
+    async with Client(pair.scheduler.target) as client:
+        held = [s.id for s in await client.submit_many([task_spec("render") for _ in range(20)])]
+        worker = worker_for(
+            pair,
+            "render",
+            "echo",
+            slots=20,
+            cost_holds=[CostHold(lambda: True, ["render"])],
+            hold_check_interval=timedelta(milliseconds=50),
+        )
+        async with worker:
+            echo = await client.submit("echo")
+            assert (await client.wait(echo.id, timeout=timedelta(seconds=60))).state == COMPLETED
+            assert [await state_of(client, task_id) for task_id in held] == [(PENDING, 0)] * len(held)

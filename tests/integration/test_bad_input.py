@@ -5,7 +5,7 @@ act on and a message naming the field, nothing of a refused request is stored, a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -191,10 +191,12 @@ async def open_stream(target: str, messages: list[worker_pb2.WorkerMessage]) -> 
             call.cancel()
 
 
-def hello(worker_id: str, slots: int = 1) -> worker_pb2.WorkerMessage:
+def hello(worker_id: str, slots: int = 1, held_types: Sequence[str] = ()) -> worker_pb2.WorkerMessage:
     # A type no task has, so the scheduler never hands these streams real work.
     types = [worker_pb2.ActivityType(name="nothing-submits-this")]
-    return worker_pb2.WorkerMessage(hello=worker_pb2.Hello(worker_id=worker_id, activity_types=types, slots=slots))
+    return worker_pb2.WorkerMessage(
+        hello=worker_pb2.Hello(worker_id=worker_id, activity_types=types, slots=slots, held_types=held_types)
+    )
 
 
 async def test_a_garbage_worker_is_refused_while_a_real_worker_keeps_working(scheduler: Scheduler) -> None:
@@ -211,6 +213,7 @@ async def test_a_garbage_worker_is_refused_while_a_real_worker_keeps_working(sch
         ("a second hello", [hello("g-twice"), hello("g-twice")], grpc.StatusCode.FAILED_PRECONDITION, "hello"),
         ("an empty message later", [hello("g-empty"), worker_pb2.WorkerMessage()], INVALID, "message"),
         ("zero slots", [hello("g-zero", slots=0)], INVALID, "hello.slots"),
+        ("a held type with no name", [hello("g-held", held_types=["render", ""])], INVALID, "hello.held_types"),
     ]
     worker = Worker(target=scheduler.target, slots=4, worker_id="real-worker")
 

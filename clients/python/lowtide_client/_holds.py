@@ -1,9 +1,10 @@
 """Worker-side cost holds: any ``() -> bool`` is a signal source.
 
 A ``CostHold(predicate, types)`` holds ``types`` while ``predicate()`` is true. The worker
-evaluates its holds every ``hold_check_interval`` and tells the scheduler on its stream
-whenever the held set changes; the scheduler then claims none of those types for this worker.
-A claim made before a hold arrived still runs.
+evaluates its holds as it connects (its Hello names the held set, so the scheduler's first
+claim for the stream already leaves them out) and every ``hold_check_interval`` after that,
+telling the scheduler on its stream whenever the held set changes; the scheduler then claims
+none of those types for this worker. A claim made before a change arrived still runs.
 """
 
 from __future__ import annotations

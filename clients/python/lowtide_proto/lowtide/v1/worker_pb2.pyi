@@ -95,6 +95,7 @@ class Hello(_message.Message):
     SLOTS_FIELD_NUMBER: _builtins.int
     RUNNING_FIELD_NUMBER: _builtins.int
     COST_DEFERRABLE_ACTIVITIES_FIELD_NUMBER: _builtins.int
+    HELD_TYPES_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """Stable across reconnects: the scheduler hands a worker that reconnects under the same id
     back the attempts it lists in `running`. The scheduler picks an id when empty (Welcome
@@ -128,6 +129,14 @@ class Hello(_message.Message):
     def cost_deferrable_activities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """This worker's own cost-deferrable types: held while the scheduler's signal is high."""
 
+    @_builtins.property
+    def held_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The types this worker holds now by its own predicate, as a HoldUpdate would name them: the
+        scheduler claims none of them for this worker from its very first claim (a worker that
+        waited for the Welcome to send a HoldUpdate could be handed held work in between). Later
+        changes go in HoldUpdate.
+        """
+
     def __init__(
         self,
         *,
@@ -138,10 +147,11 @@ class Hello(_message.Message):
         slots: _builtins.int = ...,
         running: _abc.Iterable[_task_pb2.TaskRef] | None = ...,
         cost_deferrable_activities: _abc.Iterable[_builtins.str] | None = ...,
+        held_types: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_types", b"activity_types", "cost_deferrable_activities", b"cost_deferrable_activities", "pool", b"pool", "queues", b"queues", "running", b"running", "slots", b"slots", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_types", b"activity_types", "cost_deferrable_activities", b"cost_deferrable_activities", "held_types", b"held_types", "pool", b"pool", "queues", b"queues", "running", b"running", "slots", b"slots", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
