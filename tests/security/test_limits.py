@@ -15,6 +15,7 @@ from lowtide.errors import ConfigError
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
 from scheduler_service.server import Scheduler, start_scheduler
 from tests.conftest import make_config
+from tests.helpers import eventually
 from tests.integration.test_bad_input import count_tasks
 
 
@@ -67,7 +68,8 @@ async def test_streams_per_connection_are_capped_and_others_carry_on(limited: Sc
         wait = scheduler_pb2.WaitTaskRequest(id=task_id, timeout=duration_pb2.Duration(seconds=30))
         # Two calls held open use up the greedy connection's streams ...
         waits = [asyncio.ensure_future(greedy_stub.WaitTask(wait)) for _ in range(2)]
-        await asyncio.sleep(0.3)
+        # Both calls are open once the scheduler has a waiter for each.
+        await eventually(lambda: asyncio.sleep(0, len(limited.parts.waiters) == 2), within=30)
         # ... so its third call waits for a free stream, and here times out;
         with pytest.raises(grpc.aio.AioRpcError) as waited:
             await greedy_stub.GetTask(scheduler_pb2.GetTaskRequest(id=task_id), timeout=1.0)
