@@ -97,8 +97,6 @@ class Runtime:
         # The current stream's outgoing queue; None while disconnected.
         self._outgoing: asyncio.Queue[_Outgoing] | None = None
         self._flush_queued = False
-        # What the current stream's Hello said the worker's own holds held.
-        self._hello_held: frozenset[str] = frozenset()
 
     async def serve(self, channel: Any) -> None:
         """Keep a stream up until a stop request has been carried out, or a fatal error."""
@@ -245,7 +243,6 @@ class Runtime:
         # Attempts whose results are still unsent are listed too: they stay this worker's
         # until the results arrive, right after the Welcome. The types its own holds hold now go
         # in it, so not even the scheduler's first claim for this stream hands it one of them.
-        self._hello_held = held_now(self._settings.cost_holds)
         return worker_pb2.Hello(
             worker_id=self.worker_id,
             pool=self._settings.pool,
@@ -254,7 +251,7 @@ class Runtime:
             slots=self._settings.slots,
             running=self._attempts.unreported_refs(),
             cost_deferrable_activities=self._settings.cost_deferrable_activities,
-            held_types=sorted(self._hello_held),
+            held_types=sorted(held_now(self._settings.cost_holds)),
         )
 
     def _welcome(self, welcome: worker_pb2.Welcome) -> tuple[float, float | None]:
@@ -350,9 +347,10 @@ class Runtime:
                 await asyncio.wait_for(self._attempts.started.wait(), due)
 
     async def _hold_loop(self, queue: asyncio.Queue[_Outgoing]) -> None:
-        """Evaluates the worker's own holds and tells the scheduler each change since the set the
-        stream's Hello named."""
-        sent = self._hello_held
+        """Evaluates the worker's own holds and tells the scheduler each change (and, on a new
+        stream, the current set at once: the Hello named it already, but a scheduler older than
+        Hello.held_types learns it only from this HoldUpdate)."""
+        sent: frozenset[str] | None = None
         while True:
             held = held_now(self._settings.cost_holds)
             if held != sent:
