@@ -36,7 +36,8 @@ def session_from_hello(hello: worker_pb2.Hello, *, config_held: frozenset[str] =
         activity_name = name("hello.activity_types.name", activity.name)
         (local if activity.local else types).append(activity_name)
     own_held = frozenset(name("hello.cost_deferrable_activities", t) for t in hello.cost_deferrable_activities)
-    conflicts = local_conflicts(own_held | config_held, local)
+    predicate_held = frozenset(name("hello.held_types", t) for t in hello.held_types)
+    conflicts = local_conflicts(own_held | predicate_held | config_held, local)
     if conflicts:
         raise FailedPrecondition(
             f"cost hold names local activity {', '.join(sorted(conflicts))}: a local activity runs inline in "
@@ -52,7 +53,7 @@ def session_from_hello(hello: worker_pb2.Hello, *, config_held: frozenset[str] =
         slots=hello.slots,
     )
     session.cost_deferrable = own_held
-    session.predicate_held = frozenset(name("hello.held_types", t) for t in hello.held_types)
+    session.predicate_held = predicate_held
     return session
 
 

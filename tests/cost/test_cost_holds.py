@@ -229,7 +229,7 @@ async def test_a_hold_naming_a_local_activity_is_refused(pair: Pair, signal: Sig
     with pytest.raises(ConfigError, match="local activity inline"):
         await start_scheduler(bad, database_url=database_url)
 
-    async def hello() -> AsyncIterator[worker_pb2.WorkerMessage]:
+    async def hello(holds: dict[str, list[str]]) -> AsyncIterator[worker_pb2.WorkerMessage]:
         yield worker_pb2.WorkerMessage(
             hello=worker_pb2.Hello(
                 worker_id="w-local",
@@ -238,18 +238,20 @@ async def test_a_hold_naming_a_local_activity_is_refused(pair: Pair, signal: Sig
                     worker_pb2.ActivityType(name="sum"),
                     worker_pb2.ActivityType(name="lookup", local=True),
                 ],
-                cost_deferrable_activities=["lookup"],
+                **holds,  # type: ignore[arg-type]
             )
         )
         await asyncio.sleep(5)
 
-    async with grpc.aio.insecure_channel(pair.scheduler.target) as channel:
-        call = worker_pb2_grpc.WorkerServiceStub(channel).Connect(hello())
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            async for _ in call:
-                pass
-    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "local activity lookup" in (caught.value.details() or "")
+    # A worker's own deferrable types, and the types its own predicate holds as it connects.
+    for holds in ({"cost_deferrable_activities": ["lookup"]}, {"held_types": ["lookup"]}):
+        async with grpc.aio.insecure_channel(pair.scheduler.target) as channel:
+            call = worker_pb2_grpc.WorkerServiceStub(channel).Connect(hello(holds))
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                async for _ in call:
+                    pass
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION, holds
+        assert "local activity lookup" in (caught.value.details() or ""), holds
 
 
 def test_the_python_worker_refuses_a_hold_on_a_local_activity() -> None:
