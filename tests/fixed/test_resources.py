@@ -75,7 +75,7 @@ async def test_unknown_resources_and_impossible_amounts_are_refused(with_gpus: S
 async def test_a_fixed_start_waits_for_its_resources_keeping_its_slot(with_gpus: Scheduler) -> None:
     log: list[tuple[str, str]] = []
     async with Client(with_gpus.target) as client, measuring_worker(with_gpus, "two", 3, log):
-        holder = await client.submit("job", "license-holder:1.5", resources={"license": 1})
+        holder = await client.submit("job", "license-holder:3", resources={"license": 1})
         await eventually(lambda: _started(log, "license-holder"))
         fixed = await client.submit(
             "job",
@@ -86,12 +86,15 @@ async def test_a_fixed_start_waits_for_its_resources_keeping_its_slot(with_gpus:
             start_tolerance=timedelta(milliseconds=100),
             estimated_duration=timedelta(seconds=1),
         )
-        # Past its start, still waiting for the license: its slot stays held.
+        # Past its start, still waiting for the license: its slot stays held. (The holder runs
+        # for 3 s, far past this read even on a slow machine; the read is checked to be inside it.)
         await asyncio.sleep(0.8)
         status = await client.status()
+        holder_ended_before_the_read = ("end", "license-holder") in log
         [pool] = [p for p in status.pools if p.name == "two"]
         done = await client.wait(fixed.id, timeout=timedelta(seconds=10))
         assert (await client.get(holder.id)).state == COMPLETED
+    assert not holder_ended_before_the_read
     assert pool.held_slots == 1
     assert done.state == COMPLETED
     assert log.index(("start", "fixed")) > log.index(("end", "license-holder"))
