@@ -54,6 +54,18 @@ def _candidates() -> Iterator[int]:
     return itertools.cycle([*block[start:], *block[:start]])
 
 
+def bindable(port: int) -> bool:
+    """Whether a service could bind 127.0.0.1:port now, binding as the services do (SO_REUSEADDR,
+    so connections of earlier tests in TIME_WAIT do not count)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
     """A port for a service a test starts by address (one it must know before the service runs).
 
@@ -61,15 +73,9 @@ def free_port() -> int:
     connection (a psycopg connection, a gRPC channel, of either pytest worker) takes its local port;
     between the test letting go of it and the service binding it, such a connection can take it and
     the service exits with "address already in use". These come from below that range, from a
-    block that is this pytest worker's own, and are checked bindable the way the services bind
-    (SO_REUSEADDR, so an earlier test's connections in TIME_WAIT do not count)."""
+    block that is this pytest worker's own, and are checked `bindable`."""
     for port in itertools.islice(_candidates(), PORT_BLOCK):
-        with socket.socket() as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+        if bindable(port):
             return port
     raise AssertionError(f"no free port in this worker's block of {PORT_BLOCK} below the ephemeral range")
 

@@ -16,18 +16,8 @@ from lowtide.errors import ConfigError
 from scheduler_service.server import start_scheduler
 from signal_service.server import start_signal_service
 from tests.conftest import make_config
-from tests.helpers import eventually, free_port
+from tests.helpers import bindable, eventually, free_port
 from tests.signal.conftest import signal_config
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 async def _connections(database_url: str) -> int:
@@ -61,8 +51,8 @@ async def test_a_scheduler_failing_after_its_pool_opened_closes_the_pool_and_its
         await start_scheduler(config, database_url=database_url)
 
     await eventually(lambda: _none_left(database_url), within=30)
-    assert _bindable(listen), "the scheduler's gRPC port stayed bound"
-    assert _bindable(metrics), "the scheduler's metrics port stayed bound"
+    assert bindable(listen), "the scheduler's gRPC port stayed bound"
+    assert bindable(metrics), "the scheduler's metrics port stayed bound"
 
 
 async def test_a_scheduler_refused_by_a_listen_check_frees_the_metrics_port_it_had_bound(
@@ -99,4 +89,4 @@ async def test_a_signal_service_whose_metrics_port_is_taken_closes_its_pool_and_
             await start_signal_service(config, database_url=database_url)
 
     await eventually(lambda: _none_left(database_url), within=30)
-    assert _bindable(listen), "the signal service's gRPC port stayed bound"
+    assert bindable(listen), "the signal service's gRPC port stayed bound"
