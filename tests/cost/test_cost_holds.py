@@ -299,3 +299,58 @@ async def test_a_worker_predicate_holds_from_the_moment_it_connects(pair: Pair) 
             echo = await client.submit("echo")
             assert (await client.wait(echo.id, timeout=timedelta(seconds=60))).state == COMPLETED
             assert [await state_of(client, task_id) for task_id in held] == [(PENDING, 0)] * len(held)
+
+
+class _OlderScheduler(worker_pb2_grpc.WorkerServiceServicer):
+    """A scheduler from before Hello.held_types: it welcomes a worker and records what the worker
+    sends on the stream, and reads nothing from the Hello but that it came."""
+
+    def __init__(self) -> None:
+        self.received: list[worker_pb2.WorkerMessage] = []
+
+    async def Connect(
+        self, request_iterator: AsyncIterator[worker_pb2.WorkerMessage], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[worker_pb2.SchedulerMessage]:
+        welcome = worker_pb2.Welcome(worker_id="older")
+        welcome.heartbeat_interval.FromSeconds(5)
+        welcome.lease_timeout.FromSeconds(30)
+        reader = asyncio.ensure_future(self._read(request_iterator))
+        try:
+            yield worker_pb2.SchedulerMessage(welcome=welcome)
+            await reader
+        finally:
+            reader.cancel()
+
+    async def _read(self, request_iterator: AsyncIterator[worker_pb2.WorkerMessage]) -> None:
+        async for message in request_iterator:
+            self.received.append(message)
+
+
+async def test_an_older_scheduler_still_learns_a_workers_holds_from_its_first_hold_update() -> None:
+    # The Hello names the held types now, but a scheduler that predates the field ignores it; the
+    # worker must still tell it in a HoldUpdate after the Welcome, or its held work would run there.
+    older = _OlderScheduler()
+    server = grpc.aio.server()
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(older, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        worker = Worker(
+            target=f"127.0.0.1:{port}",
+            slots=2,
+            cost_holds=[CostHold(lambda: True, ["render"])],
+            hold_check_interval=timedelta(seconds=60),
+        )
+        worker.register("render", lambda payload: payload)
+        async with worker:
+
+            async def hold_updates() -> list[list[str]]:
+                return [list(m.hold_update.held_types) for m in older.received if m.HasField("hold_update")]
+
+            await eventually(hold_updates, within=30)
+            kinds = [m.WhichOneof("message") for m in older.received]
+        assert kinds[0] == "hello"
+        assert list(older.received[0].hello.held_types) == ["render"]
+        assert (await hold_updates())[0] == ["render"]
+    finally:
+        await server.stop(None)
