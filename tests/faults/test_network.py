@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from lowtide_client import Client, TaskState, task_spec
+from lowtide_client import Client, TaskState, Worker, task_spec
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
 from scheduler_service.server import Scheduler, start_scheduler
 from scheduler_service.sessions import MAX_OUTBOX
@@ -187,3 +187,66 @@ async def test_thousands_of_streams_from_one_client_do_not_crowd_out_others(
             call.cancel()
         await channel.close()
         kill_all(processes)
+
+
+class _EndsUnderLoad(worker_pb2_grpc.WorkerServiceServicer):
+    """Plays a scheduler that ends each worker stream with UNAVAILABLE (as a stopping or failing
+    one does) while the worker is busy writing: it hands out a burst of no-op work, so results
+    are on their way, and ends the stream a few milliseconds later."""
+
+    BURST = 1_000
+
+    def __init__(self) -> None:
+        self.streams = 0
+
+    # Written with context.write() rather than as a generator, so the stub's signature differs.
+    async def Connect(  # type: ignore[override]
+        self, request_iterator: AsyncIterator[worker_pb2.WorkerMessage], context: grpc.aio.ServicerContext
+    ) -> None:
+        await anext(request_iterator)
+        self.streams += 1
+        welcome = worker_pb2.Welcome(worker_id="under-load")
+        welcome.heartbeat_interval.FromSeconds(5)
+        welcome.lease_timeout.FromSeconds(30)
+        await context.write(worker_pb2.SchedulerMessage(welcome=welcome))
+        first = (self.streams - 1) * self.BURST
+        for start in range(first, first + self.BURST, 50):
+            refs = [task_pb2.TaskRef(task_id=i + 1, attempt=1) for i in range(start, start + 50)]
+            work = [worker_pb2.Assignment(task=ref, activity_type="count") for ref in refs]
+            await context.write(worker_pb2.SchedulerMessage(assignments=worker_pb2.Assignments(assignments=work)))
+        reading = asyncio.ensure_future(self._read(request_iterator))
+        await asyncio.sleep(0.005)
+        reading.cancel()
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "the scheduler is shutting down")
+
+    async def _read(self, request_iterator: AsyncIterator[worker_pb2.WorkerMessage]) -> None:
+        async for _ in request_iterator:
+            pass
+
+
+async def test_a_worker_whose_stream_ends_while_it_writes_connects_again() -> None:
+    # grpc.aio can report such an end as INTERNAL ("Internal error from Core") instead of the
+    # UNAVAILABLE the server sent (grpc/grpc#36066): a write of the worker's failed as the stream
+    # ended. The worker must take it for the ended stream it is and connect again, every time,
+    # rather than stop with an error. Five ends in a row (before the worker knew, about two in
+    # three of them stopped it).
+    scheduler = _EndsUnderLoad()
+    server = grpc.aio.server()
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(scheduler, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    worker = Worker(target=f"127.0.0.1:{port}", slots=_EndsUnderLoad.BURST)
+    worker.register("count", lambda payload: payload)
+    running = asyncio.create_task(worker.run())
+    try:
+
+        async def ended_five_times() -> bool:
+            if running.done():
+                raise AssertionError(f"the worker stopped: {running.exception()!r}")
+            return scheduler.streams > 5
+
+        await eventually(ended_five_times, within=60)
+    finally:
+        worker.stop()
+        await asyncio.gather(running, return_exceptions=True)
+        await server.stop(None)

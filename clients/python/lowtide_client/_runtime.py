@@ -71,6 +71,21 @@ class Settings:
     hold_check_interval: float = 0.25  # seconds
 
 
+# What grpc.aio reports in place of a stream's real status when a write of ours failed as the
+# stream ended (grpc/grpc#36066): an UNAVAILABLE (the connection gone, the scheduler stopping)
+# then reads as INTERNAL with these details.
+_WRITE_FAILED_AS_STREAM_ENDED = "Internal error from Core"
+
+
+def _stream_broke(error: grpc.aio.AioRpcError) -> bool:
+    """Whether a stream's error means: connect again. UNAVAILABLE, or the INTERNAL that stands in
+    for the real status when the stream ended under a write; if the real one named something to
+    fix, the next stream gets it again, unmasked."""
+    if error.code() == grpc.StatusCode.UNAVAILABLE:
+        return True
+    return bool(error.code() == grpc.StatusCode.INTERNAL and error.details() == _WRITE_FAILED_AS_STREAM_ENDED)
+
+
 class Runtime:
     """The state of one run: made by ``Worker.run()`` and dropped when it returns."""
 
@@ -156,7 +171,7 @@ class Runtime:
                     return
                 reason = "drained by the scheduler" if self._drained.is_set() else "stream ended"
             except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                if not _stream_broke(exc):
                     raise
                 reason = f"{exc.code().name}: {exc.details()}"
             except TimeoutError:
