@@ -134,3 +134,56 @@ class RawWorker:
     async def close(self) -> None:
         self.call.cancel()
         await self.channel.close()
+
+
+class SlowPath:
+    """A TCP relay in front of a service that delays every byte by `delay` each way, as the
+    network between two hosts does (loopback answers in microseconds, which hides races that
+    a round trip of a few milliseconds opens). It outlives the service behind it: a client that
+    connects while nothing listens there is cut off, as by a refused connection."""
+
+    def __init__(self, upstream: str, delay: float) -> None:
+        self._upstream = upstream
+        self._delay = delay
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> str:
+        """Starts listening; returns the target clients connect to."""
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        host, port = self._upstream.rsplit(":", 1)
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            client_writer.transport.abort()
+            return
+        for reader, writer in ((client_reader, upstream_writer), (upstream_reader, client_writer)):
+            pipe = asyncio.create_task(self._pipe(reader, writer))
+            self._pipes.add(pipe)
+            pipe.add_done_callback(self._pipes.discard)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while data := await reader.read(65536):
+                # Each chunk leaves `delay` after it came, in the order it came.
+                loop.call_at(loop.time() + self._delay, _forward, writer, data)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            loop.call_at(loop.time() + self._delay, writer.transport.abort)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for pipe in list(self._pipes):
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+
+
+def _forward(writer: asyncio.StreamWriter, data: bytes) -> None:
+    if not writer.transport.is_closing():
+        writer.write(data)

@@ -5,16 +5,18 @@ and take work from it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 from datetime import timedelta
 from pathlib import Path
 
-from lowtide_client import Client, TaskState
-from scheduler_service.server import start_scheduler
+from lowtide_client import Client, TaskState, Worker, task_spec
+from scheduler_service.server import Scheduler, start_scheduler
+from scheduler_service.sessions import WorkerSession
 from tests.conftest import make_config
 from tests.deploy.node import ensure_node_modules, node_or_skip
-from tests.faults.support import REPO, connected_workers, counting_worker, free_port, kill_all, logs_of, query
+from tests.faults.support import REPO, SlowPath, connected_workers, counting_worker, free_port, kill_all, logs_of, query
 from tests.helpers import eventually
 
 RUNNING = TaskState.Value("TASK_STATE_RUNNING")
@@ -97,3 +99,74 @@ async def test_a_stopping_scheduler_drains_busy_workers_and_they_reconnect_to_th
         kill_all(processes)
         if second is not None:
             await second.stop(grace=1.0)
+
+
+async def test_a_stopping_worker_that_reconnects_to_report_takes_no_new_work(database_url: str) -> None:
+    # A worker is stopping (it has told its scheduler it wants no more work) while an attempt of
+    # it still runs, and the scheduler is replaced. The worker connects to the next one to report
+    # the attempt. The claim that scheduler makes for a stream that has just opened must find no
+    # slot of it free: work handed to a worker on its way out waits for it, and once it closes,
+    # what it declines comes back as WorkerLost, an attempt spent for nothing.
+    config = make_config(listen=f"127.0.0.1:{free_port()}", lease_timeout=timedelta(seconds=10))
+    first = await start_scheduler(config, database_url=database_url)
+    second = None
+    # The worker is a few milliseconds away, as on another host: on loopback its answer to the
+    # Welcome would come back before the scheduler's first claim for it is done.
+    path = SlowPath(first.target, delay=0.01)
+    target = await path.start()
+    release = asyncio.Event()
+    ran: list[bytes] = []
+
+    async def slow(payload: bytes) -> bytes:
+        ran.append(payload)
+        if payload == b"last":
+            await release.wait()
+        return payload
+
+    worker = Worker(target=target, worker_id="leaving", slots=4)
+    worker.register("slow", slow)
+    running = asyncio.create_task(worker.run())
+
+    def session_on(scheduler: Scheduler) -> WorkerSession | None:
+        return scheduler.parts.registry.get("leaving")
+
+    try:
+        async with Client(first.target) as client:
+            last = await client.submit("slow", b"last")
+
+            async def last_runs() -> bool:
+                return ran == [b"last"]
+
+            await eventually(last_runs, within=30)
+            worker.stop()
+
+            async def wants_nothing() -> bool:
+                session = session_on(first)
+                return session is not None and session.slots == 0
+
+            await eventually(wants_nothing, within=30)
+        # The attempt outlasts the drain's grace: the stream ends, the attempt stays the worker's.
+        await first.stop(grace=0.2)
+        second = await start_scheduler(config, database_url=database_url)
+        async with Client(second.target) as client:
+            waiting = [t.id for t in await client.submit_many(task_spec("slow", b"new") for _ in range(8))]
+
+            async def back_with_its_attempt() -> bool:
+                session = session_on(second)
+                return session is not None and last.id in session.in_flight
+
+            await eventually(back_with_its_attempt, within=60, interval=0.05)
+            release.set()
+            await asyncio.wait_for(running, 30)
+            done = await client.get(last.id)
+            assert (done.state, done.attempt, done.result) == (COMPLETED, 1, b"last")
+            assert ran == [b"last"], "the stopping worker was given new work"
+            assert [(await client.get(t)).attempt for t in waiting] == [0] * len(waiting)
+    finally:
+        release.set()
+        worker.stop()
+        await asyncio.gather(running, return_exceptions=True)
+        await first.stop(grace=0.2)
+        if second is not None:
+            await second.stop(grace=1.0)
+        await path.close()

@@ -147,7 +147,9 @@ class Worker extends EventEmitter {
         pool: this.pool,
         queues: this.queues,
         activity_types: Object.keys(this.activities).map((name) => ({ name, local: false })),
-        slots: this.slots,
+        // Stopping, it connects only to report: one slot (the fewest a hello may name), filled by
+        // what it lists, so the scheduler's first claim for the stream finds none free.
+        slots: this.draining ? 1 : this.slots,
         // Still ours from an earlier stream: running, or finished with the result not yet sent.
         running: [...this.running.values()].map((e) => e.ref).concat(this._pending.map((r) => r.task)),
       },

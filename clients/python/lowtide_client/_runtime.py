@@ -258,12 +258,15 @@ class Runtime:
         # Attempts whose results are still unsent are listed too: they stay this worker's
         # until the results arrive, right after the Welcome. The types its own holds hold now go
         # in it, so not even the scheduler's first claim for this stream hands it one of them.
+        # A stopping worker connects only to report: it asks for one slot (the fewest a Hello may
+        # name), which the attempts it lists fill, so that claim finds none of its slots free
+        # either; the SlotUpdate(0) after the Welcome says the rest.
         return worker_pb2.Hello(
             worker_id=self.worker_id,
             pool=self._settings.pool,
             queues=self._settings.queues,
             activity_types=self._activity_types,
-            slots=self._settings.slots,
+            slots=1 if self._stopping else self._settings.slots,
             running=self._attempts.unreported_refs(),
             cost_deferrable_activities=self._settings.cost_deferrable_activities,
             held_types=sorted(held_now(self._settings.cost_holds)),
