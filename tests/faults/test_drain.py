@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 from datetime import timedelta
 from pathlib import Path
+
+import pytest
 
 from lowtide_client import Client, TaskState, Worker, task_spec
 from scheduler_service.server import Scheduler, start_scheduler
@@ -101,41 +104,94 @@ async def test_a_stopping_scheduler_drains_busy_workers_and_they_reconnect_to_th
             await second.stop(grace=1.0)
 
 
-async def test_a_stopping_worker_that_reconnects_to_report_takes_no_new_work(database_url: str) -> None:
+class _Leaving:
+    """A worker that runs one long attempt (`payload` "last") and is then stopped: the Python
+    library in this process, or the Node one in a process of its own."""
+
+    def __init__(self, kind: str, target: str, log: Path) -> None:
+        self.kind = kind
+        self.activity = "slow" if kind == "python" else "n_nap"
+        self.worker_id = f"leaving-{kind}"
+        self.ran: list[bytes] = []
+        self._release = asyncio.Event()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._running: asyncio.Task[None] | None = None
+        if kind == "python":
+            self._worker = Worker(target=target, worker_id=self.worker_id, slots=4)
+            self._worker.register("slow", self._slow)
+            self._running = asyncio.create_task(self._worker.run())
+        else:
+            # Its nap outlasts the scheduler's replacement; it ends by itself.
+            env = dict(os.environ, LOWTIDE_TARGET=target, WORKER_ID=self.worker_id, NAP_MS="8000")
+            with log.open("ab") as out:
+                self._process = subprocess.Popen(
+                    [node_or_skip(), str(NAP_WORKER)], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+                )
+
+    async def _slow(self, payload: bytes) -> bytes:
+        self.ran.append(payload)
+        if payload == b"last":
+            await self._release.wait()
+        return payload
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(signal.SIGTERM)
+        else:
+            self._worker.stop()
+
+    async def finish(self) -> None:
+        """Lets the last attempt end and waits for the worker to stop."""
+        self._release.set()
+        if self._running is not None:
+            await asyncio.wait_for(self._running, 30)
+        if self._process is not None:
+            process = self._process
+
+            async def exited() -> bool:
+                return process.poll() is not None
+
+            await eventually(exited, within=30)
+
+    async def close(self) -> None:
+        self._release.set()
+        if self._running is not None:
+            self._worker.stop()
+            await asyncio.gather(self._running, return_exceptions=True)
+        if self._process is not None:
+            kill_all([self._process])
+
+
+@pytest.mark.parametrize("kind", ["python", "node"])
+async def test_a_stopping_worker_that_reconnects_to_report_takes_no_new_work(
+    database_url: str, tmp_path: Path, kind: str
+) -> None:
     # A worker is stopping (it has told its scheduler it wants no more work) while an attempt of
     # it still runs, and the scheduler is replaced. The worker connects to the next one to report
     # the attempt. The claim that scheduler makes for a stream that has just opened must find no
     # slot of it free: work handed to a worker on its way out waits for it, and once it closes,
     # what it declines comes back as WorkerLost, an attempt spent for nothing.
+    if kind == "node":
+        await ensure_node_modules()
     config = make_config(listen=f"127.0.0.1:{free_port()}", lease_timeout=timedelta(seconds=10))
     first = await start_scheduler(config, database_url=database_url)
     second = None
     # The worker is a few milliseconds away, as on another host: on loopback its answer to the
     # Welcome would come back before the scheduler's first claim for it is done.
     path = SlowPath(first.target, delay=0.01)
-    target = await path.start()
-    release = asyncio.Event()
-    ran: list[bytes] = []
-
-    async def slow(payload: bytes) -> bytes:
-        ran.append(payload)
-        if payload == b"last":
-            await release.wait()
-        return payload
-
-    worker = Worker(target=target, worker_id="leaving", slots=4)
-    worker.register("slow", slow)
-    running = asyncio.create_task(worker.run())
+    log = tmp_path / "worker.log"
+    worker = _Leaving(kind, await path.start(), log)
 
     def session_on(scheduler: Scheduler) -> WorkerSession | None:
-        return scheduler.parts.registry.get("leaving")
+        return scheduler.parts.registry.get(worker.worker_id)
 
     try:
         async with Client(first.target) as client:
-            last = await client.submit("slow", b"last")
+            last = await client.submit(worker.activity, b"last")
 
             async def last_runs() -> bool:
-                return ran == [b"last"]
+                session = session_on(first)
+                return session is not None and last.id in session.in_flight
 
             await eventually(last_runs, within=30)
             worker.stop()
@@ -149,23 +205,21 @@ async def test_a_stopping_worker_that_reconnects_to_report_takes_no_new_work(dat
         await first.stop(grace=0.2)
         second = await start_scheduler(config, database_url=database_url)
         async with Client(second.target) as client:
-            waiting = [t.id for t in await client.submit_many(task_spec("slow", b"new") for _ in range(8))]
+            waiting = [t.id for t in await client.submit_many(task_spec(worker.activity, b"new") for _ in range(8))]
 
             async def back_with_its_attempt() -> bool:
                 session = session_on(second)
                 return session is not None and last.id in session.in_flight
 
             await eventually(back_with_its_attempt, within=60, interval=0.05)
-            release.set()
-            await asyncio.wait_for(running, 30)
+            await worker.finish()
             done = await client.get(last.id)
-            assert (done.state, done.attempt, done.result) == (COMPLETED, 1, b"last")
-            assert ran == [b"last"], "the stopping worker was given new work"
-            assert [(await client.get(t)).attempt for t in waiting] == [0] * len(waiting)
+            assert (done.state, done.attempt, done.result) == (COMPLETED, 1, b"last"), _text(log)
+            assert b"new" not in worker.ran, "the stopping worker was given new work"
+            attempts = [(await client.get(t)).attempt for t in waiting]
+            assert attempts == [0] * len(waiting), f"new work handed to the stopping worker: {attempts}\n{_text(log)}"
     finally:
-        release.set()
-        worker.stop()
-        await asyncio.gather(running, return_exceptions=True)
+        await worker.close()
         await first.stop(grace=0.2)
         if second is not None:
             await second.stop(grace=1.0)
