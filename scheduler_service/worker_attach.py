@@ -21,7 +21,15 @@ from scheduler_service.domain.retry import after_failure
 from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.sessions import Registry, WorkerSession
 from scheduler_service.store import Store, retries_due
-from scheduler_service.worker_reader import MAX_SLOTS, holds
+from scheduler_service.worker_reader import (
+    MAX_ACTIVITY_TYPES,
+    MAX_LISTED,
+    MAX_PAIRS,
+    MAX_QUEUES,
+    MAX_SLOTS,
+    at_most,
+    holds,
+)
 
 log = logging.getLogger("lowtide.scheduler.workers")
 
@@ -30,6 +38,11 @@ def session_from_hello(hello: worker_pb2.Hello, *, config_held: frozenset[str] =
     """A session for the hello, or InvalidArgument / FailedPrecondition saying what is wrong."""
     if not 0 < hello.slots <= MAX_SLOTS:
         raise InvalidArgument("hello.slots", f"must be between 1 and {MAX_SLOTS}")
+    at_most("hello.activity_types", hello.activity_types, MAX_ACTIVITY_TYPES, "activity types")
+    at_most("hello.queues", hello.queues, MAX_QUEUES, "queues")
+    at_most("hello.cost_deferrable_activities", hello.cost_deferrable_activities, MAX_ACTIVITY_TYPES, "types")
+    at_most("hello.held_types", hello.held_types, MAX_ACTIVITY_TYPES, "types")
+    at_most("hello.running", hello.running, MAX_LISTED, "attempts")
     types: list[str] = []
     local: list[str] = []
     for activity in hello.activity_types:
@@ -45,11 +58,19 @@ def session_from_hello(hello: worker_pb2.Hello, *, config_held: frozenset[str] =
         )
     if not types:
         raise InvalidArgument("hello.activity_types", "must name at least one activity type that is not local")
+    queues = tuple(sorted({name("hello.queues", q) for q in hello.queues} or {"default"}))
+    activity_types = tuple(sorted(set(types)))
+    if len(queues) * len(activity_types) > MAX_PAIRS:
+        raise InvalidArgument(
+            "hello.queues",
+            f"{len(queues)} queues x {len(activity_types)} activity types make {len(queues) * len(activity_types):,} "
+            f"(queue, type) pairs, over the limit of {MAX_PAIRS:,}: split the work among workers",
+        )
     session = WorkerSession(
         worker_id=name("hello.worker_id", hello.worker_id, default=f"worker-{uuid.uuid4().hex[:12]}"),
         pool=name("hello.pool", hello.pool, default="default"),
-        queues=tuple(sorted({name("hello.queues", q) for q in hello.queues} or {"default"})),
-        activity_types=tuple(sorted(set(types))),
+        queues=queues,
+        activity_types=activity_types,
         slots=hello.slots,
     )
     session.cost_deferrable = own_held

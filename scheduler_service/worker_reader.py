@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Sequence, Sized
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -33,6 +33,22 @@ log = logging.getLogger("lowtide.scheduler.workers")
 MAX_SLOTS = 10_000
 # Heartbeat details (an activity's progress) are stored per task; bounded like headers.
 MAX_HEARTBEAT_DETAILS = 4096
+# What one worker may name in its Hello: activity types, queues, and the (queue, type) pairs they
+# make, which every claim for its group walks (a Hello of 1,000 queues x 1,000 types, 14 KB, held
+# the scheduler's event loop for 3 s; 10,000 pairs cost it tens of milliseconds).
+MAX_ACTIVITY_TYPES = 1_000
+MAX_QUEUES = 100
+MAX_PAIRS = 10_000
+# Attempts one message may name (Hello.running, Results, Heartbeat.running and .details): a worker
+# holds at most its slots, and results it could not send yet were in its slots too.
+MAX_LISTED = 2 * MAX_SLOTS
+
+
+def at_most(field: str, items: Sized, limit: int, what: str) -> None:
+    """InvalidArgument naming `field` when it lists more than `limit` entries; checked before any
+    entry is looked at."""
+    if len(items) > limit:
+        raise InvalidArgument(field, f"must name at most {limit:,} {what}, not {len(items):,}")
 
 
 def holds(session: WorkerSession, ref: tuple[int, int]) -> bool:
@@ -64,8 +80,11 @@ class WorkerReader:
                 return
             kind = message.WhichOneof("message")
             if kind == "results":
+                at_most("results.results", message.results.results, MAX_LISTED, "results")
                 self.on_results(session, message.results)
             elif kind == "heartbeat":
+                at_most("heartbeat.running", message.heartbeat.running, MAX_LISTED, "attempts")
+                at_most("heartbeat.details", message.heartbeat.details, MAX_LISTED, "attempts")
                 await self._on_heartbeat(session, message.heartbeat)
             elif kind == "slot_update":
                 if message.slot_update.slots > MAX_SLOTS:
@@ -73,6 +92,7 @@ class WorkerReader:
                 session.slots = message.slot_update.slots
                 session.wake.set()
             elif kind == "hold_update":
+                at_most("hold_update.held_types", message.hold_update.held_types, MAX_ACTIVITY_TYPES, "types")
                 holding = frozenset(name("hold_update.held_types", t) for t in message.hold_update.held_types)
                 released = session.predicate_held - holding
                 session.predicate_held = holding

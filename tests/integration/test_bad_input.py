@@ -24,6 +24,7 @@ from lowtide_proto.lowtide.v1 import (
     worker_pb2_grpc,
 )
 from scheduler_service.server import Scheduler
+from scheduler_service.worker_reader import MAX_ACTIVITY_TYPES, MAX_LISTED, MAX_PAIRS, MAX_QUEUES
 
 MIB = 1024 * 1024
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
@@ -243,6 +244,82 @@ async def test_a_garbage_worker_is_refused_while_a_real_worker_keeps_working(sch
     assert [(t.state, t.attempt, t.worker_id, t.result) for t in done + after] == [
         (COMPLETED, 1, "real-worker", str(i).encode()) for i in [*range(20), *range(5)]
     ]
+
+
+def _refs(count: int) -> list[task_pb2.TaskRef]:
+    return [task_pb2.TaskRef(task_id=i + 1, attempt=1) for i in range(count)]
+
+
+def _over_the_limits() -> list[tuple[str, list[worker_pb2.WorkerMessage], str]]:
+    """Worker messages each naming one thing more than the scheduler takes, and the field named."""
+
+    def big_hello(worker_id: str, *, types: int = 1, queues: int = 0, **lists: Any) -> worker_pb2.WorkerMessage:
+        named = [worker_pb2.ActivityType(name=f"nothing-submits-this-{i}") for i in range(types)]
+        message = worker_pb2.Hello(
+            worker_id=worker_id, activity_types=named, slots=1, queues=[f"q{i}" for i in range(queues)], **lists
+        )
+        return worker_pb2.WorkerMessage(hello=message)
+
+    many_types = [f"t{i}" for i in range(MAX_ACTIVITY_TYPES + 1)]
+    over = MAX_LISTED + 1
+    return [
+        ("activity types", [big_hello("b-types", types=MAX_ACTIVITY_TYPES + 1)], "hello.activity_types"),
+        ("queues", [big_hello("b-queues", queues=MAX_QUEUES + 1)], "hello.queues"),
+        (
+            "(queue, type) pairs",
+            [big_hello("b-pairs", types=MAX_PAIRS // MAX_QUEUES + 1, queues=MAX_QUEUES)],
+            "pairs, over the limit",
+        ),
+        ("listed attempts", [big_hello("b-running", running=_refs(over))], "hello.running"),
+        ("own deferrable types", [big_hello("b-own", cost_deferrable_activities=many_types)], "hello.cost_deferrable"),
+        ("held types", [big_hello("b-held", held_types=many_types)], "hello.held_types"),
+        (
+            "results",
+            [
+                hello("b-results"),
+                worker_pb2.WorkerMessage(
+                    results=worker_pb2.Results(
+                        results=[worker_pb2.TaskResult(task=r, success=b"") for r in _refs(over)]
+                    )
+                ),
+            ],
+            "results.results",
+        ),
+        (
+            "heartbeat attempts",
+            [hello("b-beat"), worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat(running=_refs(over)))],
+            "heartbeat.running",
+        ),
+        (
+            "held types of a hold update",
+            [hello("b-update"), worker_pb2.WorkerMessage(hold_update=worker_pb2.HoldUpdate(held_types=many_types))],
+            "hold_update.held_types",
+        ),
+    ]
+
+
+async def test_a_worker_message_naming_more_than_the_limits_is_refused_before_it_costs_anything(
+    scheduler: Scheduler, database_url: str
+) -> None:
+    # Each of these fits in a message, but walking it would cost the scheduler's event loop
+    # seconds (a hello of 1,000 queues x 1,000 types, 14 KB, held it 3 s): refused on sight,
+    # naming the field and the limit, while a real worker keeps working.
+    cases = _over_the_limits()
+    worker = Worker(target=scheduler.target, slots=4, worker_id="real-worker")
+    worker.register("echo", lambda payload: payload)
+    async with Client(scheduler.target) as client, worker:
+        endings = await asyncio.gather(*(open_stream(scheduler.target, messages) for _, messages, _ in cases))
+        done = await client.wait((await client.submit("echo", b"after")).id, timeout=timedelta(seconds=30))
+    got = [
+        (label, code, field if field in details else details)
+        for (label, _, field), (code, details) in zip(cases, endings, strict=True)
+    ]
+    assert got == [(label, INVALID, field) for label, _, field in cases]
+    assert (done.state, done.result) == (COMPLETED, b"after")
+    refused_hellos = [m[0].hello.worker_id for _, m, _ in cases if len(m) == 1]
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT id FROM lowtide.workers WHERE id = ANY(%s)", (refused_hellos,))
+        assert await cur.fetchall() == [], "a refused hello recorded its worker"
 
 
 DURATIONS = ("schedule_to_start_timeout", "start_to_close_timeout", "heartbeat_timeout")

@@ -109,11 +109,13 @@ class Hello(_message.Message):
     """1 to 10,000"""
     @_builtins.property
     def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """["default"] when empty"""
+        """["default"] when empty; at most 100."""
 
     @_builtins.property
     def activity_types(self) -> _containers.RepeatedCompositeFieldContainer[Global___ActivityType]:
-        """At least one that is not local. Names: 1 to 200 characters."""
+        """At least one that is not local, at most 1,000. Names: 1 to 200 characters. The queues and
+        the types together make at most 10,000 (queue, type) pairs: split a larger worker.
+        """
 
     @_builtins.property
     def running(self) -> _containers.RepeatedCompositeFieldContainer[_task_pb2.TaskRef]:
@@ -123,18 +125,19 @@ class Hello(_message.Message):
         is no longer this worker's (its lease ran out, it was cancelled, timed out, or lost when its
         stream dropped) is named in a CancelTasks right after the Welcome: stop it and drop its
         result. Attempts recorded as this worker's that the hello does not list are lost (WorkerLost).
+        At most 20,000.
         """
 
     @_builtins.property
     def cost_deferrable_activities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """This worker's own cost-deferrable types: held while the scheduler's signal is high."""
+        """This worker's own cost-deferrable types: held while the scheduler's signal is high. At most 1,000."""
 
     @_builtins.property
     def held_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The types this worker holds now by its own predicate, as a HoldUpdate would name them: the
         scheduler claims none of them for this worker from its very first claim (a worker that
         waited for the Welcome to send a HoldUpdate could be handed held work in between). Later
-        changes go in HoldUpdate.
+        changes go in HoldUpdate. At most 1,000.
         """
 
     def __init__(
@@ -170,7 +173,9 @@ class Results(_message.Message):
 
     RESULTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskResult]: ...
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskResult]:
+        """at most 20,000 a message"""
+
     def __init__(
         self,
         *,
@@ -237,12 +242,14 @@ class Heartbeat(_message.Message):
     RUNNING_FIELD_NUMBER: _builtins.int
     DETAILS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def running(self) -> _containers.RepeatedCompositeFieldContainer[_task_pb2.TaskRef]: ...
+    def running(self) -> _containers.RepeatedCompositeFieldContainer[_task_pb2.TaskRef]:
+        """at most 20,000"""
+
     @_builtins.property
     def details(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeartbeatDetails]:
         """Progress an activity reported (its heartbeat details), stored on the task and shown as
         Task.heartbeat_details; the newest wins. Only for attempts this worker runs (others are
-        ignored); at most 4096 bytes each, or the stream ends with INVALID_ARGUMENT.
+        ignored); at most 4096 bytes each and 20,000 in all, or the stream ends with INVALID_ARGUMENT.
         """
 
     def __init__(
@@ -292,7 +299,9 @@ class HoldUpdate(_message.Message):
 
     HELD_TYPES_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def held_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def held_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """at most 1,000"""
+
     def __init__(
         self,
         *,
