@@ -26,6 +26,8 @@ MAX_NAME = 200
 MAX_KEY = 500
 MAX_DURATION = timedelta(days=366)
 MAX_ATTEMPTS = 10_000
+# Error types a retry policy may name as non-retryable: each is checked on submit and stored on the task.
+MAX_ERROR_TYPES = 100
 
 STATE_TO_PROTO = {state: getattr(task_pb2, f"TASK_STATE_{state.name}") for state in State}
 PROTO_TO_STATE = {v: k for k, v in STATE_TO_PROTO.items()}
@@ -94,6 +96,11 @@ def _policy(spec: task_pb2.RetryPolicy, defaults: RetryConfig) -> RetryPolicy:
         raise InvalidArgument(f"{field}.backoff_coefficient", "must be between 1 and 100")
     initial = optional_duration(field, spec, "initial_backoff", positive=False)
     maximum = optional_duration(field, spec, "max_backoff", positive=False)
+    if len(spec.non_retryable_error_types) > MAX_ERROR_TYPES:
+        raise InvalidArgument(
+            f"{field}.non_retryable_error_types",
+            f"must name at most {MAX_ERROR_TYPES} error types, not {len(spec.non_retryable_error_types):,}",
+        )
     policy = RetryPolicy(
         max_attempts=spec.max_attempts or defaults.max_attempts,
         initial_backoff=defaults.initial_backoff if initial is None else initial,

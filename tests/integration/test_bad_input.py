@@ -112,6 +112,15 @@ async def test_bad_requests_are_refused_naming_the_field_and_store_nothing(
             ),
             ("list with an unknown state", stub.ListTasks(unknown_state), INVALID, "state"),
             (
+                "101 non-retryable error types",
+                submit_one(
+                    stub,
+                    spec(retry_policy=task_pb2.RetryPolicy(non_retryable_error_types=[f"E{i}" for i in range(101)])),
+                ),
+                INVALID,
+                "non_retryable_error_types",
+            ),
+            (
                 "a batch with one bad task",
                 stub.SubmitTasks(
                     scheduler_pb2.SubmitTasksRequest(tasks=[spec(payload=b"0"), spec(payload=b"1"), spec(""), spec()])

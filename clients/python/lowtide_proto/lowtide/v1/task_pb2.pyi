@@ -116,7 +116,7 @@ class RetryPolicy(_message.Message):
     def max_backoff(self) -> _duration_pb2.Duration: ...
     @_builtins.property
     def non_retryable_error_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Failures whose error_type is listed here are not retried."""
+        """Failures whose error_type is listed here are not retried. At most 100."""
 
     def __init__(
         self,
