@@ -37,7 +37,7 @@ MAX_HEARTBEAT_DETAILS = 4096
 # make, which every claim for its group walks (a Hello of 1,000 queues x 1,000 types, 14 KB, held
 # the scheduler's event loop for 3 s; 10,000 pairs cost it tens of milliseconds).
 MAX_ACTIVITY_TYPES = 1_000
-MAX_QUEUES = 100
+MAX_QUEUES = 1_000
 MAX_PAIRS = 10_000
 # Attempts one message may name (Hello.running, Results, Heartbeat.running and .details): a worker
 # holds at most its slots, and results it could not send yet were in its slots too.

@@ -109,7 +109,7 @@ class Hello(_message.Message):
     """1 to 10,000"""
     @_builtins.property
     def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """["default"] when empty; at most 100."""
+        """["default"] when empty; at most 1,000."""
 
     @_builtins.property
     def activity_types(self) -> _containers.RepeatedCompositeFieldContainer[Global___ActivityType]:
