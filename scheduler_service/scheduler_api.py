@@ -112,6 +112,9 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         limit = self._config.scheduler.max_batch_tasks
         if len(request.tasks) > limit:
             raise TooLarge(f"tasks: {len(request.tasks)} tasks is over the limit of {limit} per batch")
+        named, most = sum(len(spec.depends_on) for spec in request.tasks), convert.MAX_BATCH_DEPENDENCIES
+        if named > most:
+            raise TooLarge(f"tasks: {named:,} dependencies in all is over the limit of {most:,} per batch")
         tasks = []
         for index, spec in enumerate(request.tasks):
             try:

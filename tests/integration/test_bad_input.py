@@ -134,6 +134,16 @@ async def test_bad_requests_are_refused_naming_the_field_and_store_nothing(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 "tasks[1].payload",
             ),
+            (
+                "a batch naming 100,001 dependencies in all",
+                stub.SubmitTasks(
+                    scheduler_pb2.SubmitTasksRequest(
+                        tasks=[spec(depends_on=range(1, 1001)) for _ in range(100)] + [spec(depends_on=[1])]
+                    )
+                ),
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "100,001 dependencies",
+            ),
         ]
         seen = [(label, *await refusal(call)) for label, call, _, _ in cases]
         wanted = [(label, code, field) for label, _, code, field in cases]

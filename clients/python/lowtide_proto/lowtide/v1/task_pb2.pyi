@@ -262,6 +262,7 @@ class TaskSpec(_message.Message):
     def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Tasks that must complete first (for any task). One that fails, is cancelled, times out or
         is skipped or shed fails this task too. A fixed start waits for its time and these both.
+        At most 1,000, and 100,000 in all over one SubmitTasks.
         """
 
     @_builtins.property
