@@ -104,3 +104,15 @@ async def test_list_pages_through_everything(scheduler: Scheduler) -> None:
             if not token:
                 break
     assert seen == sorted(ids, reverse=True)
+
+
+async def test_submit_many_splits_batches_that_would_name_too_many_dependencies(scheduler: Scheduler) -> None:
+    # The scheduler takes at most 100,000 dependencies over one SubmitTasks; 150 tasks of 1,000
+    # each go in batches that stay under it, and every task is stored with all of its own.
+    async with Client(scheduler.target) as client:
+        firsts = [t.id for t in await client.submit_many(task_spec("nothing-runs-this") for _ in range(1000))]
+        then = await client.submit_many(task_spec("nothing-runs-this", depends_on=firsts) for _ in range(150))
+        assert len(then) == 150 and all(t.created for t in then)
+        for task in (then[0], then[-1]):
+            stored = await client.get(task.id)
+            assert sorted(stored.depends_on) == firsts

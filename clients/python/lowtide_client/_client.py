@@ -8,7 +8,6 @@ already handles gRPC errors needs nothing new.
 from __future__ import annotations
 
 import builtins
-import itertools
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
@@ -38,6 +37,8 @@ FINISHED_STATES: frozenset[task_pb2.TaskState.ValueType] = frozenset(
     }
 )
 
+# The dependencies one SubmitTasks may name in all (the scheduler refuses more with RESOURCE_EXHAUSTED).
+MAX_BATCH_DEPENDENCIES = 100_000
 # WaitTask holds the call open on the server; one call waits at most this long (the server
 # allows 5 minutes, but shorter slices survive proxies with idle timeouts).
 _WAIT_SLICE = timedelta(seconds=60)
@@ -140,7 +141,8 @@ class Client:
     async def submit_many(
         self, specs: Iterable[task_pb2.TaskSpec], *, batch_size: int = 1000
     ) -> builtins.list[scheduler_pb2.SubmittedTask]:
-        """Submit many tasks, ``batch_size`` per ``SubmitTasks`` call; one entry per spec, in order.
+        """Submit many tasks, ``batch_size`` per ``SubmitTasks`` call (fewer when the batch would
+        name over 100,000 dependencies in all); one entry per spec, in order.
 
         Batching keeps each request well under gRPC's message size limit and bounds the
         scheduler's transaction. Each batch is all or nothing, but the batches are separate:
@@ -150,12 +152,24 @@ class Client:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         submitted: builtins.list[scheduler_pb2.SubmittedTask] = []
-        iterator = iter(specs)
-        while batch := builtins.list(itertools.islice(iterator, batch_size)):
+
+        async def send(batch: builtins.list[task_pb2.TaskSpec]) -> None:
             response: scheduler_pb2.SubmitTasksResponse = await self._calls.call(
                 "SubmitTasks", scheduler_pb2.SubmitTasksRequest(tasks=batch)
             )
             submitted.extend(response.tasks)
+
+        # A batch also ends before it would name more dependencies in all than the scheduler takes.
+        batch: builtins.list[task_pb2.TaskSpec] = []
+        named = 0
+        for spec in specs:
+            if batch and (len(batch) == batch_size or named + len(spec.depends_on) > MAX_BATCH_DEPENDENCIES):
+                await send(batch)
+                batch, named = [], 0
+            batch.append(spec)
+            named += len(spec.depends_on)
+        if batch:
+            await send(batch)
         return submitted
 
     async def get(self, task_id: int) -> task_pb2.Task:
