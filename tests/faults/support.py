@@ -21,6 +21,7 @@ from tests.helpers import eventually, free_port
 from tests.process.test_many_workers import counting_worker, kill_all, logs_of
 
 REPO = Path(__file__).resolve().parents[2]
+NAP_WORKER = Path(__file__).with_name("nap_worker.js")
 
 __all__ = ["counting_worker", "free_port", "kill_all", "logs_of"]
 
@@ -51,6 +52,13 @@ def service_process(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def nap_worker(node: str, target: str, worker_id: str, log: Path, *, nap_ms: int = 1500) -> subprocess.Popen[bytes]:
+    """The Node library's worker of `nap_worker.js` (its `n_nap` sleeps `nap_ms`), logging to `log`."""
+    env = dict(os.environ, LOWTIDE_TARGET=target, WORKER_ID=worker_id, NAP_MS=str(nap_ms))
+    with log.open("ab") as out:
+        return subprocess.Popen([node, str(NAP_WORKER)], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def sigkill(process: subprocess.Popen[bytes]) -> None:

@@ -6,7 +6,6 @@ and take work from it."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 from datetime import timedelta
@@ -19,18 +18,20 @@ from scheduler_service.server import Scheduler, start_scheduler
 from scheduler_service.sessions import WorkerSession
 from tests.conftest import make_config
 from tests.deploy.node import ensure_node_modules, node_or_skip
-from tests.faults.support import REPO, SlowPath, connected_workers, counting_worker, free_port, kill_all, logs_of, query
+from tests.faults.support import (
+    SlowPath,
+    connected_workers,
+    counting_worker,
+    free_port,
+    kill_all,
+    logs_of,
+    nap_worker,
+    query,
+)
 from tests.helpers import eventually
 
 RUNNING = TaskState.Value("TASK_STATE_RUNNING")
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
-NAP_WORKER = Path(__file__).with_name("nap_worker.js")
-
-
-def _node_worker(node: str, target: str, worker_id: str, log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, LOWTIDE_TARGET=target, WORKER_ID=worker_id, NAP_MS="1500")
-    with log.open("ab") as out:
-        return subprocess.Popen([node, str(NAP_WORKER)], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def _text(path: Path) -> str:
@@ -48,7 +49,7 @@ async def test_a_stopping_scheduler_drains_busy_workers_and_they_reconnect_to_th
     out, py_log, node_log = tmp_path / "py.txt", tmp_path / "py.log", tmp_path / "node.log"
     processes = [
         counting_worker(first.target, out, slots=2, worker_id="py-drain", log=py_log, nap=1.5, level="INFO"),
-        _node_worker(node, first.target, "node-drain", node_log),
+        nap_worker(node, first.target, "node-drain", node_log),
     ]
     logs = [py_log, node_log]
     try:
@@ -122,11 +123,7 @@ class _Leaving:
             self._running = asyncio.create_task(self._worker.run())
         else:
             # Its nap outlasts the scheduler's replacement; it ends by itself.
-            env = dict(os.environ, LOWTIDE_TARGET=target, WORKER_ID=self.worker_id, NAP_MS="8000")
-            with log.open("ab") as out:
-                self._process = subprocess.Popen(
-                    [node_or_skip(), str(NAP_WORKER)], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
-                )
+            self._process = nap_worker(node_or_skip(), target, self.worker_id, log, nap_ms=8000)
 
     async def _slow(self, payload: bytes) -> bytes:
         self.ran.append(payload)

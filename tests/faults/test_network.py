@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import subprocess
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
 from scheduler_service.server import Scheduler, start_scheduler
 from scheduler_service.sessions import MAX_OUTBOX
 from tests.conftest import make_config
-from tests.faults.support import RawWorker, connected_workers, counting_worker, kill_all, serving, states
+from tests.deploy.node import ensure_node_modules, node_or_skip
+from tests.faults.support import RawWorker, connected_workers, counting_worker, kill_all, nap_worker, serving, states
 from tests.helpers import eventually
 
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
@@ -190,13 +192,16 @@ async def test_thousands_of_streams_from_one_client_do_not_crowd_out_others(
 
 
 class _EndsUnderLoad(worker_pb2_grpc.WorkerServiceServicer):
-    """Plays a scheduler that ends each worker stream with UNAVAILABLE (as a stopping or failing
-    one does) while the worker is busy writing: it hands out a burst of no-op work, so results
-    are on their way, and ends the stream a few milliseconds later."""
+    """Plays a scheduler that ends each worker stream while the worker is busy writing: it hands
+    out a burst of no-op work of `activity`, so results are on their way, and ends the stream a
+    few milliseconds later with `code` (UNAVAILABLE, as a stopping scheduler does; or INTERNAL,
+    as a proxy in front does when its connection to the scheduler resets)."""
 
     BURST = 1_000
 
-    def __init__(self) -> None:
+    def __init__(self, code: grpc.StatusCode, activity: str = "count") -> None:
+        self.code = code
+        self.activity = activity
         self.streams = 0
 
     # Written with context.write() rather than as a generator, so the stub's signature differs.
@@ -212,41 +217,71 @@ class _EndsUnderLoad(worker_pb2_grpc.WorkerServiceServicer):
         first = (self.streams - 1) * self.BURST
         for start in range(first, first + self.BURST, 50):
             refs = [task_pb2.TaskRef(task_id=i + 1, attempt=1) for i in range(start, start + 50)]
-            work = [worker_pb2.Assignment(task=ref, activity_type="count") for ref in refs]
+            work = [worker_pb2.Assignment(task=ref, activity_type=self.activity) for ref in refs]
             await context.write(worker_pb2.SchedulerMessage(assignments=worker_pb2.Assignments(assignments=work)))
         reading = asyncio.ensure_future(self._read(request_iterator))
         await asyncio.sleep(0.005)
         reading.cancel()
-        await context.abort(grpc.StatusCode.UNAVAILABLE, "the scheduler is shutting down")
+        if self.code == grpc.StatusCode.INTERNAL:
+            await context.abort(self.code, "Received RST_STREAM with error code 2")
+        await context.abort(self.code, "the scheduler is shutting down")
 
     async def _read(self, request_iterator: AsyncIterator[worker_pb2.WorkerMessage]) -> None:
         async for _ in request_iterator:
             pass
 
 
-async def test_a_worker_whose_stream_ends_while_it_writes_connects_again() -> None:
-    # grpc.aio can report such an end as INTERNAL ("Internal error from Core") instead of the
-    # UNAVAILABLE the server sent (grpc/grpc#36066): a write of the worker's failed as the stream
-    # ended. The worker must take it for the ended stream it is and connect again, every time,
-    # rather than stop with an error. Five ends in a row (before the worker knew, about two in
-    # three of them stopped it).
-    scheduler = _EndsUnderLoad()
+@asynccontextmanager
+async def _serving(scheduler: _EndsUnderLoad) -> AsyncIterator[str]:
     server = grpc.aio.server()
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(scheduler, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    worker = Worker(target=f"127.0.0.1:{port}", slots=_EndsUnderLoad.BURST)
-    worker.register("count", lambda payload: payload)
-    running = asyncio.create_task(worker.run())
     try:
-
-        async def ended_five_times() -> bool:
-            if running.done():
-                raise AssertionError(f"the worker stopped: {running.exception()!r}")
-            return scheduler.streams > 5
-
-        await eventually(ended_five_times, within=60)
+        yield f"127.0.0.1:{port}"
     finally:
-        worker.stop()
-        await asyncio.gather(running, return_exceptions=True)
         await server.stop(None)
+
+
+@pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL], ids=lambda c: c.name)
+async def test_a_worker_whose_stream_ends_while_it_writes_connects_again(code: grpc.StatusCode) -> None:
+    # An UNAVAILABLE end can reach the worker as INTERNAL ("Internal error from Core") when a
+    # write of its failed as the stream ended (grpc/grpc#36066), and a proxy's reset is INTERNAL
+    # anyway. The worker must take either for the ended stream it is and connect again, every
+    # time, rather than stop with an error. Five ends in a row (before the worker knew, about two
+    # in three of the UNAVAILABLE ones stopped it).
+    scheduler = _EndsUnderLoad(code)
+    async with _serving(scheduler) as target:
+        worker = Worker(target=target, slots=_EndsUnderLoad.BURST)
+        worker.register("count", lambda payload: payload)
+        running = asyncio.create_task(worker.run())
+        try:
+
+            async def ended_five_times() -> bool:
+                if running.done():
+                    raise AssertionError(f"the worker stopped: {running.exception()!r}")
+                return scheduler.streams > 5
+
+            await eventually(ended_five_times, within=60)
+        finally:
+            worker.stop()
+            await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_a_node_worker_whose_stream_ends_with_internal_connects_again(tmp_path: Path) -> None:
+    node = node_or_skip()
+    await ensure_node_modules()
+    scheduler = _EndsUnderLoad(grpc.StatusCode.INTERNAL, activity="n_nap")
+    log = tmp_path / "node.log"
+    async with _serving(scheduler) as target:
+        process = nap_worker(node, target, "under-load", log, nap_ms=0)
+        try:
+
+            async def ended_three_times() -> bool:
+                if process.poll() is not None:
+                    raise AssertionError(f"the worker stopped: {log.read_text(errors='replace')}")
+                return scheduler.streams > 3
+
+            await eventually(ended_three_times, within=60)
+        finally:
+            kill_all([process])

@@ -25,9 +25,11 @@ class NonRetryableError extends Error {
 const key = (ref) => `${ref.task_id}:${ref.attempt}`;
 
 // Statuses after which a worker connects again: the scheduler stopped or drained the stream
-// (OK, UNAVAILABLE), or the connection broke. Any other status is an error to fix (a refused
-// hello, ABORTED when a newer stream took this worker id over), not to retry.
-const RECONNECT = new Set([grpc.status.OK, grpc.status.UNAVAILABLE, grpc.status.CANCELLED]);
+// (OK, UNAVAILABLE), or the connection broke (CANCELLED; INTERNAL, which the scheduler never
+// ends a stream with, is what a proxy in front reports when its connection to the scheduler
+// resets). Any other status is an error to fix (a refused hello, ABORTED when a newer stream took
+// this worker id over), not to retry.
+const RECONNECT = new Set([grpc.status.OK, grpc.status.UNAVAILABLE, grpc.status.CANCELLED, grpc.status.INTERNAL]);
 
 class Worker extends EventEmitter {
   /** @param {import('../index').WorkerOptions} options (each one is described in index.d.ts) */

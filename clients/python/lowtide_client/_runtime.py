@@ -71,19 +71,14 @@ class Settings:
     hold_check_interval: float = 0.25  # seconds
 
 
-# What grpc.aio reports in place of a stream's real status when a write of ours failed as the
-# stream ended (grpc/grpc#36066): an UNAVAILABLE (the connection gone, the scheduler stopping)
-# then reads as INTERNAL with these details.
-_WRITE_FAILED_AS_STREAM_ENDED = "Internal error from Core"
-
-
 def _stream_broke(error: grpc.aio.AioRpcError) -> bool:
-    """Whether a stream's error means: connect again. UNAVAILABLE, or the INTERNAL that stands in
-    for the real status when the stream ended under a write; if the real one named something to
-    fix, the next stream gets it again, unmasked."""
-    if error.code() == grpc.StatusCode.UNAVAILABLE:
-        return True
-    return bool(error.code() == grpc.StatusCode.INTERNAL and error.details() == _WRITE_FAILED_AS_STREAM_ENDED)
+    """Whether a stream's error means: connect again. UNAVAILABLE (the scheduler stopping, the
+    connection gone), or INTERNAL, which the scheduler never ends a stream with: it is what a
+    proxy in front reports when its connection to the scheduler resets ("RST_STREAM with error
+    code 2"), and what grpc.aio reports in place of the real status when a write of ours failed
+    as the stream ended ("Internal error from Core", grpc/grpc#36066). If the real one named
+    something to fix, the next stream gets it again, unmasked."""
+    return error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
 
 
 class Runtime:
