@@ -50,8 +50,12 @@ class Completer:
         self._traces = traces
         self._traced: dict[tuple[int, int], tuple[Context, int]] = {}
         self._ready = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
+        # Reports taken so far and, of those, how many are written (in the order they came), and
+        # who waits for a count to be written (flushed): under a steady flow of reports the
+        # completer is never idle, so "all written" must mean those taken by then.
+        self._taken = 0
+        self._written = 0
+        self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._on_applied = on_applied
         self.metrics = metrics
         # Tallies what the attempts of adaptive types showed (in memory; written once a window).
@@ -66,14 +70,29 @@ class Completer:
     ) -> None:
         """Takes a report to write; `traced` (tracing on): the attempt's trace context and when it came."""
         self._pending.append((outcome, session))
+        self._taken += 1
         if traced is not None and traced[0] is not None and self._traces is not None:
             self._traced[(outcome.task_id, outcome.attempt)] = (traced[0], traced[1])
-        self._idle.clear()
         self._ready.set()
 
     async def flushed(self) -> None:
-        """Waits until every report added so far has been written."""
-        await self._idle.wait()
+        """Waits until every report added so far has been written (not those added meanwhile)."""
+        if self._written >= self._taken:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (self._taken, waiter)
+        self._flush_waiters.append(entry)
+        try:
+            await waiter
+        finally:
+            if entry in self._flush_waiters:
+                self._flush_waiters.remove(entry)
+
+    def _written_up_to(self, count: int) -> None:
+        self._written = count
+        for target, waiter in self._flush_waiters:
+            if target <= count and not waiter.done():
+                waiter.set_result(None)
 
     async def run(self) -> None:
         backoff = Backoff(initial=0.05, maximum=2.0)
@@ -93,6 +112,7 @@ class Completer:
                 backoff.reset()
                 written = {}
                 del self._pending[: len(batch)]
+                self._written_up_to(self._written + len(batch))
                 stale: dict[int, tuple[WorkerSession, list[tuple[int, int]]]] = {}
                 for outcome, session in batch:
                     ref = (outcome.task_id, outcome.attempt)
@@ -110,7 +130,6 @@ class Completer:
                 self._on_applied(
                     [o.task_id for o, _ in batch if o.state is not State.PENDING and (o.task_id, o.attempt) in applied]
                 )
-            self._idle.set()
 
     async def _write(
         self, batch: list[tuple[Outcome, WorkerSession | None]], written: dict[tuple[int, int], FinishedRow]

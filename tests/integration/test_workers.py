@@ -17,6 +17,7 @@ import pytest
 from lowtide.config import Config, TypeConfig
 from lowtide_client import Client, NonRetryableError, TaskState, Worker, task_spec
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
+from scheduler_service.domain.model import Outcome, State
 from scheduler_service.server import Scheduler, start_scheduler
 from tests.conftest import make_config
 from tests.helpers import eventually
@@ -285,3 +286,31 @@ async def test_a_worker_that_stops_heartbeating_loses_its_task(scheduler: Schedu
             done = await client.wait(task.id, timeout=timedelta(seconds=10))
     assert kinds == ["welcome", "assignments", "cancel"]
     assert (done.state, done.attempt, done.last_failure.error_type) == (COMPLETED, 2, "WorkerLost")
+
+
+async def test_the_completer_flushed_waits_for_reports_taken_so_far_not_for_a_pause_in_the_flow(
+    scheduler: Scheduler,
+) -> None:
+    # A worker's release (its attempts back to pending as WorkerLost) and a reconnecting worker's
+    # attach first wait for the reports already taken to be written. Under a steady flow of
+    # reports from other workers the completer never runs dry, so a wait for it to be idle would
+    # last as long as the flow (an attach gave up after 5 s; a release had no bound).
+    completer = scheduler.parts.completer
+    stop = asyncio.Event()
+
+    async def flow() -> None:
+        task_id = 10**12  # no such task: each report is written and found stale
+        while not stop.is_set():
+            for _ in range(20):
+                task_id += 1
+                completer.add(Outcome(task_id=task_id, attempt=1, state=State.COMPLETED, result=b""), None)
+            await asyncio.sleep(0)
+
+    flowing = asyncio.create_task(flow())
+    try:
+        await asyncio.sleep(0.2)
+        await asyncio.wait_for(completer.flushed(), 10)
+        assert not flowing.done(), "the flow stopped before the wait ended"
+    finally:
+        stop.set()
+        await flowing
