@@ -1,7 +1,7 @@
 'use strict';
 // A Node worker for the drain test, built on clients/node: `n_nap` sleeps NAP_MS (default 1500)
-// and returns its payload. Prints one line per stream event (welcome, drain, reconnecting), which
-// the test reads. Configured by LOWTIDE_TARGET and WORKER_ID; SIGTERM stops it.
+// and returns its payload. Prints one line per stream event (welcome, drain, reconnecting) and per
+// nap started, which the test reads. Configured by LOWTIDE_TARGET and WORKER_ID; SIGTERM stops it.
 const { Worker } = require('../../clients/node/lib');
 
 const nap = Number(process.env.NAP_MS || 1500);
@@ -11,6 +11,7 @@ const worker = new Worker({
   slots: 2,
   activities: {
     n_nap: async (payload) => {
+      console.log(`started ${payload.toString()}`);
       await new Promise((resolve) => setTimeout(resolve, nap));
       return payload;
     },
