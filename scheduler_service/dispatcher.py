@@ -369,8 +369,9 @@ class Dispatcher:
 
     async def _send(self, taken: Slots, rows: list[ClaimedRow], claimed_ns: int) -> bool:
         """Hands each row to the session it was claimed for, in one message per session. Rows of a
-        session that left (or was told to drain) while the claim ran go back untouched: nothing is
-        assigned after a Drain. False when any went back. `claimed_ns`: when the claim began."""
+        session that left, was told to drain or took its slots to zero while the claim ran go back
+        untouched: nothing is assigned after a Drain, nor after the answer to a SlotUpdate(0).
+        False when any went back. `claimed_ns`: when the claim began."""
         if not rows:
             return True
         sessions = {s.worker_id: s for s, _ in taken}
@@ -382,7 +383,7 @@ class Dispatcher:
         sent: list[tuple[WorkerSession, list[ClaimedRow]]] = []
         for worker_id, claimed in by_worker.items():
             session = sessions[worker_id]
-            if session.closed or session.draining:
+            if session.closed or session.draining or session.slots == 0:
                 back.extend(claimed)
                 continue
             for row in claimed:

@@ -91,6 +91,11 @@ class WorkerReader:
                     raise InvalidArgument("slot_update.slots", f"must be at most {MAX_SLOTS}")
                 session.slots = message.slot_update.slots
                 session.wake.set()
+                if message.slot_update.answer:
+                    # Behind every assignment already queued for the stream; a claim still
+                    # running hands its rows back rather than send them past a zero (dispatcher).
+                    taken = worker_pb2.SlotsTaken(slots=session.slots)
+                    session.send(worker_pb2.SchedulerMessage(slots_taken=taken))
             elif kind == "hold_update":
                 at_most("hold_update.held_types", message.hold_update.held_types, MAX_ACTIVITY_TYPES, "types")
                 holding = frozenset(name("hold_update.held_types", t) for t in message.hold_update.held_types)

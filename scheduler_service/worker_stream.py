@@ -123,6 +123,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
                 heartbeat_interval=_duration(self._heartbeat_interval),
                 lease_timeout=_duration(self._lease),
                 idle_heartbeat_interval=_duration(self._idle_heartbeat_interval),
+                answers_slot_updates=True,
             )
             await context.write(worker_pb2.SchedulerMessage(welcome=welcome))
             if stale:

@@ -109,7 +109,7 @@ class _Leaving:
     """A worker that runs one long attempt (`payload` "last") and is then stopped: the Python
     library in this process, or the Node one in a process of its own."""
 
-    def __init__(self, kind: str, target: str, log: Path) -> None:
+    def __init__(self, kind: str, target: str, log: Path, *, nap_ms: int = 8000) -> None:
         self.kind = kind
         self.activity = "slow" if kind == "python" else "n_nap"
         self.worker_id = f"leaving-{kind}"
@@ -123,8 +123,8 @@ class _Leaving:
             self._worker.register("slow", self._slow)
             self._running = asyncio.create_task(self._worker.run())
         else:
-            # Its nap outlasts the scheduler's replacement; it ends by itself.
-            self._process = nap_worker(node_or_skip(), target, self.worker_id, log, nap_ms=8000)
+            # By default its nap outlasts a scheduler's replacement; it ends by itself.
+            self._process = nap_worker(node_or_skip(), target, self.worker_id, log, nap_ms=nap_ms)
 
     async def _slow(self, payload: bytes) -> bytes:
         self.ran.append(payload)
@@ -226,4 +226,40 @@ async def test_a_stopping_worker_that_reconnects_to_report_takes_no_new_work(
         await first.stop(grace=0.2)
         if second is not None:
             await second.stop(grace=1.0)
+        await path.close()
+
+
+@pytest.mark.parametrize("kind", ["python", "node"])
+async def test_a_worker_stopped_while_work_is_on_its_way_to_it_runs_that_work(
+    scheduler: Scheduler, tmp_path: Path, kind: str
+) -> None:
+    # The scheduler has sent the worker an assignment that is still on the wire (the worker is
+    # 50 ms away) when the worker is told to stop, with nothing else running. It must not take
+    # "nothing runs" for "done": until the scheduler answers its SlotUpdate(0), work sent before
+    # may arrive, and it runs. Declined, it came back as WorkerLost, an attempt spent unrun.
+    if kind == "node":
+        await ensure_node_modules()
+    path = SlowPath(scheduler.target, delay=0.05)
+    log = tmp_path / "worker.log"
+    worker = _Leaving(kind, await path.start(), log, nap_ms=50)
+    try:
+        async with Client(scheduler.target) as client:
+
+            async def connected() -> bool:
+                return scheduler.parts.registry.get(worker.worker_id) is not None
+
+            await eventually(connected, within=30)
+            task = await client.submit(worker.activity, b"on-its-way")
+
+            async def sent() -> bool:
+                session = scheduler.parts.registry.get(worker.worker_id)
+                return session is not None and task.id in session.in_flight
+
+            await eventually(sent, within=30, interval=0.005)
+            worker.stop()
+            done = await client.wait(task.id, timeout=timedelta(seconds=30))
+            await worker.finish()
+            assert (done.state, done.attempt, done.worker_id) == (COMPLETED, 1, worker.worker_id), _text(log)
+    finally:
+        await worker.close()
         await path.close()

@@ -255,7 +255,8 @@ async def test_task_list_says_results_are_left_out_and_task_get_shows_them(sched
         assert "result='the result'" in got.out
     finally:
         worker.terminate()
-        worker.wait(timeout=30)
+        # Off the event loop: the scheduler runs on it, and the stopping worker awaits its answer.
+        await asyncio.to_thread(worker.wait, 30)
 
 
 async def test_a_reader_that_goes_away_ends_the_list_quietly(scheduler: Scheduler) -> None:

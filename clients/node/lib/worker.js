@@ -29,6 +29,9 @@ const key = (ref) => `${ref.task_id}:${ref.attempt}`;
 // ends a stream with, is what a proxy in front reports when its connection to the scheduler
 // resets). Any other status is an error to fix (a refused hello, ABORTED when a newer stream took
 // this worker id over), not to retry.
+// How long a stopping worker waits for the scheduler to answer its zero slots (a round trip,
+// normally) before it stops waiting.
+const ANSWER_TIMEOUT_MS = 5000;
 const RECONNECT = new Set([grpc.status.OK, grpc.status.UNAVAILABLE, grpc.status.CANCELLED, grpc.status.INTERNAL]);
 
 class Worker extends EventEmitter {
@@ -85,6 +88,8 @@ class Worker extends EventEmitter {
     this._welcomed = false; // the current stream's welcome has arrived
     this._halfClosed = false; // the current stream's request side is closed: write nothing more
     this._streamDraining = false; // the scheduler sent Drain on the current stream
+    this._answered = false; // the current stream's scheduler answers a SlotUpdate (slots_taken)
+    this._slotsTaken = null; // while stopping: resolved once nothing more is on its way to us
     this._delayMs = reconnectInitialMs;
     this._capMs = reconnectMaxMs;
     this._ended = false;
@@ -115,7 +120,7 @@ class Worker extends EventEmitter {
     if (!this.draining) {
       this.draining = true;
       // Zero slots: the scheduler pushes nothing more while the running attempts finish.
-      this._write({ slot_update: { slots: 0 } });
+      this._askForNoSlots();
       this._stopTimer = setTimeout(() => this.close(), this.stopGraceMs);
       this._stopTimer.unref?.();
     }
@@ -172,8 +177,9 @@ class Worker extends EventEmitter {
         // Reconnect well within the lease, or the scheduler gives the running attempts away.
         this._capMs = lease > 0 ? Math.min(this.reconnectMaxMs, lease / 4) : this.reconnectMaxMs;
         this._delayMs = this.reconnectInitialMs;
+        this._answered = Boolean(message.welcome.answers_slot_updates);
         this._scheduleHeartbeat();
-        if (this.draining) this._write({ slot_update: { slots: 0 } });
+        if (this.draining) this._askForNoSlots();
         this._flush();
         this.emit('welcome', message.welcome);
         if (this._welcome) this._welcome.resolve(message.welcome);
@@ -182,12 +188,17 @@ class Worker extends EventEmitter {
       }
       case 'assignments':
         for (const assignment of message.assignments.assignments) {
-          if (this._streamDraining || this.draining) this.emit('declined', assignment.task);
+          // Sent before the scheduler took in our stop: it runs, unless the stream can no longer
+          // carry its result (then the scheduler gives it to another worker as WorkerLost).
+          if (this._streamDraining || this._halfClosed) this.emit('declined', assignment.task);
           else this._run(assignment);
         }
         break;
       case 'cancel':
         for (const ref of message.cancel.tasks) this._cancel(ref);
+        break;
+      case 'slots_taken':
+        if (!message.slots_taken.slots) this._slotsTakenResolve();
         break;
       case 'drain':
         // The scheduler is going: take nothing new here, finish and report what runs, close
@@ -348,8 +359,34 @@ class Worker extends EventEmitter {
   }
 
   async _settle() {
+    // Until the scheduler has taken our zero slots in, work it sent before may still arrive
+    // (waited for ANSWER_TIMEOUT_MS at most: a scheduler that does not answer is not waited on).
+    while (this._slotsTaken) await this._slotsTaken.promise;
     await this._allDone();
     this._halfClose();
+  }
+
+  // Zero slots, asking the scheduler to say when it has taken that in (slots_taken); a scheduler
+  // that does not answer (older than the field) is not waited for.
+  _askForNoSlots() {
+    if (!this._writable()) return;
+    if (this._answered && !this._slotsTaken) {
+      let resolve;
+      const promise = new Promise((done) => {
+        resolve = done;
+      });
+      const timer = setTimeout(() => this._slotsTakenResolve(), ANSWER_TIMEOUT_MS);
+      timer.unref?.();
+      this._slotsTaken = { promise, resolve, timer };
+    }
+    this._write({ slot_update: { slots: 0, answer: true } });
+  }
+
+  _slotsTakenResolve() {
+    if (this._slotsTaken === null) return;
+    clearTimeout(this._slotsTaken.timer);
+    this._slotsTaken.resolve();
+    this._slotsTaken = null;
   }
 
   _halfClose() {
@@ -371,6 +408,7 @@ class Worker extends EventEmitter {
   _streamEnded(call, error) {
     if (call !== this._call || this._ended) return;
     this._call = null;
+    this._slotsTakenResolve(); // nothing more can come on this stream
     this._welcomed = false;
     if (this._heartbeatTimer !== null) clearTimeout(this._heartbeatTimer);
     this._heartbeatTimer = null;
@@ -393,6 +431,7 @@ class Worker extends EventEmitter {
   _finish(error) {
     if (this._ended) return;
     this._ended = true;
+    this._slotsTakenResolve();
     for (const timer of [this._flushTimer, this._heartbeatTimer, this._detailsTimer, this._reconnectTimer, this._stopTimer]) {
       if (timer) clearTimeout(timer);
     }

@@ -48,6 +48,9 @@ _DEFAULT_HEARTBEAT = 10.0
 _WELCOME_TIMEOUT = 30.0
 # Once all attempts are over: time to flush the results and let the scheduler end the stream.
 _CLOSE_TIMEOUT = 10.0
+# How long a stopping worker waits for the scheduler to answer its SlotUpdate(0) (a round trip,
+# normally): past it, a scheduler that does not answer is not waited for any longer.
+_ANSWER_TIMEOUT = 5.0
 
 
 class _Signal(enum.Enum):
@@ -104,6 +107,11 @@ class Runtime:
         self._stopping = False  # no new work wanted: SlotUpdate(0) sent, or owed to the next stream
         self._closing = False  # all work over: flush the results and close the stream
         self._drained = asyncio.Event()  # the scheduler sent Drain on the current stream
+        # Set once the scheduler has answered our SlotUpdate(0) (SlotsTaken): nothing more is on
+        # its way to us. Set from the start, and on a stream whose scheduler does not answer.
+        self._slots_taken = asyncio.Event()
+        self._slots_taken.set()
+        self._answered = False  # the current stream's scheduler answers SlotUpdates
         # The current stream's outgoing queue; None while disconnected.
         self._outgoing: asyncio.Queue[_Outgoing] | None = None
         self._flush_queued = False
@@ -136,19 +144,42 @@ class Runtime:
     async def _drain(self, connection: asyncio.Task[None]) -> None:
         """Take no new work and give running attempts up to ``shutdown_grace`` to finish."""
         self._stopping = True
-        self._send(worker_pb2.WorkerMessage(slot_update=worker_pb2.SlotUpdate(slots=0)))
+        self._ask_for_no_slots(self._outgoing)
         log_event(logging.INFO, "worker.draining", worker_id=self.worker_id, running=len(self._attempts.running))
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + self._settings.shutdown_grace
-        # Assignments already on their way when we stopped still start, so look again each time.
-        while self._attempts.running and not connection.done():
+        unanswered_until = loop.time() + _ANSWER_TIMEOUT
+
+        def awaiting_answer() -> bool:
+            return not self._slots_taken.is_set() and loop.time() < unanswered_until
+
+        # Assignments already on their way when we stopped still start, so look again each time,
+        # and until the scheduler says it has taken the zero in, more may be on their way.
+        while (self._attempts.running or awaiting_answer()) and not connection.done():
             remaining = give_up_at - loop.time()
             if remaining <= 0:
                 break
             waiting: set[asyncio.Future[Any]] = {connection, *self._attempts.tasks()}
-            await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            answered = asyncio.ensure_future(self._slots_taken.wait()) if awaiting_answer() else None
+            if answered is not None:
+                waiting.add(answered)
+                remaining = min(remaining, unanswered_until - loop.time())
+            try:
+                await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if answered is not None:
+                    answered.cancel()
         if self._attempts.running and not connection.done():
             await self._attempts.abandon_all("shutdown grace passed")
+
+    def _ask_for_no_slots(self, queue: asyncio.Queue[_Outgoing] | None) -> None:
+        """Tells the scheduler to send nothing more (SlotUpdate(0)), asking it to answer once it has
+        taken that in: until the answer, work it sent before may still be on its way, and runs."""
+        if queue is None:
+            return  # no stream: nothing is on its way, and the next stream asks (self._stopping)
+        if self._answered:
+            self._slots_taken.clear()
+        queue.put_nowait(worker_pb2.WorkerMessage(slot_update=worker_pb2.SlotUpdate(slots=0, answer=True)))
 
     def _begin_close(self) -> None:
         self._closing = True
@@ -213,7 +244,7 @@ class Runtime:
             self._outgoing = queue
             self._flush_queued = False
             if self._stopping:
-                queue.put_nowait(worker_pb2.WorkerMessage(slot_update=worker_pb2.SlotUpdate(slots=0)))
+                self._ask_for_no_slots(queue)
             if self._attempts.unsent:
                 self._queue_flush()
             if self._closing:
@@ -244,6 +275,8 @@ class Runtime:
             return False
         finally:
             self._outgoing = None
+            # The stream is over: nothing more can be on its way on it.
+            self._slots_taken.set()
             for helper in helpers:
                 helper.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
@@ -272,6 +305,7 @@ class Runtime:
         names none: then the worker beats at the busy interval, idle or not)."""
         if welcome.worker_id:
             self.worker_id = welcome.worker_id
+        self._answered = welcome.answers_slot_updates
         interval = welcome.heartbeat_interval.ToTimedelta().total_seconds()
         if interval <= 0:
             interval = _DEFAULT_HEARTBEAT
@@ -392,6 +426,9 @@ class Runtime:
                     log_event(logging.INFO, "worker.assignment_declined", task_id=ref.task_id, attempt=ref.attempt)
                 else:
                     self._attempts.start(assignment)
+        elif kind == "slots_taken":
+            if message.slots_taken.slots == 0:
+                self._slots_taken.set()
         elif kind == "cancel":
             for ref in message.cancel.tasks:
                 self._attempts.forget(ref, event="worker.attempt_cancelled", reason="cancelled by the scheduler")

@@ -322,15 +322,21 @@ class SlotUpdate(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SLOTS_FIELD_NUMBER: _builtins.int
+    ANSWER_FIELD_NUMBER: _builtins.int
     slots: _builtins.int
+    answer: _builtins.bool
+    """Answer with a SlotsTaken once the update is applied (a scheduler whose Welcome says
+    answers_slot_updates does; an older one ignores this).
+    """
     def __init__(
         self,
         *,
         slots: _builtins.int = ...,
+        answer: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["slots", b"slots"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "slots", b"slots"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -347,6 +353,7 @@ class SchedulerMessage(_message.Message):
     CANCEL_FIELD_NUMBER: _builtins.int
     DRAIN_FIELD_NUMBER: _builtins.int
     REJECTED_FIELD_NUMBER: _builtins.int
+    SLOTS_TAKEN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def welcome(self) -> Global___Welcome: ...
     @_builtins.property
@@ -357,6 +364,8 @@ class SchedulerMessage(_message.Message):
     def drain(self) -> Global___Drain: ...
     @_builtins.property
     def rejected(self) -> Global___ReportsRejected: ...
+    @_builtins.property
+    def slots_taken(self) -> Global___SlotsTaken: ...
     def __init__(
         self,
         *,
@@ -365,16 +374,43 @@ class SchedulerMessage(_message.Message):
         cancel: Global___CancelTasks | None = ...,
         drain: Global___Drain | None = ...,
         rejected: Global___ReportsRejected | None = ...,
+        slots_taken: Global___SlotsTaken | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["assignments", b"assignments", "cancel", b"cancel", "drain", b"drain", "message", b"message", "rejected", b"rejected", "welcome", b"welcome"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["assignments", b"assignments", "cancel", b"cancel", "drain", b"drain", "message", b"message", "rejected", b"rejected", "slots_taken", b"slots_taken", "welcome", b"welcome"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignments", b"assignments", "cancel", b"cancel", "drain", b"drain", "message", b"message", "rejected", b"rejected", "welcome", b"welcome"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignments", b"assignments", "cancel", b"cancel", "drain", b"drain", "message", b"message", "rejected", b"rejected", "slots_taken", b"slots_taken", "welcome", b"welcome"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["welcome", "assignments", "cancel", "drain", "rejected"]  # noqa: Y015
+    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["welcome", "assignments", "cancel", "drain", "rejected", "slots_taken"]  # noqa: Y015
     _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_message) -> _WhichOneofReturnType_message | None: ...
 
 Global___SchedulerMessage: _TypeAlias = SchedulerMessage  # noqa: Y015
+
+@_typing.final
+class SlotsTaken(_message.Message):
+    """The answer to a SlotUpdate that asked for one: the scheduler now counts this many slots for
+    the worker. Every Assignments sent before the update was applied arrives before this message,
+    so after slots: 0 nothing more comes until the next SlotUpdate. A stopping worker waits for it
+    before it half-closes: work already on its way when it stopped is run, not declined (a declined
+    assignment comes back as WorkerLost, its attempt spent).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SLOTS_FIELD_NUMBER: _builtins.int
+    slots: _builtins.int
+    def __init__(
+        self,
+        *,
+        slots: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["slots", b"slots"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SlotsTaken: _TypeAlias = SlotsTaken  # noqa: Y015
 
 @_typing.final
 class Welcome(_message.Message):
@@ -386,8 +422,13 @@ class Welcome(_message.Message):
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _builtins.int
     LEASE_TIMEOUT_FIELD_NUMBER: _builtins.int
     IDLE_HEARTBEAT_INTERVAL_FIELD_NUMBER: _builtins.int
+    ANSWERS_SLOT_UPDATES_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """The worker's id (the hello's, or one the scheduler picked): use it when reconnecting."""
+    answers_slot_updates: _builtins.bool
+    """This scheduler answers a SlotUpdate that asks for it with a SlotsTaken. False (an older
+    scheduler): no answer comes, so do not wait for one.
+    """
     @_builtins.property
     def heartbeat_interval(self) -> _duration_pb2.Duration:
         """Send a Heartbeat at least this often while any attempt runs; silence for lease_timeout loses
@@ -411,10 +452,11 @@ class Welcome(_message.Message):
         heartbeat_interval: _duration_pb2.Duration | None = ...,
         lease_timeout: _duration_pb2.Duration | None = ...,
         idle_heartbeat_interval: _duration_pb2.Duration | None = ...,
+        answers_slot_updates: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "idle_heartbeat_interval", b"idle_heartbeat_interval", "lease_timeout", b"lease_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "idle_heartbeat_interval", b"idle_heartbeat_interval", "lease_timeout", b"lease_timeout", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers_slot_updates", b"answers_slot_updates", "heartbeat_interval", b"heartbeat_interval", "idle_heartbeat_interval", b"idle_heartbeat_interval", "lease_timeout", b"lease_timeout", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
