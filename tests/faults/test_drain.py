@@ -6,8 +6,10 @@ and take work from it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import subprocess
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -105,6 +107,19 @@ async def test_a_stopping_scheduler_drains_busy_workers_and_they_reconnect_to_th
             await second.stop(grace=1.0)
 
 
+class _OnEvent(logging.Handler):
+    """Calls `seen` for each lowtide_client record of `event` for `worker_id`."""
+
+    def __init__(self, event: str, worker_id: str, seen: Callable[[], None]) -> None:
+        super().__init__(logging.INFO)
+        self._event, self._worker_id, self._seen = event, worker_id, seen
+
+    def emit(self, record: logging.LogRecord) -> None:
+        fields = getattr(record, "lowtide_fields", {})
+        if getattr(record, "lowtide_event", None) == self._event and fields.get("worker_id") == self._worker_id:
+            self._seen()
+
+
 class _Leaving:
     """A worker that runs one long attempt (`payload` "last") and is then stopped: the Python
     library in this process, or the Node one in a process of its own."""
@@ -118,13 +133,29 @@ class _Leaving:
         self._release = asyncio.Event()
         self._process: subprocess.Popen[bytes] | None = None
         self._running: asyncio.Task[None] | None = None
+        self._welcomes = 0
         if kind == "python":
+            # The library logs each Welcome it reads (worker.connected); a Node worker prints one.
+            self._handler = _OnEvent("worker.connected", self.worker_id, self._welcomed)
+            library = logging.getLogger("lowtide_client")
+            self._level = library.level
+            library.setLevel(logging.INFO)
+            library.addHandler(self._handler)
             self._worker = Worker(target=target, worker_id=self.worker_id, slots=4)
             self._worker.register("slow", self._slow)
             self._running = asyncio.create_task(self._worker.run())
         else:
             # By default its nap outlasts a scheduler's replacement; it ends by itself.
             self._process = nap_worker(node_or_skip(), target, self.worker_id, log, nap_ms=nap_ms)
+
+    def _welcomed(self) -> None:
+        self._welcomes += 1
+
+    def welcomed(self) -> bool:
+        """Whether the worker has read a Welcome (not only been sent one)."""
+        if self._process is None:
+            return self._welcomes > 0
+        return f"welcome {self.worker_id}" in _text(self._log)
 
     async def _slow(self, payload: bytes) -> bytes:
         self.ran.append(payload)
@@ -159,6 +190,10 @@ class _Leaving:
 
     async def close(self) -> None:
         self._release.set()
+        if self._process is None:
+            library = logging.getLogger("lowtide_client")
+            library.removeHandler(self._handler)
+            library.setLevel(self._level)
         if self._running is not None:
             self._worker.stop()
             await asyncio.gather(self._running, return_exceptions=True)
@@ -229,17 +264,20 @@ async def test_a_stopping_worker_that_reconnects_to_report_takes_no_new_work(
         await path.close()
 
 
+@pytest.mark.parametrize("welcomed", [True, False], ids=["after_its_welcome", "at_once"])
 @pytest.mark.parametrize("kind", ["python", "node"])
 async def test_a_worker_stopped_while_work_is_on_its_way_to_it_runs_that_work(
-    scheduler: Scheduler, tmp_path: Path, kind: str
+    scheduler: Scheduler, tmp_path: Path, kind: str, welcomed: bool
 ) -> None:
     # The scheduler has sent the worker an assignment that is still on the wire (the worker is
-    # 50 ms away) when the worker is told to stop, with nothing else running. It must not take
-    # "nothing runs" for "done": until the scheduler answers its SlotUpdate(0), work sent before
-    # may arrive, and it runs. Declined, it came back as WorkerLost, an attempt spent unrun.
+    # 200 ms away) when the worker is told to stop, with nothing else running: after the worker
+    # read its Welcome, or at once (the Welcome still on the wire too, unless the machine is slow
+    # enough to let it arrive first: the outcome must be the same). It must not take "nothing
+    # runs" for "done": until the scheduler answers its SlotUpdate(0), work sent before may
+    # arrive, and it runs. Declined, it came back as WorkerLost, an attempt spent unrun.
     if kind == "node":
         await ensure_node_modules()
-    path = SlowPath(scheduler.target, delay=0.05)
+    path = SlowPath(scheduler.target, delay=0.2)
     log = tmp_path / "worker.log"
     worker = _Leaving(kind, await path.start(), log, nap_ms=50)
     try:
@@ -249,6 +287,12 @@ async def test_a_worker_stopped_while_work_is_on_its_way_to_it_runs_that_work(
                 return scheduler.parts.registry.get(worker.worker_id) is not None
 
             await eventually(connected, within=30)
+            if welcomed:
+
+                async def read_its_welcome() -> bool:
+                    return worker.welcomed()
+
+                await eventually(read_its_welcome, within=30)
             task = await client.submit(worker.activity, b"on-its-way")
 
             async def sent() -> bool:

@@ -112,6 +112,7 @@ class Runtime:
         self._slots_taken = asyncio.Event()
         self._slots_taken.set()
         self._answered = False  # the current stream's scheduler answers SlotUpdates
+        self._connecting = False  # a stream's Hello is sent and its Welcome not yet read
         # The current stream's outgoing queue; None while disconnected.
         self._outgoing: asyncio.Queue[_Outgoing] | None = None
         self._flush_queued = False
@@ -176,9 +177,15 @@ class Runtime:
         """Tells the scheduler to send nothing more (SlotUpdate(0)), asking it to answer once it has
         taken that in: until the answer, work it sent before may still be on its way, and runs."""
         if queue is None:
-            return  # no stream: nothing is on its way, and the next stream asks (self._stopping)
+            # No stream to ask on; the next one asks once welcomed (self._stopping). A stream being
+            # opened may already be sent work before its Welcome is read: wait for it to ask.
+            if self._connecting:
+                self._slots_taken.clear()
+            return
         if self._answered:
             self._slots_taken.clear()
+        else:
+            self._slots_taken.set()
         queue.put_nowait(worker_pb2.WorkerMessage(slot_update=worker_pb2.SlotUpdate(slots=0, answer=True)))
 
     def _begin_close(self) -> None:
@@ -227,6 +234,7 @@ class Runtime:
         call = worker_pb2_grpc.WorkerServiceStub(channel).Connect()
         helpers: list[asyncio.Task[None]] = []
         self._drained.clear()
+        self._connecting = True
         try:
             await call.write(worker_pb2.WorkerMessage(hello=self._hello()))
             first = await asyncio.wait_for(call.read(), _WELCOME_TIMEOUT)
@@ -242,6 +250,7 @@ class Runtime:
                 backoff.cap(min(_RECONNECT_MAX, lease / 4))
             queue: asyncio.Queue[_Outgoing] = asyncio.Queue()
             self._outgoing = queue
+            self._connecting = False
             self._flush_queued = False
             if self._stopping:
                 self._ask_for_no_slots(queue)
@@ -275,6 +284,7 @@ class Runtime:
             return False
         finally:
             self._outgoing = None
+            self._connecting = False
             # The stream is over: nothing more can be on its way on it.
             self._slots_taken.set()
             for helper in helpers:
