@@ -24,14 +24,15 @@ class NonRetryableError extends Error {
 
 const key = (ref) => `${ref.task_id}:${ref.attempt}`;
 
+// How long a stopping worker waits for the scheduler to answer its zero slots (a round trip,
+// normally) before it stops waiting.
+const ANSWER_TIMEOUT_MS = 5000;
+
 // Statuses after which a worker connects again: the scheduler stopped or drained the stream
 // (OK, UNAVAILABLE), or the connection broke (CANCELLED; INTERNAL, which the scheduler never
 // ends a stream with, is what a proxy in front reports when its connection to the scheduler
 // resets). Any other status is an error to fix (a refused hello, ABORTED when a newer stream took
 // this worker id over), not to retry.
-// How long a stopping worker waits for the scheduler to answer its zero slots (a round trip,
-// normally) before it stops waiting.
-const ANSWER_TIMEOUT_MS = 5000;
 const RECONNECT = new Set([grpc.status.OK, grpc.status.UNAVAILABLE, grpc.status.CANCELLED, grpc.status.INTERNAL]);
 
 class Worker extends EventEmitter {
