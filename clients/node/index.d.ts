@@ -116,7 +116,10 @@ export class Worker extends EventEmitter {
   readonly closed: Promise<Error | null | undefined>;
   /** Connects; resolves with the welcome, rejects when that first stream fails. */
   start(): Promise<Welcome>;
-  /** Takes no new work, lets running attempts finish and report, then closes the stream. */
+  /**
+   * Takes no new work (and runs what the scheduler sent before it took that in), lets running
+   * attempts finish and report, then closes the stream.
+   */
   stop(): Promise<Error | null | undefined>;
   /** Closes the stream at once: running attempts are aborted and, unreported, retried elsewhere. */
   close(): Promise<Error | null | undefined>;
