@@ -124,10 +124,12 @@ test('an activity sees the headers its task was submitted with, and their trace 
 });
 
 test('heartbeats keep an attempt longer than its heartbeat timeout alive', LIMIT, async () => {
-  const activities = { n_long: async () => { await sleep(2500); return 'done'; } };
+  const activities = { n_long: async () => { await sleep(4000); return 'done'; } };
   await withWorker({ activities }, async () => {
-    // 600 ms without a heartbeat would fail the attempt; it runs 2.5 s, past the 2 s lease too.
-    const submitted = await client.submit('n_long', '', { heartbeatTimeoutMs: 600, maxAttempts: 1 });
+    // 1.5 s without a heartbeat would fail the attempt; it runs 4 s, past the 2 s lease too. (The
+    // worker beats every 500 ms here; 600 ms, beaten every 200 ms, timed out once on a loaded
+    // machine running both test processes.)
+    const submitted = await client.submit('n_long', '', { heartbeatTimeoutMs: 1500, maxAttempts: 1 });
     const task = await finished(submitted.id);
     assert.equal(task.state, 'TASK_STATE_COMPLETED', JSON.stringify(task.last_failure));
     assert.equal(Buffer.from(task.result).toString(), 'done');
