@@ -310,6 +310,18 @@ def _over_the_limits() -> list[tuple[str, list[worker_pb2.WorkerMessage], str]]:
             "heartbeat.running",
         ),
         (
+            "heartbeat details",
+            [
+                hello("b-details"),
+                worker_pb2.WorkerMessage(
+                    heartbeat=worker_pb2.Heartbeat(
+                        details=[worker_pb2.HeartbeatDetails(task=r, details=b"") for r in _refs(over)]
+                    )
+                ),
+            ],
+            "heartbeat.details",
+        ),
+        (
             "held types of a hold update",
             [hello("b-update"), worker_pb2.WorkerMessage(hold_update=worker_pb2.HoldUpdate(held_types=many_types))],
             "hold_update.held_types",
