@@ -195,6 +195,7 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         lease_timeout=cfg.lease_timeout,
         fixed=fixed,
         metrics=metrics,
+        reconnect_grace=cfg.reconnect_grace,
     )
     maintenance = Maintenance(
         store,

@@ -90,6 +90,7 @@ class Attachments:
         completer: Completer,
         scheduler_id: str,
         lease_timeout: timedelta,
+        reconnect_grace: timedelta = timedelta(0),
     ) -> None:
         self._store = store
         self._registry = registry
@@ -97,11 +98,15 @@ class Attachments:
         self._completer = completer
         self._scheduler_id = scheduler_id
         self._lease = lease_timeout
+        self._grace = reconnect_grace.total_seconds()
         self.stopping = False
         self._warned_unregistered: set[str] = set()
         # The releases of ended streams, each its own task so that nothing cancelling a
         # handler (grpc.aio does, once the call is over) can interrupt one half way.
         self.releases: dict[str, asyncio.Task[None]] = {}
+        # The cut streams whose attempts wait out the reconnect grace, by worker id: the release
+        # each starts when it runs out, unless the worker reconnects here first.
+        self.graces: dict[str, asyncio.TimerHandle] = {}
         # The Drain sent to every stream once the scheduler stops.
         self.drain_message: worker_pb2.Drain | None = None
 
@@ -116,14 +121,16 @@ class Attachments:
             registering.add_done_callback(lambda done: self._registered_too_late(session, done))
             raise
 
-    async def end(self, session: WorkerSession) -> None:
+    async def end(self, session: WorkerSession, *, cut: bool = False) -> None:
         """The stream is over: the session takes nothing more, and its unreported attempts are
-        released (in a task of their own, awaited here but never interrupted by a cancel)."""
-        release = self._start_release(session)
+        released (in a task of their own, awaited here but never interrupted by a cancel). A
+        stream that was `cut` (neither the worker nor the scheduler ended it) is released only
+        once the reconnect grace has run out without the worker reconnecting here."""
+        release = self._start_release(session, cut=cut)
         if release is not None:
             await asyncio.shield(release)
 
-    def _start_release(self, session: WorkerSession) -> asyncio.Task[None] | None:
+    def _start_release(self, session: WorkerSession, *, cut: bool = False) -> asyncio.Task[None] | None:
         session.closed = True
         self._registry.remove(session)
         if session.released:
@@ -134,6 +141,26 @@ class Attachments:
             # to the next scheduler it connects to.
             log.info("worker.detached", extra={"worker_id": session.worker_id})
             return None
+        if cut and self._grace > 0:
+            log.info(
+                "worker.stream_cut",
+                extra={"worker_id": session.worker_id, "running": len(session.in_flight), "grace_s": self._grace},
+            )
+            loop = asyncio.get_running_loop()
+            self.graces[session.worker_id] = loop.call_later(self._grace, self._grace_over, session)
+            return None
+        return self._begin_release(session)
+
+    def _grace_over(self, session: WorkerSession) -> None:
+        """The reconnect grace ran out and the worker has not reconnected here: it is released
+        (its attempts are not, if it reconnected to another replica meanwhile)."""
+        del self.graces[session.worker_id]
+        if self.stopping:
+            log.info("worker.detached", extra={"worker_id": session.worker_id})
+            return
+        self._begin_release(session)
+
+    def _begin_release(self, session: WorkerSession) -> asyncio.Task[None]:
         release = asyncio.get_running_loop().create_task(self._release(session), name="worker-release")
         self.releases[session.worker_id] = release
         release.add_done_callback(lambda done: self._release_done(session.worker_id, done))
@@ -160,6 +187,12 @@ class Attachments:
             old.end(Aborted(f"replaced by a newer stream for worker id {session.worker_id}"))
             self._registry.remove(old)
             log.warning("worker.replaced", extra={"worker_id": session.worker_id})
+        waiting = self.graces.pop(session.worker_id, None)
+        if waiting is not None:
+            # Back within its reconnect grace: it takes back what its hello lists, as after a
+            # scheduler restart, and what it does not list is lost (_end_orphans).
+            waiting.cancel()
+            log.info("worker.reconnected", extra={"worker_id": session.worker_id})
         release = self.releases.get(session.worker_id)
         if release is not None:
             # The previous stream's release runs still: let it finish, or it would end the

@@ -59,6 +59,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         lease_timeout: timedelta,
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
+        reconnect_grace: timedelta = timedelta(0),
     ) -> None:
         self._registry = registry
         self._dispatcher = dispatcher
@@ -75,6 +76,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             completer=completer,
             scheduler_id=scheduler_id,
             lease_timeout=lease_timeout,
+            reconnect_grace=reconnect_grace,
         )
         self._reader = WorkerReader(
             store=store,
@@ -133,11 +135,15 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             await self._write(session, reader, context)
             await self._close(session, reader, context)
         finally:
+            # Cut: neither ended by the scheduler (a status) nor left by the worker, which asks
+            # for no slots first (SlotUpdate(0)), so it may well be on its way back. A bare
+            # half-close cannot tell: grpc.aio ends the messages of a reset stream the same way.
+            cut = session.end_error is None and session.slots > 0
             reader.cancel()
             self._live.discard(session)
             if not self._live:
                 self._none_live.set()
-            await self._attachments.end(session)
+            await self._attachments.end(session, cut=cut)
 
     async def _admit(
         self, request_iterator: AsyncIterator[worker_pb2.WorkerMessage]

@@ -135,6 +135,7 @@ MARGINS: tuple[tuple[str, str, str, int, str], ...] = (
     ("database", "pool_max", "pool_min", 1, "the pool cannot keep more connections than it may open"),
     ("scheduler", "lease_timeout", "heartbeat_interval", 2, "a worker must not lose its tasks for one late heartbeat"),
     ("scheduler", "idle_heartbeat_interval", "heartbeat_interval", 1, "idle workers beat no more often than busy ones"),
+    ("scheduler", "lease_timeout", "reconnect_grace", 1, "a lease that runs out gives up its attempts, grace or not"),
     ("scheduler", "leader_lease", "maintenance_interval", 2, "the leader renews its lease once per maintenance round"),
     ("scheduler", "max_message_bytes", "max_payload_bytes", 1, "a payload travels inside one gRPC message"),
     ("retry", "max_backoff", "initial_backoff", 1, "the first backoff is initial_backoff"),

@@ -49,6 +49,10 @@ class SchedulerConfig:
     # Workers that run nothing send a heartbeat this often (Welcome.idle_heartbeat_interval);
     # one not heard from for this plus lease_timeout is given no more work.
     idle_heartbeat_interval: timedelta = key(30 * S, within(100 * MS, 1 * H))
+    # A worker whose stream is cut (the network, a proxy, a killed process: the scheduler cannot
+    # tell which) keeps its running attempts this long for its reconnect to take back; 0 gives
+    # them up at once. A stream the worker closed, or the scheduler ended, is never waited for.
+    reconnect_grace: timedelta = key(0 * S, within(0 * S, 1 * H))
     # Time-driven work (timeouts, lost leases) runs this often, on the leader only.
     maintenance_interval: timedelta = key(500 * MS, within(10 * MS, 1 * MIN))
     leader_lease: timedelta = key(5 * S, within(1 * S, 10 * MIN))

@@ -148,13 +148,17 @@ class SlowPath:
     """A TCP relay in front of a service that delays every byte by `delay` each way, as the
     network between two hosts does (loopback answers in microseconds, which hides races that
     a round trip of a few milliseconds opens). It outlives the service behind it: a client that
-    connects while nothing listens there is cut off, as by a refused connection."""
+    connects while nothing listens there is cut off, as by a refused connection. `cut()` resets
+    every connection it relays, as a network blip or a restarted proxy does; `upstream` may be
+    changed, for the connections made after (a load balancer sending a client elsewhere)."""
 
-    def __init__(self, upstream: str, delay: float) -> None:
-        self._upstream = upstream
+    def __init__(self, upstream: str, delay: float = 0.0) -> None:
+        self.upstream = upstream
         self._delay = delay
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.connections = 0
 
     async def start(self) -> str:
         """Starts listening; returns the target clients connect to."""
@@ -162,12 +166,14 @@ class SlowPath:
         return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
 
     async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        host, port = self._upstream.rsplit(":", 1)
+        host, port = self.upstream.rsplit(":", 1)
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
         except OSError:
             client_writer.transport.abort()
             return
+        self.connections += 1
+        self._writers.update((client_writer, upstream_writer))
         for reader, writer in ((client_reader, upstream_writer), (upstream_reader, client_writer)):
             pipe = asyncio.create_task(self._pipe(reader, writer))
             self._pipes.add(pipe)
@@ -183,6 +189,15 @@ class SlowPath:
             pass
         finally:
             loop.call_at(loop.time() + self._delay, writer.transport.abort)
+
+    def cut(self) -> int:
+        """Resets every connection relayed now, both ways (each side reads a reset, as when
+        the network between them fails); returns how many there were."""
+        live = [w for w in self._writers if not w.transport.is_closing()]
+        self._writers.clear()
+        for writer in live:
+            writer.transport.abort()
+        return len(live) // 2
 
     async def close(self) -> None:
         if self._server is not None:

@@ -68,6 +68,8 @@ BAD_VALUES = [
     ("LOWTIDE_SCHEDULER_LEASE_TIMEOUT", "0s", "[scheduler] lease_timeout): must be between 1s and 1h, not 0s"),
     ("LOWTIDE_SCHEDULER_LEASE_TIMEOUT", "3s", "must be at least 2 x [scheduler] heartbeat_interval (4s), not 3s"),
     ("LOWTIDE_SCHEDULER_HEARTBEAT_INTERVAL", "0s", "[scheduler] heartbeat_interval): must be between 100ms and 5m"),
+    ("LOWTIDE_SCHEDULER_RECONNECT_GRACE", "2h", "[scheduler] reconnect_grace): must be between 0s and 1h, not 2h"),
+    ("LOWTIDE_SCHEDULER_RECONNECT_GRACE", "11s", "lease_timeout: must be at least [scheduler] reconnect_grace (11s)"),
     ("LOWTIDE_SCHEDULER_POLL_INTERVAL", "0s", "[scheduler] poll_interval): must be between 50ms and 10m, not 0s"),
     ("LOWTIDE_SCHEDULER_MAINTENANCE_INTERVAL", "0s", "[scheduler] maintenance_interval): must be between 10ms"),
     ("LOWTIDE_SCHEDULER_LEADER_LEASE", "500ms", "[scheduler] leader_lease): must be between 1s and 10m"),

@@ -317,7 +317,10 @@ Global___HoldUpdate: _TypeAlias = HoldUpdate  # noqa: Y015
 
 @_typing.final
 class SlotUpdate(_message.Message):
-    """The worker now has this many slots in all (0: send me nothing more for now)."""
+    """The worker now has this many slots in all (0: send me nothing more for now). A worker that
+    leaves sends 0 before it half-closes: a stream that ends with slots still open is taken for
+    cut, and its attempts wait out the scheduler's reconnect grace (if it has one) before release.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
