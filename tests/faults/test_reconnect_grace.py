@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,8 @@ from lowtide_client import Client, TaskState, Worker
 from lowtide_proto.lowtide.v1 import worker_pb2
 from scheduler_service.server import Scheduler, start_scheduler
 from tests.conftest import make_config
-from tests.faults.support import RawWorker, SlowPath
+from tests.deploy.node import ensure_node_modules, node_or_skip
+from tests.faults.support import RawWorker, SlowPath, kill_all, nap_worker
 from tests.helpers import eventually
 
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
@@ -209,4 +211,36 @@ async def test_a_worker_back_on_another_replica_keeps_its_attempt_when_the_first
                 done = await client.get(task.id)
                 assert (done.attempt, done.result, held.runs) == (1, b"done m", [b"m"])
         finally:
+            await path.close()
+
+
+async def test_a_node_worker_cut_off_by_the_network_keeps_its_attempt_within_the_grace(
+    database_url: str, tmp_path: Path
+) -> None:
+    # The Node library lists its running attempts in the hello of its next stream too.
+    node = node_or_skip()
+    await ensure_node_modules()
+    log = tmp_path / "node.log"
+
+    def text() -> str:
+        return log.read_text() if log.exists() else ""
+
+    async with _scheduler(database_url, timedelta(seconds=30)) as scheduler, Client(scheduler.target) as client:
+        path = SlowPath(scheduler.target)
+        target = await path.start()
+        process = nap_worker(node, target, "node-blip", log, nap_ms=4000)
+        try:
+            task = await client.submit("n_nap", b"n", max_attempts=3, initial_backoff=timedelta(milliseconds=50))
+            await eventually(_now(lambda: "started n" in text()), within=60)
+            assert path.cut() > 0
+            await eventually(_now(lambda: text().count("welcome node-blip") == 2), within=30)
+
+            async def completed() -> bool:
+                return (await client.get(task.id)).state == COMPLETED
+
+            await eventually(completed, within=30)
+            done = await client.get(task.id)
+            assert (done.attempt, done.result, text().count("started n")) == (1, b"n", 1), text()
+        finally:
+            kill_all([process])
             await path.close()
