@@ -187,7 +187,11 @@ func main() {
 	drain := func() {
 		drainOnce.Do(func() {
 			close(draining)
-			go func() { // no new work: once what runs has reported, end the stream
+			// No new work (SlotUpdate 0: how a worker says it is leaving, so the scheduler
+			// releases at once whatever is left when the stream ends, rather than wait for a
+			// reconnect); once what runs has reported, end the stream.
+			s.send(&pb.WorkerMessage{Message: &pb.WorkerMessage_SlotUpdate{SlotUpdate: &pb.SlotUpdate{Slots: 0}}})
+			go func() {
 				running.Wait()
 				s.mu.Lock()
 				defer s.mu.Unlock()
