@@ -295,18 +295,24 @@ WHERE t.id = taken.id
 RETURNING {{_started_attempt}}
 
 -- unclaim_tasks --
--- Hands claimed attempts back untouched (their worker left before they were sent).
+-- Hands claimed attempts back untouched (their worker left before they were sent). Each found by
+-- its id (see _finish_fenced).
 UPDATE lowtide.tasks t
 SET state = 'pending', attempt = t.attempt - 1, worker_id = NULL, started_at = NULL,
     close_deadline = NULL, heartbeat_deadline = NULL,
     schedule_to_start_deadline = t.run_at + t.schedule_to_start_ms * interval '1 millisecond'
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(worker_ids)s::text[]) AS u(id, attempt, worker_id)
-WHERE t.id = u.id AND t.attempt = u.attempt AND t.state = 'running' AND t.worker_id = u.worker_id
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.state IS NOT DISTINCT FROM 'running'
+  AND t.worker_id = u.worker_id
 
 -- _finish_fenced --
 -- Applies what follows a batch of attempts, fenced by (id, attempt, running, worker): a report
 -- for an attempt that is no longer the worker's changes nothing and is left out of RETURNING,
--- which also gives the attempt's labels and run time for the task metrics.
+-- which also gives the attempt's labels and run time for the task metrics. Each row is found by
+-- its id: `IS NOT DISTINCT FROM 'running'` (state is never NULL, so it means `=`) keeps the
+-- running-only indexes out of the plan, whose scan reads every running attempt and which the
+-- planner picks when its statistics say few run (with 60,000 running after an ANALYZE that saw
+-- 20: 84 ms a batch of 64, against 2.4 ms by id).
 UPDATE lowtide.tasks t
 SET state = o.state,
     result = o.result,
@@ -325,7 +331,7 @@ FROM unnest(
     %(results)s::bytea[], %(error_types)s::text[], %(error_messages)s::text[],
     %(non_retryable)s::bool[], %(run_ats)s::timestamptz[]
 ) AS o(id, attempt, worker_id, state, result, error_type, error_message, non_retryable, run_at)
-WHERE t.id = o.id AND t.attempt = o.attempt AND t.state = 'running'
+WHERE t.id = o.id AND t.attempt = o.attempt AND t.state IS NOT DISTINCT FROM 'running'
   AND (o.worker_id IS NULL OR t.worker_id = o.worker_id)
 
 -- finish_attempts --
@@ -419,12 +425,12 @@ RETURNING id, state, has_dependents
 -- Pushes back the heartbeat deadline of running attempts that heartbeats of any of this replica's
 -- workers listed, in one statement for all of them: each from when its heartbeat arrived
 -- (age_ms ago), and only while the attempt still runs on the worker that listed it. Worker ids come
--- joined by E'\x1f'.
+-- joined by E'\x1f'. Each found by its id (see _finish_fenced).
 UPDATE lowtide.tasks t
 SET heartbeat_deadline = now() + (t.heartbeat_ms - u.age_ms) * interval '1 millisecond'
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], string_to_array(%(workers)s::text, E'\x1f'),
             %(ages)s::int[]) AS u(id, attempt, worker_id, age_ms)
-WHERE t.id = u.id AND t.attempt = u.attempt AND t.state = 'running'
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.state IS NOT DISTINCT FROM 'running'
   AND t.worker_id = u.worker_id AND t.heartbeat_ms IS NOT NULL
 
 -- heartbeat_details --
