@@ -376,6 +376,34 @@ t.state = 'running'
   AND (t.close_deadline < now() OR t.heartbeat_deadline < now()
        OR w.id IS NULL OR w.lease_expires_at < now())
 
+-- _expired_candidates --
+-- The ids of running attempts that may have expired (_attempt_expired says which have), each kind
+-- read on an index of its own, so that a tick costs what is due and what the workers number, never
+-- what runs: past their start-to-close or heartbeat deadline; or of a worker whose lease has run
+-- out, or whose row is gone (a release that passed over a locked attempt, then forgot the worker).
+-- Those last are found among the distinct workers of running attempts, read from
+-- tasks_running_worker one worker at a time (a skip scan: one index lookup per worker).
+SELECT id FROM lowtide.tasks WHERE state = 'running' AND close_deadline < now()
+UNION ALL
+SELECT id FROM lowtide.tasks WHERE state = 'running' AND heartbeat_deadline < now()
+UNION ALL
+SELECT id FROM lowtide.tasks
+WHERE state = 'running' AND worker_id IN (
+    SELECT id FROM lowtide.workers WHERE lease_expires_at < now()
+    UNION ALL
+    SELECT r.worker_id FROM (
+        WITH RECURSIVE r(worker_id) AS (
+            (SELECT worker_id FROM lowtide.tasks WHERE state = 'running' ORDER BY worker_id LIMIT 1)
+            UNION ALL
+            SELECT (SELECT t.worker_id FROM lowtide.tasks t
+                    WHERE t.state = 'running' AND t.worker_id > r.worker_id ORDER BY t.worker_id LIMIT 1)
+            FROM r WHERE r.worker_id IS NOT NULL
+        )
+        SELECT worker_id FROM r
+    ) r
+    WHERE r.worker_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM lowtide.workers w WHERE w.id = r.worker_id)
+)
+
 -- expired_attempts --
 -- Running attempts past a deadline or whose worker's lease is gone, locked, with the reason.
 SELECT t.id, t.attempt, t.max_attempts, t.initial_backoff_ms, t.backoff_coefficient,
@@ -385,7 +413,7 @@ SELECT t.id, t.attempt, t.max_attempts, t.initial_backoff_ms, t.backoff_coeffici
             ELSE 'WorkerLost' END AS reason
 FROM lowtide.tasks t
 LEFT JOIN lowtide.workers w ON w.id = t.worker_id
-WHERE {{_attempt_expired}}
+WHERE t.id IN ({{_expired_candidates}}) AND {{_attempt_expired}}
 LIMIT %(limit)s
 FOR UPDATE OF t SKIP LOCKED
 
@@ -397,9 +425,7 @@ FOR UPDATE OF t SKIP LOCKED
 SELECT EXISTS (SELECT 1 FROM lowtide.schedules WHERE NOT paused AND next_fire_at <= %(horizon)s) AS schedules,
        EXISTS (SELECT 1 FROM lowtide.tasks WHERE {{_start_deadline_passed}}) AS start_deadlines,
        EXISTS (SELECT 1 FROM lowtide.tasks t WHERE {{_start_missed}}) AS misses,
-       EXISTS (SELECT 1 FROM lowtide.tasks t
-               LEFT JOIN lowtide.workers w ON w.id = t.worker_id
-               WHERE {{_attempt_expired}}) AS expired_attempts
+       EXISTS ({{_expired_candidates}}) AS expired_attempts
 
 -- _start_deadline_passed --
 -- A pending task past its schedule_to_start deadline: what expire_schedule_to_start ends (unless
