@@ -147,6 +147,9 @@ class Attachments:
                 extra={"worker_id": session.worker_id, "running": len(session.in_flight), "grace_s": self._grace},
             )
             loop = asyncio.get_running_loop()
+            earlier = self.graces.get(session.worker_id)
+            if earlier is not None:
+                earlier.cancel()  # this one's release covers the worker id's attempts
             self.graces[session.worker_id] = loop.call_later(self._grace, self._grace_over, session)
             return None
         return self._begin_release(session)
@@ -154,7 +157,7 @@ class Attachments:
     def _grace_over(self, session: WorkerSession) -> None:
         """The reconnect grace ran out and the worker has not reconnected here: it is released
         (its attempts are not, if it reconnected to another replica meanwhile)."""
-        del self.graces[session.worker_id]
+        self.graces.pop(session.worker_id, None)
         if self.stopping:
             log.info("worker.detached", extra={"worker_id": session.worker_id})
             return
