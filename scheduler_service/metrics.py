@@ -96,6 +96,13 @@ class SchedulerMetrics:
         self.misses = meter.create_counter(
             "lowtide.fixed_start.misses", unit="{task}", description="Fixed starts missed, by reason"
         )
+        self.stream_cuts = meter.create_counter(
+            "lowtide.worker.stream_cut",
+            unit="{stream}",
+            description="Worker streams cut (ended neither by the worker nor the scheduler), by what followed on "
+            "this replica: reconnected (the worker came back within reconnect_grace) or released (its attempts "
+            "given up at once, or once the grace ran out)",
+        )
         self.rejected = meter.create_counter(
             "lowtide.report.rejected",
             unit="{report}",

@@ -10,6 +10,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from opentelemetry.metrics import Counter
+
 from lowtide.errors import Aborted, DatabaseUnavailable, FailedPrecondition, InvalidArgument
 from lowtide_proto.lowtide.v1 import worker_pb2
 from scheduler_service.completer import Completer
@@ -91,6 +93,7 @@ class Attachments:
         scheduler_id: str,
         lease_timeout: timedelta,
         reconnect_grace: timedelta = timedelta(0),
+        cuts: Counter | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -99,6 +102,7 @@ class Attachments:
         self._scheduler_id = scheduler_id
         self._lease = lease_timeout
         self._grace = reconnect_grace.total_seconds()
+        self._cuts = cuts
         self.stopping = False
         self._warned_unregistered: set[str] = set()
         # The releases of ended streams, each its own task so that nothing cancelling a
@@ -152,6 +156,8 @@ class Attachments:
                 earlier.cancel()  # this one's release covers the worker id's attempts
             self.graces[session.worker_id] = loop.call_later(self._grace, self._grace_over, session)
             return None
+        if cut:
+            self._count_cut("released")
         return self._begin_release(session)
 
     def _grace_over(self, session: WorkerSession) -> None:
@@ -161,7 +167,12 @@ class Attachments:
         if self.stopping:
             log.info("worker.detached", extra={"worker_id": session.worker_id})
             return
+        self._count_cut("released")
         self._begin_release(session)
+
+    def _count_cut(self, outcome: str) -> None:
+        if self._cuts is not None:
+            self._cuts.add(1, {"outcome": outcome})
 
     def _begin_release(self, session: WorkerSession) -> asyncio.Task[None]:
         release = asyncio.get_running_loop().create_task(self._release(session), name="worker-release")
@@ -195,6 +206,7 @@ class Attachments:
             # Back within its reconnect grace: it takes back what its hello lists, as after a
             # scheduler restart, and what it does not list is lost (_end_orphans).
             waiting.cancel()
+            self._count_cut("reconnected")
             log.info("worker.reconnected", extra={"worker_id": session.worker_id})
         release = self.releases.get(session.worker_id)
         if release is not None:

@@ -77,6 +77,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             scheduler_id=scheduler_id,
             lease_timeout=lease_timeout,
             reconnect_grace=reconnect_grace,
+            cuts=metrics.stream_cuts,
         )
         self._reader = WorkerReader(
             store=store,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -72,6 +73,11 @@ class _Held:
         await asyncio.gather(self._running, return_exceptions=True)
 
 
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return str(response.read().decode())
+
+
 def _connected(scheduler: Scheduler, worker_id: str) -> bool:
     return scheduler.registry.get(worker_id) is not None
 
@@ -117,6 +123,17 @@ async def test_an_attempt_cut_off_by_the_network_runs_once_within_the_reconnect_
                 assert (done.attempt, done.result) == (attempts, b"done x")
                 assert held.runs == [b"x"] * runs
                 assert done.last_failure.error_type == ("WorkerLost" if attempts == 2 else "")
+
+            # The cut is counted with what followed it, for whoever tunes the grace.
+            outcome = "released" if attempts == 2 else "reconnected"
+            line = f'lowtide_worker_stream_cut_total{{outcome="{outcome}"}} 1.0'
+            port = scheduler.metrics.metrics.port
+            assert port is not None
+
+            async def counted() -> bool:
+                return line in await asyncio.to_thread(_scrape, port)
+
+            await eventually(counted, within=15)
         finally:
             await path.close()
 
