@@ -690,8 +690,11 @@ LIMIT 1000
 
 -- _start_missed --
 -- A fixed start's first attempt not started by start + tolerance and not yet marked (t: the
--- task): what missed_fixed takes and maintenance_due looks for.
+-- task): what missed_fixed takes and maintenance_due looks for. The first bound follows from the
+-- second (a tolerance counts as 50 ms at least) and keeps the look on tasks_start_unmarked, among
+-- the starts already past.
 t.state = 'pending' AND t.start_at IS NOT NULL AND t.attempt = 0 AND NOT t.missed
+  AND t.start_at < now() - interval '50 milliseconds'
   AND t.start_at + GREATEST(t.start_tolerance_ms, 50) * interval '1 millisecond' < now()
 
 -- missed_fixed --
@@ -746,13 +749,22 @@ RETURNING t.id, t.pool, t.state, m.reason, m.kind, t.has_dependents
 
 -- pool_fixed_stats --
 -- Per pool: the start times of admitted fixed starts not started yet, and the hit rate of first
--- attempts (NULL before any).
-SELECT pool,
-       array_agg(start_at ORDER BY start_at) FILTER (WHERE state = 'pending' AND attempt = 0) AS ahead,
-       avg(CASE WHEN start_hit THEN 1.0 WHEN start_hit = false THEN 0.0 END)::float8 AS hit_rate
-FROM lowtide.tasks
-WHERE start_at IS NOT NULL
-GROUP BY pool
+-- attempts (NULL before any). Each part on its own index (tasks_fixed_due, tasks_start_outcome), so
+-- neither reads the rest of the table.
+WITH ahead AS (
+    SELECT pool, array_agg(start_at ORDER BY start_at) AS ahead
+    FROM lowtide.tasks
+    WHERE state = 'pending' AND start_at IS NOT NULL AND attempt = 0
+    GROUP BY pool
+), outcomes AS (
+    SELECT pool, avg(CASE WHEN start_hit THEN 1.0 ELSE 0.0 END)::float8 AS hit_rate
+    FROM lowtide.tasks
+    WHERE start_hit IS NOT NULL
+    GROUP BY pool
+)
+SELECT pool, a.ahead, o.hit_rate
+FROM ahead a
+FULL JOIN outcomes o USING (pool)
 
 -- lock_dependencies --
 -- The tasks a submission depends on, locked against finishing until it commits (so none can

@@ -26,7 +26,8 @@ BATCH = 64
 
 
 def _task_rows_read(plan: dict[str, Any]) -> int:
-    """Rows the plan's scans of lowtide.tasks returned, over all their loops."""
+    """Rows the plan's scans of lowtide.tasks read, over all their loops: those they returned and
+    those their filters dropped."""
 
     def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield node
@@ -34,7 +35,8 @@ def _task_rows_read(plan: dict[str, Any]) -> int:
             yield from nodes(child)
 
     scans = [n for n in nodes(plan["Plan"]) if n["Node Type"].endswith("Scan") and n.get("Relation Name") == "tasks"]
-    return sum(int(n["Actual Rows"] * n["Actual Loops"]) for n in scans)
+    read = ("Actual Rows", "Rows Removed by Filter", "Rows Removed by Index Recheck")
+    return sum(int(sum(n.get(key, 0) for key in read) * n["Actual Loops"]) for n in scans)
 
 
 @pytest.fixture
