@@ -24,6 +24,7 @@ from lowtide.grpc_status import abort, handles_errors
 from lowtide_proto.externalscaler import externalscaler_pb2, externalscaler_pb2_grpc
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.capacity import desired_workers
+from scheduler_service.domain.pacing import paced
 from scheduler_service.metrics import held
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
@@ -135,12 +136,15 @@ class KedaScaler(externalscaler_pb2_grpc.ExternalScalerServicer):
         except InvalidArgument as error:
             await abort(context, error)
         last: bool | None = None
+        loop = asyncio.get_running_loop()
         while True:
+            began = loop.time()
             active = await self._active(target)
             if active != last:
                 last = active
                 yield externalscaler_pb2.IsActiveResponse(result=active)
-            await asyncio.sleep(self._stream_interval)
+            # Looked at less often while the look is costly (a backlog of millions): domain.pacing.
+            await asyncio.sleep(paced(self._stream_interval, loop.time() - began))
 
     @handles_errors
     async def GetMetricSpec(

@@ -29,6 +29,7 @@ from lowtide_proto.lowtide.v1 import scheduler_pb2
 from scheduler_service.cost import CostHolds
 from scheduler_service.domain.capacity import desired_workers
 from scheduler_service.domain.fixed import reservation_capacity
+from scheduler_service.domain.pacing import paced
 from scheduler_service.fixed_starts import FixedStarts
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.fleet import PendingGroup
@@ -230,12 +231,23 @@ class SchedulerMetrics:
         )
 
     async def run(self, interval: timedelta) -> None:
+        """Refreshes every `interval`, or less often while a refresh costs more than a small
+        share of it (domain.pacing: the backlog's counts read every pending task)."""
+        loop = asyncio.get_running_loop()
+        slowed = False
         while True:
+            began = loop.time()
             try:
                 await self.refresh()
             except DatabaseUnavailable as error:
                 log.warning("metrics.refresh_failed", extra={"error": str(error)})
-            await asyncio.sleep(interval.total_seconds())
+            took = loop.time() - began
+            wait = paced(interval.total_seconds(), took)
+            if (wait > interval.total_seconds()) != slowed:
+                slowed = not slowed
+                event = "metrics.refresh_paced" if slowed else "metrics.refresh_on_interval"
+                log.info(event, extra={"took_s": round(took, 3), "next_in_s": round(wait, 1)})
+            await asyncio.sleep(wait)
 
 
 def held(holds: CostHolds, group: PendingGroup) -> bool:
