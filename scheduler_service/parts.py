@@ -203,6 +203,7 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         holder=scheduler_id,
         interval=cfg.maintenance_interval,
         lease=cfg.leader_lease,
+        retention=cfg.retention,
         on_requeued=registry.wake_all,
         on_retry=dispatcher.wake_at,
         on_replicas=waiters.others_running,

@@ -56,6 +56,9 @@ class SchedulerConfig:
     # Time-driven work (timeouts, lost leases) runs this often, on the leader only.
     maintenance_interval: timedelta = key(500 * MS, within(10 * MS, 1 * MIN))
     leader_lease: timedelta = key(5 * S, within(1 * S, 10 * MIN))
+    # Finished tasks (their results, errors and idempotency keys) are deleted this long after they
+    # finished; 0 keeps them for ever.
+    retention: timedelta = key(7 * DAY, within(0 * S, 10 * LONGEST))
     max_payload_bytes: int = key(1024 * 1024, within(0, INT32))
     max_batch_tasks: int = key(10_000, within(1, 1_000_000))
     max_message_bytes: int = key(16 * 1024 * 1024, within(64 * 1024, INT32))

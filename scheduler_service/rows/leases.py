@@ -30,3 +30,4 @@ class MaintenanceDue:
     start_deadlines: bool
     misses: bool
     expired_attempts: bool
+    purge: bool

@@ -425,7 +425,8 @@ FOR UPDATE OF t SKIP LOCKED
 SELECT EXISTS (SELECT 1 FROM lowtide.schedules WHERE NOT paused AND next_fire_at <= %(horizon)s) AS schedules,
        EXISTS (SELECT 1 FROM lowtide.tasks WHERE {{_start_deadline_passed}}) AS start_deadlines,
        EXISTS (SELECT 1 FROM lowtide.tasks t WHERE {{_start_missed}}) AS misses,
-       EXISTS ({{_expired_candidates}}) AS expired_attempts
+       EXISTS ({{_expired_candidates}}) AS expired_attempts,
+       EXISTS (SELECT 1 FROM lowtide.tasks t WHERE {{_past_retention}}) AS purge
 
 -- _start_deadline_passed --
 -- A pending task past its schedule_to_start deadline: what expire_schedule_to_start ends (unless
@@ -514,6 +515,25 @@ RETURNING w.id
 -- delete_worker --
 -- Forgets a worker whose stream has closed, unless it has connected to another replica meanwhile.
 DELETE FROM lowtide.workers WHERE id = %(id)s AND scheduler_id = %(scheduler_id)s
+
+-- _past_retention --
+-- A finished task kept for %(retention_ms)s since it finished (0: kept for ever), on
+-- tasks_finished_at: what purge_finished deletes and maintenance_due looks for.
+t.state IN ('completed', 'failed', 'cancelled', 'timed_out', 'skipped', 'shed')
+  AND %(retention_ms)s::bigint > 0
+  AND t.finished_at < now() - %(retention_ms)s::bigint * interval '1 millisecond'
+
+-- purge_finished --
+-- Deletes the longest-finished tasks past their retention, at most %(limit)s (their dependency
+-- edges, reservations and schedule links go with them).
+DELETE FROM lowtide.tasks
+WHERE id IN (
+    SELECT t.id FROM lowtide.tasks t
+    WHERE {{_past_retention}}
+    ORDER BY t.finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
 
 -- delete_expired_workers --
 -- Forgets workers whose lease ran out and who run nothing any more.

@@ -60,12 +60,17 @@ class WorkerStore(StoreBase):
         assert check is not None
         return check
 
-    async def maintenance_due(self, schedules_horizon: datetime) -> MaintenanceDue:
+    async def maintenance_due(self, schedules_horizon: datetime, retention: timedelta) -> MaintenanceDue:
         """Which of the leader's time-driven statements may find work now (fire times up to
-        `schedules_horizon` count as due)."""
-        due = await self.db.fetch_one_as(MaintenanceDue, Q["maintenance_due"], {"horizon": schedules_horizon})
+        `schedules_horizon` count as due; finished tasks are kept for `retention`, 0 for ever)."""
+        params = {"horizon": schedules_horizon, "retention_ms": ms(retention)}
+        due = await self.db.fetch_one_as(MaintenanceDue, Q["maintenance_due"], params)
         assert due is not None
         return due
+
+    async def purge_finished(self, retention: timedelta, limit: int) -> int:
+        """Deletes up to `limit` tasks finished more than `retention` ago; returns how many."""
+        return await self.db.execute(Q["purge_finished"], {"retention_ms": ms(retention), "limit": limit})
 
     async def resign(self, name: str, holder: str) -> None:
         await self.db.execute(Q["resign"], {"name": name, "holder": holder})

@@ -94,9 +94,9 @@ def test_the_leader_s_tick_reads_a_row_per_worker_not_per_running_attempt(
         "INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at) "
         "VALUES ('w1', 'default', '{default}', '{work}', 100000, 'replica', now() + interval '1 hour')"
     )
-    params = {"horizon": datetime.now(UTC)}
+    params = {"horizon": datetime.now(UTC), "retention_ms": 86_400_000}
     assert _rows_read(many_running, Q["maintenance_due"], params) <= 2
-    assert many_running.execute(Q["maintenance_due"], params).fetchone() == (False, False, False, False)
+    assert many_running.execute(Q["maintenance_due"], params).fetchone() == (False, False, False, False, False)
 
 
 def test_attempts_of_a_worker_whose_lease_ran_out_or_whose_row_is_gone_expire_and_no_others(
@@ -125,7 +125,7 @@ def test_attempts_of_a_worker_whose_lease_ran_out_or_whose_row_is_gone_expire_an
                     NULL, now() - interval '1 second')
             """
         )
-        due = conn.execute(Q["maintenance_due"], {"horizon": datetime.now(UTC)}).fetchone()
+        due = conn.execute(Q["maintenance_due"], {"horizon": datetime.now(UTC), "retention_ms": 0}).fetchone()
         assert due is not None and due[3] is True
         rows = conn.execute(
             "SELECT t.payload, e.reason FROM (" + Q["expired_attempts"] + ") e JOIN lowtide.tasks t USING (id)",

@@ -1,0 +1,90 @@
+"""Finished tasks are kept for `[scheduler] retention` after they finished, then the leader deletes
+them (their dependency edges with them); pending and running work is never deleted, however old,
+and `retention = 0s` keeps everything."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import grpc
+import psycopg
+import pytest
+
+from lowtide_client import Client, Worker
+from scheduler_service.server import Scheduler, start_scheduler
+from tests.conftest import make_config
+from tests.helpers import eventually
+
+
+@pytest.fixture
+async def kept_an_hour(database_url: str) -> AsyncIterator[Scheduler]:
+    running = await start_scheduler(make_config(retention=timedelta(hours=1)), database_url=database_url)
+    yield running
+    await running.stop(grace=1.0)
+
+
+def _finished_ago(database_url: str, ids: list[int], ago: timedelta) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE lowtide.tasks SET finished_at = now() - %s, created_at = now() - %s, run_at = now() - %s "
+            "WHERE id = ANY(%s)",
+            (ago, ago, ago, ids),
+        )
+
+
+async def _gone(client: Client, task_id: int) -> bool:
+    try:
+        await client.get(task_id)
+    except grpc.aio.AioRpcError as error:
+        assert error.code() == grpc.StatusCode.NOT_FOUND, error
+        return True
+    return False
+
+
+async def test_tasks_finished_longer_ago_than_the_retention_are_deleted_and_no_others(
+    kept_an_hour: Scheduler, database_url: str
+) -> None:
+    target = kept_an_hour.target
+    async with Client(target) as client:
+        async with Worker(target=target, slots=4) as worker:
+
+            @worker.activity("echo")
+            async def echo(payload: bytes) -> bytes:
+                return payload
+
+            old = await client.submit("echo", b"old", idempotency_key="nightly-2026-12-01")
+            dependent = await client.submit("echo", b"after old", depends_on=[old.id])
+            recent = await client.submit("echo", b"recent")
+            for task in (old, dependent, recent):
+                await client.wait(task.id)
+        cancelled = await client.cancel((await client.submit("nobody-runs-this")).id)
+        waiting = await client.submit("nobody-runs-this")
+        # Two hours old: the finished one, the cancelled one, and the pending one (still waiting).
+        _finished_ago(database_url, [old.id, cancelled.id, waiting.id], timedelta(hours=2))
+
+        await eventually(lambda: _gone(client, old.id), within=20)
+        await eventually(lambda: _gone(client, cancelled.id), within=20)
+        assert (await client.get(waiting.id)).state == waiting.state
+        assert (await client.get(recent.id)).result == b"recent"
+        assert (await client.get(dependent.id)).result == b"after old"
+        with psycopg.connect(database_url) as conn:
+            edges = conn.execute("SELECT count(*) FROM lowtide.task_dependencies").fetchone()
+        assert edges == (0,)
+        # The idempotency key went with its task: the same key makes a new task now.
+        again = await client.submit("nobody-runs-this", idempotency_key="nightly-2026-12-01")
+        assert again.id != old.id
+
+
+async def test_a_retention_of_zero_keeps_every_finished_task(database_url: str) -> None:
+    config = make_config(retention=timedelta(0))
+    keeper = await start_scheduler(config, database_url=database_url)
+    try:
+        async with Client(keeper.target) as client:
+            task = await client.cancel((await client.submit("nobody-runs-this")).id)
+            _finished_ago(database_url, [task.id], timedelta(days=3650))
+            for _ in range(2):
+                await keeper.parts.maintenance.tick()
+            assert (await client.get(task.id)).id == task.id
+    finally:
+        await keeper.stop(grace=1.0)
