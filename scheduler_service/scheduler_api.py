@@ -143,6 +143,13 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         return scheduler_pb2.CancelTaskResponse(task=messages.task_message(row))
 
     @handles_errors
+    async def RetryTask(
+        self, request: scheduler_pb2.RetryTaskRequest, context: Context
+    ) -> scheduler_pb2.RetryTaskResponse:
+        row = await self._tasks.retry(request.id, self._who(context))
+        return scheduler_pb2.RetryTaskResponse(task=messages.task_message(row))
+
+    @handles_errors
     async def ListTasks(
         self, request: scheduler_pb2.ListTasksRequest, context: Context
     ) -> scheduler_pb2.ListTasksResponse:

@@ -1,10 +1,13 @@
-"""One task after its submission: read, cancelled, explained. Between the servicer and the store.
+"""One task after its submission: read, cancelled, retried, explained. Between the servicer and the store.
 
-`TaskControl` answers GetTask, CancelTask and ExplainTask: who may cancel what, the stop sent to
-the worker that runs a cancelled attempt, and the facts and surroundings the pure `explain` reads.
+`TaskControl` answers GetTask, CancelTask, RetryTask and ExplainTask: who may cancel or retry
+what, the stop sent to the worker that runs a cancelled attempt, and the facts and surroundings
+the pure `explain` reads.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from lowtide import errors
 from lowtide.auth import SUBMITTER
@@ -12,6 +15,7 @@ from lowtide.config import Config, TokenEntry
 from lowtide.errors import InvalidArgument, NotFound
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
+from scheduler_service.domain.retry import retry_refusal
 from scheduler_service.rows.tasks import CancelledRow, TaskRow
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
@@ -68,6 +72,26 @@ class TaskControl:
             session = self._registry.get(row.worker_id)
             if session is not None:
                 session.cancel([(row.id, row.attempt)])
+        return row
+
+    async def retry(self, task_id: int, who: TokenEntry | None) -> TaskRow:
+        """Runs a task that ended without completing again (domain.retry says which may be); a
+        submitter may retry only what it submitted, admins anything."""
+        if task_id <= 0:
+            raise InvalidArgument("id", "must be a positive task id")
+        if who is not None and who.role == SUBMITTER:
+            owner = (await self.get(task_id)).submitted_by
+            if owner != who.name:
+                raise errors.PermissionDenied(f"task {task_id} was not submitted by token {who.name!r}")
+
+        def refusal(row: TaskRow, dependencies: Mapping[int, str]) -> str | None:
+            return retry_refusal(row.state, fixed_start=row.start_at is not None, dependencies=dependencies)
+
+        row, refused = await self._store.retry(task_id, refusal)
+        if row is None:
+            raise NotFound(f"task {task_id} not found")
+        if refused is not None:
+            raise errors.FailedPrecondition(f"task {task_id} cannot be retried: {refused}")
         return row
 
     async def explain(self, task_id: int) -> tuple[TaskRow, str, list[str]]:

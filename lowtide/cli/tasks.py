@@ -1,4 +1,4 @@
-"""`lowtide task`: submit, get, cancel, list and explain tasks."""
+"""`lowtide task`: submit, get, cancel, retry, list and explain tasks."""
 
 from __future__ import annotations
 
@@ -123,6 +123,13 @@ async def _task_cancel(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+async def _task_retry(args: argparse.Namespace, config: Config) -> int:
+    async with Client(target(args, config), **security()) as client:
+        task = await client.retry(args.id)
+        show(args, task, output.task_line(task))
+    return 0
+
+
 async def _task_list(args: argparse.Namespace, config: Config) -> int:
     async with Client(target(args, config), **security()) as client:
         token = ""
@@ -203,7 +210,7 @@ def _add_submit(task_commands: Commands, parents: Parents) -> None:
 
 
 def register(commands: Commands, parents: Parents) -> None:
-    """`lowtide task submit|get|cancel|list|explain`."""
+    """`lowtide task submit|get|cancel|retry|list|explain`."""
     client = [parents.common, parents.client]
     task = commands.add_parser("task", help="submit and inspect tasks")
     task_commands = task.add_subparsers(dest="task_command", required=True)
@@ -214,6 +221,11 @@ def register(commands: Commands, parents: Parents) -> None:
     cancel = task_commands.add_parser("cancel", parents=client, help="cancel a task")
     cancel.add_argument("id", type=whole(*ID))
     cancel.set_defaults(handler=_task_cancel)
+    retry = task_commands.add_parser(
+        "retry", parents=client, help="run a task that failed, timed out, was cancelled or shed again"
+    )
+    retry.add_argument("id", type=whole(*ID))
+    retry.set_defaults(handler=_task_retry)
     listing = task_commands.add_parser(
         "list", parents=client, help="list tasks, newest first (without payloads and results: see task get)"
     )

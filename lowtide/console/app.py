@@ -39,7 +39,7 @@ HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
-ACTIONS = ("pause", "resume", "cancel", "signal")
+ACTIONS = ("pause", "resume", "cancel", "retry", "signal")
 
 
 class Console:
@@ -207,7 +207,7 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 async def action(request: Request) -> Response:
-    """pause / resume a queue, cancel a task, set the signal: confirmed first, then done with the
+    """pause / resume a queue, cancel or retry a task, set the signal: confirmed first, then done with the
     visitor's token; a refusal shows the service's own message."""
     console: Console = request.app.state.console
     name = request.path_params["name"]
@@ -260,6 +260,14 @@ def _action(
             return f"Task {cancelled.id} is {pages.state_name(cancelled.state)}."
 
         return f"Cancel task {task_id}", cancel
+    if name == "retry":
+        task_id = forms.task_id(values.get("task", ""), "task")
+
+        async def retry() -> str:
+            retried = await backend.retry(token, task_id)
+            return f"Task {retried.id} is {pages.state_name(retried.state)}."
+
+        return f"Run task {task_id} again", retry
     signal = forms.text(values, "signal")
     value = forms.signal_value(values)
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from scheduler_service.domain.model import TIMEOUT_ERRORS, Attempt, Failure, Outcome, RetryPolicy, State
+from scheduler_service.domain.submission import ENDED_UNCOMPLETED
 
 
 def backoff(policy: RetryPolicy, attempt: int) -> timedelta:
@@ -37,3 +39,25 @@ def after_failure(attempt: Attempt, failure: Failure, now: datetime) -> Outcome:
         return Outcome(attempt.task_id, attempt.attempt, State.PENDING, failure=failure, run_at=run_at)
     final = State.TIMED_OUT if failure.error_type in TIMEOUT_ERRORS else State.FAILED
     return Outcome(attempt.task_id, attempt.attempt, final, failure=failure)
+
+
+# What a task may be retried from (RetryTask): it ended without completing, and not as a fixed
+# start skipped at its miss (a fixed start is not run again at another time: submit a new one).
+RETRYABLE_ENDS = frozenset({"failed", "timed_out", "cancelled", "shed"})
+
+
+def retry_refusal(state: str, *, fixed_start: bool, dependencies: Mapping[int, str]) -> str | None:
+    """Why a task in `state` cannot be run again now (None: it can). `dependencies`: the state of
+    each task it depends on; one that ended without completing would fail it again at once."""
+    if state in ("pending", "running"):
+        return f"the task is {state}: only a task that ended without completing is retried"
+    if state == "completed":
+        return "the task completed: submit it again to run it again"
+    if fixed_start:
+        return "a fixed start is not retried at another time: submit it again with a new start"
+    if state not in RETRYABLE_ENDS:
+        return f"a {state} task is not retried"
+    for dependency, ended in sorted(dependencies.items()):
+        if ended in ENDED_UNCOMPLETED:
+            return f"it depends on task {dependency}, which ended {ended}: retry that one first"
+    return None

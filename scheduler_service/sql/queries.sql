@@ -483,6 +483,39 @@ FROM old
 WHERE t.id = old.id
 RETURNING {{_task_row}}, t.payload, t.result, t.heartbeat_details, old.state AS previous_state
 
+-- lock_task --
+-- One task, whole, locked until the transaction ends (RetryTask reads it and its dependencies
+-- before it changes it).
+SELECT {{_task_row}}, t.payload, t.result, t.heartbeat_details
+FROM lowtide.tasks t WHERE t.id = %(id)s
+FOR UPDATE
+
+-- dependency_states_of --
+-- The state of each task this task depends on, locked against finishing until commit (as
+-- lock_dependencies does for a submission).
+SELECT d.id, d.state
+FROM lowtide.task_dependencies e
+JOIN lowtide.tasks d ON d.id = e.depends_on
+WHERE e.task_id = %(id)s
+FOR SHARE OF d
+
+-- retry_task --
+-- Makes a task that ended without completing pending again and due now (domain.retry decided it
+-- may be): one more attempt if it had used all of its own, its schedule_to_start and max_defer
+-- counted from now, waiting for the %(deps_pending)s dependencies that have not finished yet.
+-- Its last failure stays on it until the next attempt ends.
+UPDATE lowtide.tasks t
+SET state = 'pending', run_at = now(), finished_at = NULL, worker_id = NULL,
+    max_attempts = GREATEST(t.max_attempts, t.attempt + 1),
+    deps_pending = %(deps_pending)s,
+    cancel_requested = false, shed_reason = NULL, released_by = NULL,
+    close_deadline = NULL, heartbeat_deadline = NULL,
+    schedule_to_start_deadline = now() + t.schedule_to_start_ms * interval '1 millisecond',
+    hold_deadline = now() + t.max_defer_ms * interval '1 millisecond',
+    planned_release_at = NULL, planned_intensity = NULL, plan_reason = NULL
+WHERE t.id = %(id)s
+RETURNING {{_task_row}}, t.payload, t.result, t.heartbeat_details
+
 -- notify_cancel --
 -- Tells every replica to stop an attempt on its worker (payload: id:attempt:worker).
 SELECT pg_notify('lowtide_cancel', %(payload)s)

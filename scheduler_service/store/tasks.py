@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -15,6 +16,7 @@ from scheduler_service.rows.tasks import (
     EndedRow,
     ExpiredRow,
     FinishedRow,
+    StateRow,
     TaskRow,
     UnblockedRow,
 )
@@ -183,6 +185,28 @@ class TaskStore(StoreBase):
                 "details": [d[2] for d in details],
             },
         )
+
+    async def retry(
+        self, task_id: int, refusal: Callable[[TaskRow, Mapping[int, str]], str | None]
+    ) -> tuple[TaskRow | None, str | None]:
+        """Makes the task pending again unless `refusal` (given the task, locked, and the state of
+        each task it depends on) says why not. Returns the task as it is now and None, the task
+        unchanged and the reason, or (None, None) when there is no such task."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetch_one_as(TaskRow, Q["lock_task"], {"id": task_id})
+            if row is None:
+                return None, None
+            states = await tx.fetch_as(StateRow, Q["dependency_states_of"], {"id": task_id})
+            dependencies = {r.id: r.state for r in states}
+            refused = refusal(row, dependencies)
+            if refused is not None:
+                return row, refused
+            waiting = sum(1 for state in dependencies.values() if state in ("pending", "running"))
+            retried = await tx.fetch_one_as(TaskRow, Q["retry_task"], {"id": task_id, "deps_pending": waiting})
+            # Every replica's dispatch (this one's too, through its listener) looks at its type.
+            wake = json.dumps({"origin": None, "pairs": [[row.queue, row.activity_type]]})
+            await tx.execute(Q["notify_wake"], {"payload": wake})
+            return retried, None
 
     async def cancel(self, task_id: int) -> CancelledRow | None:
         async with self.db.transaction() as tx:

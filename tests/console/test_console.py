@@ -101,6 +101,11 @@ def test_the_overview_draws_the_signal_its_threshold_and_a_planned_release_after
     confirm(browser, "cancel")
     assert wait(browser, lambda b: b.find_element(By.ID, "done-message")).text == f"Task {task['id']} is cancelled."
     assert open_stack.cli("task", "get", str(task["id"]), "--target", open_stack.scheduler)["state"] == "cancelled"
+    # ... and runs it again from the same page: pending once more.
+    browser.get(f"{open_stack.url}/tasks/{task['id']}")
+    confirm(browser, "retry")
+    assert wait(browser, lambda b: b.find_element(By.ID, "done-message")).text == f"Task {task['id']} is pending."
+    assert open_stack.cli("task", "get", str(task["id"]), "--target", open_stack.scheduler)["state"] == "pending"
 
 
 def test_pausing_a_queue_from_the_page_changes_lowtide_status(

@@ -71,6 +71,7 @@ BAD_INPUT = [
     ),
     (["task", "get", "9223372036854775808"], "argument id: must be from 1 to 9223372036854775807"),
     (["task", "cancel", "0"], "argument id: must be from 1 to 9223372036854775807, not 0"),
+    (["task", "retry", "0"], "argument id: must be from 1 to 9223372036854775807, not 0"),
     (["task", "explain", "-1"], "argument id: must be from 1 to 9223372036854775807, not -1"),
     (["task", "list", "--limit", "0"], "argument --limit: must be from 1 to"),
     (["schedule", "create", "n", "--cron", "* * * * *", "--type", ""], "argument --type: must not be empty"),
@@ -169,7 +170,7 @@ printf '%s\\n' "${{COMPREPLY[@]}}"
 def test_bash_completion_offers_the_commands_and_their_options() -> None:
     script = _script("bash")
     assert _complete(script, "lowtide ta") == ["task"]
-    assert _complete(script, "lowtide task ") == ["cancel", "explain", "get", "list", "submit"]
+    assert _complete(script, "lowtide task ") == ["cancel", "explain", "get", "list", "retry", "submit"]
     assert "--count" in _complete(script, "lowtide task submit --co")
     assert _complete(script, "lowtide task list --state pe") == ["pending"]
 
@@ -257,6 +258,18 @@ async def test_task_list_says_results_are_left_out_and_task_get_shows_them(sched
         worker.terminate()
         # Off the event loop: the scheduler runs on it, and the stopping worker awaits its answer.
         await asyncio.to_thread(worker.wait, 30)
+
+
+async def test_task_retry_runs_a_cancelled_task_again_and_says_why_a_pending_one_is_not(scheduler: Scheduler) -> None:
+    target = scheduler.target
+    async with Client(target) as client:
+        task = await client.submit("nobody-runs-this")
+        refused = await lowtide("task", "retry", str(task.id), "--target", target)
+        assert refused.code != 0
+        assert f"task {task.id} cannot be retried: the task is pending" in refused.err
+        await client.cancel(task.id)
+    retried = json.loads((await lowtide("task", "retry", str(task.id), "--json", "--target", target)).out)
+    assert (retried["id"], retried["state"]) == (task.id, "pending")
 
 
 async def test_a_reader_that_goes_away_ends_the_list_quietly(scheduler: Scheduler) -> None:

@@ -112,6 +112,7 @@ async def test_a_viewer_reads_everything_and_changes_nothing(guarded: Scheduler,
         for refused in (
             viewer.submit("echo", b"x"),
             viewer.cancel(task.id),
+            viewer.retry(task.id),
             viewer.pause_queue("default"),
             viewer.resume_queue("default"),
             viewer_signal.set(500.0),
@@ -323,7 +324,7 @@ async def test_the_demo_worker_connects_with_the_token_from_the_environment(guar
     assert (done.state, done.result) == (TaskState.Value("TASK_STATE_COMPLETED"), b"secured")
 
 
-async def test_a_submitter_cancels_only_its_own_tasks(database_url: str) -> None:
+async def test_a_submitter_cancels_and_retries_only_its_own_tasks(database_url: str) -> None:
     other = "s-secret-other"
     auth = replace(
         AUTH_CONFIG, tokens=(*AUTH_CONFIG.tokens, TokenEntry("other-submitter", "submitter", hash_token(other)))
@@ -340,9 +341,15 @@ async def test_a_submitter_cancels_only_its_own_tasks(database_url: str) -> None
                 await theirs.cancel(task.id)
             assert (await mine.get(task.id)).state == TaskState.Value("TASK_STATE_PENDING")
             assert (await mine.cancel(task.id)).state == TaskState.Value("TASK_STATE_CANCELLED")
+            with pytest.raises(grpc.aio.AioRpcError) as retried:
+                await theirs.retry(task.id)
+            assert (await mine.get(task.id)).state == TaskState.Value("TASK_STATE_CANCELLED")
+            assert (await mine.retry(task.id)).state == TaskState.Value("TASK_STATE_PENDING")
             theirs_task = await theirs.submit("echo")
             assert (await admin.cancel(theirs_task.id)).state == TaskState.Value("TASK_STATE_CANCELLED")
+            assert (await admin.retry(theirs_task.id)).state == TaskState.Value("TASK_STATE_PENDING")
     finally:
         await scheduler.stop(grace=0.5)
-    assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert f"task {task.id} was not submitted by token 'other-submitter'" in (caught.value.details() or "")
+    for refused in (caught.value, retried.value):
+        assert refused.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert f"task {task.id} was not submitted by token 'other-submitter'" in (refused.details() or "")

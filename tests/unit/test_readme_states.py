@@ -19,7 +19,7 @@ from scheduler_service.domain.model import (
     Failure,
     RetryPolicy,
 )
-from scheduler_service.domain.retry import after_failure, after_success
+from scheduler_service.domain.retry import RETRYABLE_ENDS, after_failure, after_success
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -83,3 +83,9 @@ def test_what_the_queries_do_is_drawn(query: str, before: str, after: str) -> No
     sql = Q[query]
     assert f"'{before}'" in sql and f"'{after}'" in sql
     assert (before, after) in drawn()
+
+
+@pytest.mark.parametrize("ended", sorted(RETRYABLE_ENDS))
+def test_a_retry_is_drawn_from_every_end_it_takes(ended: str) -> None:
+    assert "state = 'pending'" in Q["retry_task"]
+    assert (ended, "pending") in drawn()

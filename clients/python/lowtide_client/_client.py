@@ -186,6 +186,15 @@ class Client:
         )
         return response.task
 
+    async def retry(self, task_id: int) -> task_pb2.Task:
+        """Run a task that failed, timed out, was cancelled or shed again: it is pending and due
+        at once, with one more attempt if it had used all of its own (FAILED_PRECONDITION for a
+        task that completed, still runs or waits, or is a fixed start)."""
+        response: scheduler_pb2.RetryTaskResponse = await self._calls.call(
+            "RetryTask", scheduler_pb2.RetryTaskRequest(id=task_id)
+        )
+        return response.task
+
     async def list(
         self,
         *,

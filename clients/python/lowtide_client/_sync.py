@@ -113,6 +113,9 @@ class SyncClient:
     def cancel(self, task_id: int) -> task_pb2.Task:
         return self._run(self._client.cancel(task_id))
 
+    def retry(self, task_id: int) -> task_pb2.Task:
+        return self._run(self._client.retry(task_id))
+
     def wait(self, task_id: int, *, timeout: timedelta = timedelta(seconds=30)) -> task_pb2.Task:
         return self._run(self._client.wait(task_id, timeout=timeout))
 

@@ -208,6 +208,45 @@ class CancelTaskResponse(_message.Message):
 Global___CancelTaskResponse: _TypeAlias = CancelTaskResponse  # noqa: Y015
 
 @_typing.final
+class RetryTaskRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryTaskRequest: _TypeAlias = RetryTaskRequest  # noqa: Y015
+
+@_typing.final
+class RetryTaskResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def task(self) -> _task_pb2.Task: ...
+    def __init__(
+        self,
+        *,
+        task: _task_pb2.Task | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryTaskResponse: _TypeAlias = RetryTaskResponse  # noqa: Y015
+
+@_typing.final
 class ListTasksRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -27,7 +27,7 @@ if _version_not_supported:
 
 
 class SchedulerServiceStub:
-    """Submit, inspect and cancel tasks.
+    """Submit, inspect, cancel and retry tasks.
     """
 
     def __init__(self, channel):
@@ -55,6 +55,11 @@ class SchedulerServiceStub:
                 '/lowtide.v1.SchedulerService/CancelTask',
                 request_serializer=lowtide_dot_v1_dot_scheduler__pb2.CancelTaskRequest.SerializeToString,
                 response_deserializer=lowtide_dot_v1_dot_scheduler__pb2.CancelTaskResponse.FromString,
+                _registered_method=True)
+        self.RetryTask = channel.unary_unary(
+                '/lowtide.v1.SchedulerService/RetryTask',
+                request_serializer=lowtide_dot_v1_dot_scheduler__pb2.RetryTaskRequest.SerializeToString,
+                response_deserializer=lowtide_dot_v1_dot_scheduler__pb2.RetryTaskResponse.FromString,
                 _registered_method=True)
         self.ListTasks = channel.unary_unary(
                 '/lowtide.v1.SchedulerService/ListTasks',
@@ -114,7 +119,7 @@ class SchedulerServiceStub:
 
 
 class SchedulerServiceServicer:
-    """Submit, inspect and cancel tasks.
+    """Submit, inspect, cancel and retry tasks.
     """
 
     def SubmitTask(self, request, context):
@@ -138,6 +143,16 @@ class SchedulerServiceServicer:
 
     def CancelTask(self, request, context):
         """Ends a pending task at once; a running task's worker is told to stop.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryTask(self, request, context):
+        """Runs a task that ended without completing (failed, timed_out, cancelled, shed) again: it is
+        pending and due at once, with one more attempt if it had used all of its own. Refused with
+        FAILED_PRECONDITION for a completed, pending or running task, a fixed start, and a task one of
+        whose dependencies ended without completing (retry that one first).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -239,6 +254,11 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     request_deserializer=lowtide_dot_v1_dot_scheduler__pb2.CancelTaskRequest.FromString,
                     response_serializer=lowtide_dot_v1_dot_scheduler__pb2.CancelTaskResponse.SerializeToString,
             ),
+            'RetryTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryTask,
+                    request_deserializer=lowtide_dot_v1_dot_scheduler__pb2.RetryTaskRequest.FromString,
+                    response_serializer=lowtide_dot_v1_dot_scheduler__pb2.RetryTaskResponse.SerializeToString,
+            ),
             'ListTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTasks,
                     request_deserializer=lowtide_dot_v1_dot_scheduler__pb2.ListTasksRequest.FromString,
@@ -303,7 +323,7 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class SchedulerService:
-    """Submit, inspect and cancel tasks.
+    """Submit, inspect, cancel and retry tasks.
     """
 
     @staticmethod
@@ -404,6 +424,33 @@ class SchedulerService:
             '/lowtide.v1.SchedulerService/CancelTask',
             lowtide_dot_v1_dot_scheduler__pb2.CancelTaskRequest.SerializeToString,
             lowtide_dot_v1_dot_scheduler__pb2.CancelTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lowtide.v1.SchedulerService/RetryTask',
+            lowtide_dot_v1_dot_scheduler__pb2.RetryTaskRequest.SerializeToString,
+            lowtide_dot_v1_dot_scheduler__pb2.RetryTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -28,7 +28,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class SchedulerServiceStub:
-    """Submit, inspect and cancel tasks."""
+    """Submit, inspect, cancel and retry tasks."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -40,6 +40,12 @@ class SchedulerServiceStub:
     GetTask: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.GetTaskRequest, _scheduler_pb2.GetTaskResponse]
     CancelTask: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.CancelTaskRequest, _scheduler_pb2.CancelTaskResponse]
     """Ends a pending task at once; a running task's worker is told to stop."""
+    RetryTask: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.RetryTaskRequest, _scheduler_pb2.RetryTaskResponse]
+    """Runs a task that ended without completing (failed, timed_out, cancelled, shed) again: it is
+    pending and due at once, with one more attempt if it had used all of its own. Refused with
+    FAILED_PRECONDITION for a completed, pending or running task, a fixed start, and a task one of
+    whose dependencies ended without completing (retry that one first).
+    """
     ListTasks: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.ListTasksRequest, _scheduler_pb2.ListTasksResponse]
     WaitTask: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.WaitTaskRequest, _scheduler_pb2.WaitTaskResponse]
     """Waits until the task is finished or the timeout passes, then returns it as it is."""
@@ -62,7 +68,7 @@ class SchedulerServiceStub:
 
 @_typing.type_check_only
 class SchedulerServiceAsyncStub(SchedulerServiceStub):
-    """Submit, inspect and cancel tasks."""
+    """Submit, inspect, cancel and retry tasks."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     SubmitTask: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.SubmitTaskRequest, _scheduler_pb2.SubmitTaskResponse]  # type: ignore[assignment]
@@ -71,6 +77,12 @@ class SchedulerServiceAsyncStub(SchedulerServiceStub):
     GetTask: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.GetTaskRequest, _scheduler_pb2.GetTaskResponse]  # type: ignore[assignment]
     CancelTask: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.CancelTaskRequest, _scheduler_pb2.CancelTaskResponse]  # type: ignore[assignment]
     """Ends a pending task at once; a running task's worker is told to stop."""
+    RetryTask: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.RetryTaskRequest, _scheduler_pb2.RetryTaskResponse]  # type: ignore[assignment]
+    """Runs a task that ended without completing (failed, timed_out, cancelled, shed) again: it is
+    pending and due at once, with one more attempt if it had used all of its own. Refused with
+    FAILED_PRECONDITION for a completed, pending or running task, a fixed start, and a task one of
+    whose dependencies ended without completing (retry that one first).
+    """
     ListTasks: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.ListTasksRequest, _scheduler_pb2.ListTasksResponse]  # type: ignore[assignment]
     WaitTask: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.WaitTaskRequest, _scheduler_pb2.WaitTaskResponse]  # type: ignore[assignment]
     """Waits until the task is finished or the timeout passes, then returns it as it is."""
@@ -92,7 +104,7 @@ class SchedulerServiceAsyncStub(SchedulerServiceStub):
     DeleteSchedule: _aio.UnaryUnaryMultiCallable[_schedule_pb2.DeleteScheduleRequest, _schedule_pb2.DeleteScheduleResponse]  # type: ignore[assignment]
 
 class SchedulerServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Submit, inspect and cancel tasks."""
+    """Submit, inspect, cancel and retry tasks."""
 
     @_abc_1.abstractmethod
     def SubmitTask(
@@ -123,6 +135,18 @@ class SchedulerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_scheduler_pb2.CancelTaskResponse, _abc.Awaitable[_scheduler_pb2.CancelTaskResponse]]:
         """Ends a pending task at once; a running task's worker is told to stop."""
+
+    @_abc_1.abstractmethod
+    def RetryTask(
+        self,
+        request: _scheduler_pb2.RetryTaskRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scheduler_pb2.RetryTaskResponse, _abc.Awaitable[_scheduler_pb2.RetryTaskResponse]]:
+        """Runs a task that ended without completing (failed, timed_out, cancelled, shed) again: it is
+        pending and due at once, with one more attempt if it had used all of its own. Refused with
+        FAILED_PRECONDITION for a completed, pending or running task, a fixed start, and a task one of
+        whose dependencies ended without completing (retry that one first).
+        """
 
     @_abc_1.abstractmethod
     def ListTasks(
