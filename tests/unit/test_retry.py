@@ -1,14 +1,16 @@
-"""Retry decisions: backoff growth and cap, non-retryable failures, attempts running out."""
+"""Retry decisions: backoff growth and cap, non-retryable failures, attempts running out, and what
+an operator may run again (RetryTask)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler_service.domain.model import Attempt, Failure, RetryPolicy, State
-from scheduler_service.domain.retry import after_failure, after_success, backoff
+from scheduler_service.domain.retry import after_failure, after_success, backoff, retry_refusal
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 POLICY = RetryPolicy(3, timedelta(seconds=1), 2.0, timedelta(seconds=3), ("Fatal",))
@@ -59,3 +61,27 @@ def test_backoff_is_never_negative_nor_over_the_maximum(
     policy = RetryPolicy(10, timedelta(milliseconds=initial_ms), coefficient, timedelta(milliseconds=max_ms))
     wait = backoff(policy, attempt)
     assert timedelta(0) <= wait <= policy.max_backoff
+
+
+@pytest.mark.parametrize(
+    ("state", "fixed_start", "dependencies", "refused"),
+    [
+        ("failed", False, {}, None),
+        ("timed_out", False, {}, None),
+        ("cancelled", False, {}, None),
+        ("shed", False, {}, None),
+        ("failed", False, {4: "completed", 5: "running", 6: "pending"}, None),
+        ("pending", False, {}, "the task is pending"),
+        ("running", False, {}, "the task is running"),
+        ("completed", False, {}, "the task completed"),
+        ("skipped", True, {}, "a fixed start is not retried"),
+        ("cancelled", True, {}, "a fixed start is not retried"),
+        ("failed", False, {9: "completed", 7: "cancelled", 8: "failed"}, "depends on task 7, which ended cancelled"),
+    ],
+)
+def test_what_may_be_retried(state: str, fixed_start: bool, dependencies: dict[int, str], refused: str | None) -> None:
+    reason = retry_refusal(state, fixed_start=fixed_start, dependencies=dependencies)
+    if refused is None:
+        assert reason is None
+    else:
+        assert reason is not None and refused in reason
