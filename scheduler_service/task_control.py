@@ -56,15 +56,19 @@ class TaskControl:
             raise NotFound(f"task {task_id} not found")
         return row
 
-    async def cancel(self, task_id: int, who: TokenEntry | None) -> CancelledRow:
-        """Ends a pending or running task as cancelled and stops its attempt on the worker (a
-        submitter may cancel only what it submitted; admins anything)."""
+    async def _may_change(self, task_id: int, who: TokenEntry | None) -> None:
+        """Refuses a bad id, and a submitter's change to a task it did not submit."""
         if task_id <= 0:
             raise InvalidArgument("id", "must be a positive task id")
         if who is not None and who.role == SUBMITTER:
             owner = (await self.get(task_id)).submitted_by
             if owner != who.name:
                 raise errors.PermissionDenied(f"task {task_id} was not submitted by token {who.name!r}")
+
+    async def cancel(self, task_id: int, who: TokenEntry | None) -> CancelledRow:
+        """Ends a pending or running task as cancelled and stops its attempt on the worker (a
+        submitter may cancel only what it submitted; admins anything)."""
+        await self._may_change(task_id, who)
         row = await self._store.cancel(task_id)
         if row is None:
             raise NotFound(f"task {task_id} not found")
@@ -77,12 +81,7 @@ class TaskControl:
     async def retry(self, task_id: int, who: TokenEntry | None) -> TaskRow:
         """Runs a task that ended without completing again (domain.retry says which may be); a
         submitter may retry only what it submitted, admins anything."""
-        if task_id <= 0:
-            raise InvalidArgument("id", "must be a positive task id")
-        if who is not None and who.role == SUBMITTER:
-            owner = (await self.get(task_id)).submitted_by
-            if owner != who.name:
-                raise errors.PermissionDenied(f"task {task_id} was not submitted by token {who.name!r}")
+        await self._may_change(task_id, who)
 
         def refusal(row: TaskRow, dependencies: Mapping[int, str]) -> str | None:
             return retry_refusal(row.state, fixed_start=row.start_at is not None, dependencies=dependencies)

@@ -252,22 +252,14 @@ def _action(
             return f"Queue {state.name} is {'paused' if state.paused else 'running'}."
 
         return f"{name.capitalize()} queue {queue!r}", queue_action
-    if name == "cancel":
+    if name in ("cancel", "retry"):
         task_id = forms.task_id(values.get("task", ""), "task")
 
-        async def cancel() -> str:
-            cancelled = await backend.cancel(token, task_id)
-            return f"Task {cancelled.id} is {pages.state_name(cancelled.state)}."
+        async def task_action() -> str:
+            task = await (backend.cancel(token, task_id) if name == "cancel" else backend.retry(token, task_id))
+            return f"Task {task.id} is {pages.state_name(task.state)}."
 
-        return f"Cancel task {task_id}", cancel
-    if name == "retry":
-        task_id = forms.task_id(values.get("task", ""), "task")
-
-        async def retry() -> str:
-            retried = await backend.retry(token, task_id)
-            return f"Task {retried.id} is {pages.state_name(retried.state)}."
-
-        return f"Run task {task_id} again", retry
+        return (f"Cancel task {task_id}" if name == "cancel" else f"Run task {task_id} again"), task_action
     signal = forms.text(values, "signal")
     value = forms.signal_value(values)
 
