@@ -149,6 +149,13 @@ class KeyedRow:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskId:
+    """A task id (next_task_id)."""
+
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
 class StateRow:
     """A task a submission depends on, and its state (lock_dependencies)."""
 

@@ -109,8 +109,13 @@ WHERE (%(queue)s::text IS NULL OR t.queue = %(queue)s::text)
   AND (%(state)s::text IS NULL OR t.state = %(state)s::text)
   AND (%(activity_type)s::text IS NULL OR t.activity_type = %(activity_type)s::text)
   AND (%(before_id)s::bigint IS NULL OR t.id < %(before_id)s::bigint)
+  AND (%(from_id)s::bigint IS NULL OR t.id >= %(from_id)s::bigint)
 ORDER BY t.id DESC
 LIMIT %(limit)s
+
+-- next_task_id --
+-- One above the newest task's id (1 with no tasks): where a filtered listing's first page starts.
+SELECT COALESCE(max(id), 0) + 1 AS id FROM lowtide.tasks
 
 -- lock_types --
 -- Serialises claims of concurrency-limited types across replicas, until the transaction ends.

@@ -17,6 +17,7 @@ from scheduler_service.rows.tasks import (
     ExpiredRow,
     FinishedRow,
     StateRow,
+    TaskId,
     TaskRow,
     UnblockedRow,
 )
@@ -95,17 +96,26 @@ class TaskStore(StoreBase):
         state: str | None,
         activity_type: str | None,
         before_id: int | None,
+        from_id: int | None = None,
         limit: int,
     ) -> list[TaskRow]:
-        """A page of tasks, newest first, whole but for their payloads and results (left empty)."""
+        """A page of tasks, newest first, whole but for their payloads and results (left empty):
+        ids below `before_id` and from `from_id` on (None: no bound)."""
         params = {
             "queue": queue,
             "state": state,
             "activity_type": activity_type,
             "before_id": before_id,
+            "from_id": from_id,
             "limit": limit,
         }
         return await self.db.fetch_as(TaskRow, Q["list_tasks"], params)
+
+    async def next_task_id(self) -> int:
+        """One above the newest task's id (1 with no tasks)."""
+        row = await self.db.fetch_one_as(TaskId, Q["next_task_id"])
+        assert row is not None
+        return row.id
 
     def _unblocked(self, rows: list[UnblockedRow]) -> None:
         if rows:

@@ -285,7 +285,10 @@ class ListTasksResponse(_message.Message):
     TASKS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
-    """Empty on the last page."""
+    """Empty on the last page. A listing filtered by queue or activity type looks among the next
+    100,000 task ids a page, so one of its pages may hold fewer tasks than page_size, none even,
+    with a token to go on from.
+    """
     @_builtins.property
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[_task_pb2.Task]:
         """Newest first. Payloads and results are left out; GetTask has them."""
