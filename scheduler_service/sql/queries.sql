@@ -505,18 +505,23 @@ WHERE e.task_id = %(id)s
 FOR SHARE OF d
 
 -- retry_task --
--- Makes a task that ended without completing pending again and due now (domain.retry decided it
--- may be): one more attempt if it had used all of its own, its schedule_to_start and max_defer
--- counted from now, waiting for the %(deps_pending)s dependencies that have not finished yet.
--- Its last failure stays on it until the next attempt ends.
+-- Makes a task that ended without completing pending again (domain.retry decided it may be): due
+-- now, or, while %(deps_pending)s of its dependencies have not finished, not due until they have
+-- (as a submission waiting for dependencies is, see _insert_tasks); one more attempt if it had
+-- used all of its own; its schedule_to_start and max_defer counted from now, and a cost hold
+-- holding it no longer than its latest start (one already past: not at all). Its last failure
+-- stays on it until the next attempt ends.
 UPDATE lowtide.tasks t
-SET state = 'pending', run_at = now(), finished_at = NULL, worker_id = NULL,
+SET state = 'pending', finished_at = NULL, worker_id = NULL,
+    run_at = CASE WHEN %(deps_pending)s::int > 0 THEN '9999-01-01 00:00:00+00'::timestamptz ELSE now() END,
     max_attempts = GREATEST(t.max_attempts, t.attempt + 1),
-    deps_pending = %(deps_pending)s,
+    deps_pending = %(deps_pending)s::int,
     cancel_requested = false, shed_reason = NULL, released_by = NULL,
     close_deadline = NULL, heartbeat_deadline = NULL,
-    schedule_to_start_deadline = now() + t.schedule_to_start_ms * interval '1 millisecond',
-    hold_deadline = now() + t.max_defer_ms * interval '1 millisecond',
+    schedule_to_start_deadline = CASE WHEN %(deps_pending)s::int = 0
+        THEN now() + t.schedule_to_start_ms * interval '1 millisecond' END,
+    hold_deadline = CASE WHEN t.kind = 'activity'
+        THEN LEAST(t.latest_start, now() + t.max_defer_ms * interval '1 millisecond') END,
     planned_release_at = NULL, planned_intensity = NULL, plan_reason = NULL
 WHERE t.id = %(id)s
 RETURNING {{_task_row}}, t.payload, t.result, t.heartbeat_details

@@ -5,6 +5,7 @@ with FAILED_PRECONDITION naming why, and nothing about it changes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 
@@ -14,6 +15,7 @@ import pytest
 from lowtide_client import Client, Worker
 from lowtide_proto.lowtide.v1.task_pb2 import TaskState
 from scheduler_service.server import Scheduler
+from tests.helpers import eventually
 
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
 FAILED = TaskState.Value("TASK_STATE_FAILED")
@@ -97,12 +99,14 @@ async def test_what_cannot_be_retried_is_refused_and_left_as_it_was(scheduler: S
 
 async def test_a_dependent_is_retried_after_its_dependency_and_waits_for_it(scheduler: Scheduler) -> None:
     fixed = False
+    source_back = asyncio.Event()
     async with Client(scheduler.target) as client, Worker(target=scheduler.target, slots=2) as worker:
 
         @worker.activity("extract")
         async def extract(payload: bytes) -> bytes:
             if not fixed:
                 raise RuntimeError("source unreachable")
+            await source_back.wait()
             return b"rows"
 
         @worker.activity("load")
@@ -123,6 +127,16 @@ async def test_a_dependent_is_retried_after_its_dependency_and_waits_for_it(sche
         fixed = True
         await client.retry(first.id)
         assert (await client.retry(then.id)).state == PENDING
+        # Its dependency runs again: the dependent waits for it, and says so.
+        await eventually(lambda: _running(client, first.id))
+        explained = await client.explain(then.id)
+        assert explained.task.state == PENDING and "dependenc" in explained.explanation, explained.explanation
+        source_back.set()
         done = await client.wait(then.id)
-        assert (done.state, done.result) == (COMPLETED, b"loaded")
-        assert (await client.get(first.id)).state == COMPLETED
+        extracted = await client.get(first.id)
+        assert (done.state, done.result, extracted.state) == (COMPLETED, b"loaded", COMPLETED)
+        assert done.started_at.ToDatetime() >= extracted.finished_at.ToDatetime()
+
+
+async def _running(client: Client, task_id: int) -> bool:
+    return (await client.get(task_id)).state == TaskState.Value("TASK_STATE_RUNNING")
