@@ -18,6 +18,7 @@ import pytest
 from lowtide.db import apply_migrations, load_queries
 from lowtide.db.migrations import available_migrations
 from tests.conftest import with_dbname
+from tests.helpers import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 _PLACEHOLDER = re.compile(r"%\(([a-z_][a-z0-9_]*)\)s")
@@ -141,3 +142,67 @@ def test_every_query_prepares_against_the_migrated_schema(migrated_database: str
         except psycopg.Error as error:
             pytest.fail(f"query {query!r} does not fit the migrated schema: {error}")
         conn.execute("DEALLOCATE q")
+
+
+def _as_before_version(url: str, version: int, index: str) -> None:
+    """The database as an earlier release left it: without `index` and migration `version`."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP INDEX lowtide.{index}")
+        conn.execute("DELETE FROM lowtide.schema_migrations WHERE version = %s", (version,))
+
+
+def _index_valid(url: str, index: str) -> bool | None:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s",
+            (index,),
+        ).fetchone()
+    return None if row is None else bool(row[0])
+
+
+_TASK = (
+    "INSERT INTO lowtide.tasks (queue, kind, activity_type, payload, max_attempts, initial_backoff_ms, "
+    "backoff_coefficient, max_backoff_ms) VALUES ('default', 'activity', 'work', '', 3, 1000, 2.0, 60000)"
+)
+
+
+async def test_an_upgrade_builds_its_indexes_without_holding_off_writes(empty_database: str) -> None:
+    """A rolling upgrade: the replicas still running keep writing while the next one migrates.
+    With a transaction open, the index build waits for it; a plain CREATE INDEX would hold every
+    later write behind it meanwhile, a concurrent one does not."""
+    await apply_migrations(empty_database)
+    _as_before_version(empty_database, 19, "tasks_finished_at")
+    with psycopg.connect(empty_database) as open_writer:
+        open_writer.execute(_TASK)  # a claim or a completion in flight, not committed yet
+        migrating = asyncio.create_task(apply_migrations(empty_database))
+
+        async def build_waits() -> bool:
+            with psycopg.connect(empty_database) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX%%' AND wait_event IS NOT NULL"
+                ).fetchone()
+            return bool(row and row[0])
+
+        await eventually(build_waits, within=30)
+        with psycopg.connect(empty_database, autocommit=True) as writer:
+            writer.execute("SET lock_timeout = '3s'")
+            writer.execute(_TASK)
+            writer.execute(
+                "UPDATE lowtide.tasks SET state = 'running', attempt = 1 WHERE id = (SELECT max(id) FROM lowtide.tasks)"
+            )
+        assert not migrating.done()
+        open_writer.commit()
+        assert await asyncio.wait_for(migrating, 30) == [19]
+    assert _index_valid(empty_database, "tasks_finished_at") is True
+
+
+async def test_an_index_build_cut_off_midway_is_built_again(empty_database: str) -> None:
+    """A start stopped during a concurrent build leaves the index invalid, which IF NOT EXISTS
+    would take for built: the next start drops it and builds it whole."""
+    await apply_migrations(empty_database)
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        conn.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'lowtide.tasks_finished_at'::regclass")
+        conn.execute("DELETE FROM lowtide.schema_migrations WHERE version = 19")
+    assert _index_valid(empty_database, "tasks_finished_at") is False
+    assert await apply_migrations(empty_database) == [19]
+    assert _index_valid(empty_database, "tasks_finished_at") is True
