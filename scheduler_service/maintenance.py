@@ -150,8 +150,10 @@ class Maintenance:
             for at, pairs in retries_due((o for o, _ in outcomes), applied).items():
                 self._on_retry(at, pairs)
         if due.purge:
+            # Every tick while tasks finish steadily: counted, logged at debug only.
             purged = await self._store.purge_finished(self._retention, PURGE_BATCH)
-            log.info("maintenance.tasks_purged", extra={"count": purged})
+            self._metrics.purged.add(purged)
+            log.debug("maintenance.tasks_purged", extra={"count": purged})
         self._ticks += 1
         if self._ticks % HOUSEKEEPING == 0:
             # Rows nothing reads any more (expired workers are filtered out everywhere): no hurry.

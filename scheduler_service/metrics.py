@@ -104,6 +104,11 @@ class SchedulerMetrics:
             "this replica: reconnected (the worker came back within reconnect_grace) or released (its attempts "
             "given up at once, or once the grace ran out)",
         )
+        self.purged = meter.create_counter(
+            "lowtide.task.purged",
+            unit="{task}",
+            description="Finished tasks deleted by the leader once [scheduler] retention had passed",
+        )
         self.rejected = meter.create_counter(
             "lowtide.report.rejected",
             unit="{report}",

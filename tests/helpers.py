@@ -10,6 +10,7 @@ import random
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -89,3 +90,10 @@ def worker_process(target: str, *args: str) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+
+
+def scrape_metrics(port: int) -> str:
+    """The Prometheus text a service's /metrics on this port serves now (blocking: call it off
+    the event loop, with asyncio.to_thread, from a test whose services run on it)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return str(response.read().decode())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -23,7 +22,7 @@ from scheduler_service.server import Scheduler, start_scheduler
 from tests.conftest import make_config
 from tests.deploy.node import ensure_node_modules, node_or_skip
 from tests.faults.support import RawWorker, SlowPath, kill_all, nap_worker
-from tests.helpers import eventually
+from tests.helpers import eventually, scrape_metrics
 
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
 RUNNING = TaskState.Value("TASK_STATE_RUNNING")
@@ -71,11 +70,6 @@ class _Held:
         self.worker.stop()
         assert self._running is not None
         await asyncio.gather(self._running, return_exceptions=True)
-
-
-def _scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        return str(response.read().decode())
 
 
 def _connected(scheduler: Scheduler, worker_id: str) -> bool:
@@ -131,7 +125,7 @@ async def test_an_attempt_cut_off_by_the_network_runs_once_within_the_reconnect_
             assert port is not None
 
             async def counted() -> bool:
-                return line in await asyncio.to_thread(_scrape, port)
+                return line in await asyncio.to_thread(scrape_metrics, port)
 
             await eventually(counted, within=15)
         finally:

@@ -4,6 +4,7 @@ and `retention = 0s` keeps everything."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -14,7 +15,7 @@ import pytest
 from lowtide_client import Client, Worker
 from scheduler_service.server import Scheduler, start_scheduler
 from tests.conftest import make_config
-from tests.helpers import eventually
+from tests.helpers import eventually, scrape_metrics
 
 
 @pytest.fixture
@@ -74,6 +75,11 @@ async def test_tasks_finished_longer_ago_than_the_retention_are_deleted_and_no_o
         # The idempotency key went with its task: the same key makes a new task now.
         again = await client.submit("nobody-runs-this", idempotency_key="nightly-2026-12-01")
         assert again.id != old.id
+    # And the metrics count what went.
+    port = kept_an_hour.metrics.metrics.port
+    assert port is not None
+    scraped = await asyncio.to_thread(scrape_metrics, port)
+    assert "lowtide_task_purged_total 2.0" in scraped, scraped
 
 
 async def test_a_retention_of_zero_keeps_every_finished_task(database_url: str) -> None:
