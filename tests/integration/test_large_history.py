@@ -1,7 +1,8 @@
 """With a large table — a backlog and the history of finished tasks that retention keeps — the
 statements a replica runs on its own every few hundred milliseconds read what they are about, not
-the table: the leader's tick looks for missed fixed starts among the starts already past, and the
-pools' fixed-start figures read the fixed starts alone. Before, both read every row: with a backlog
+the table: the leader's tick looks for missed fixed starts among the starts already past, the
+pools' fixed-start figures read the fixed starts alone, and a submit to a queue with max_depth
+counts that queue's pending tasks. Before, both read every row: with a backlog
 of 1,000,000 and 1,300,000 tasks finished, half a second each, and the tick (every 500 ms) alone
 kept a core of PostgreSQL busy with nothing to do."""
 
@@ -97,3 +98,17 @@ def test_the_pools_fixed_start_figures_read_the_fixed_starts_alone(large: psycop
     assert pool == "gpu"
     assert len(ahead) == 2 and ahead[0] < ahead[1]
     assert hit_rate == pytest.approx(0.8)
+
+
+def test_a_limited_queue_s_depth_is_counted_from_its_own_pending_tasks(large: psycopg.Connection[Any]) -> None:
+    # Each submit to a queue with max_depth counts it, under the queue's lock: on the claim
+    # indexes it reads that queue's few pending tasks, not the backlog of others or the history.
+    large.execute(
+        f"INSERT INTO lowtide.tasks ({_COLUMNS}, resources) "
+        f"SELECT 'limited', 'activity', 'work', '', 3, 1000, 2.0, 60000, "
+        "       CASE WHEN g % 2 = 0 THEN '{\"gpu\": 1}'::jsonb END "
+        "FROM generate_series(1, 6) AS g"
+    )
+    params = {"queue": "limited", "held": []}
+    assert large.execute(Q["claimable_depth"], params).fetchone() == (6,)
+    assert _rows_read(large, Q["claimable_depth"], params) == 6
