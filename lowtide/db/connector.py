@@ -118,8 +118,13 @@ class Transaction:
 # and keeps PostgreSQL's generic plan: a claim is one big statement (candidates per (queue, type),
 # window functions, the slots it fills) whose custom plan took about as long to make, every time,
 # as the claim took to run, while its plan never depends on the values it is given (the candidate
-# walk is the same index scan for any queue, type or cap). Other statements stay on the main pool
-# with custom plans: their optional filters (`%(state)s IS NULL OR ...`) need the values to plan.
+# walk is the same index scan for any queue, type or cap). Other statements stay on the main pool,
+# planned for their values: their optional filters (`%(state)s IS NULL OR ...`) need them. There
+# psycopg prepares a statement run five times on a connection, and PostgreSQL may then plan it once
+# for any values when that plan looks no dearer than the custom ones were; a statement whose
+# generic plan would read the table is written so that it cannot (maintenance_due's look for tasks
+# past their retention; test_large_history checks the tick's plan both ways). Forcing custom plans
+# on the whole pool cost PostgreSQL about 5 us a task in a drain, re-planning every completion.
 _GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
 
 
