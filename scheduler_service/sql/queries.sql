@@ -113,6 +113,21 @@ WHERE (%(queue)s::text IS NULL OR t.queue = %(queue)s::text)
 ORDER BY t.id DESC
 LIMIT %(limit)s
 
+-- list_tasks_in_state --
+-- A page of tasks in one state, newest first (list_tasks filtered by state alone), read on
+-- tasks_state_id.
+-- The state is given as a range of (state, id), not as state = ..., so that the order asked for
+-- is one only that index gives: with the state fixed, the planner could walk the primary key down
+-- from the newest task and filter by state instead, and did, on a guess that the state's tasks
+-- are spread evenly (a page of pending tasks under 1,300,000 newer finished ones read all of
+-- those, 674 ms).
+SELECT {{_task_row}}, ''::bytea AS payload, NULL::bytea AS result, NULL::bytea AS heartbeat_details
+FROM lowtide.tasks t
+WHERE (t.state, t.id) > (%(state)s::text, 0)
+  AND (t.state, t.id) < (%(state)s::text, COALESCE(%(before_id)s::bigint, 9223372036854775807))
+ORDER BY t.state DESC, t.id DESC
+LIMIT %(limit)s
+
 -- next_task_id --
 -- One above the newest task's id (1 with no tasks): where a filtered listing's first page starts.
 SELECT COALESCE(max(id), 0) + 1 AS id FROM lowtide.tasks

@@ -109,7 +109,10 @@ class TaskStore(StoreBase):
             "from_id": from_id,
             "limit": limit,
         }
-        return await self.db.fetch_as(TaskRow, Q["list_tasks"], params)
+        # By state alone, on the state's index; filtered by queue or type too, in the window of
+        # ids the caller gives (from_id), on the primary key.
+        by_state = state is not None and queue is None and activity_type is None
+        return await self.db.fetch_as(TaskRow, Q["list_tasks_in_state" if by_state else "list_tasks"], params)
 
     async def next_task_id(self) -> int:
         """One above the newest task's id (1 with no tasks)."""

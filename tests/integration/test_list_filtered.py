@@ -75,3 +75,29 @@ def test_a_filtered_page_reads_at_most_its_window(database_url: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         assert _rows_read(conn, Q["list_tasks"], params) <= FILTER_WINDOW
         assert _rows_read(conn, Q["list_tasks"], {**params, "state": "completed"}) <= FILTER_WINDOW
+
+
+def test_a_page_by_state_reads_that_page_even_under_many_newer_tasks_of_other_states(database_url: str) -> None:
+    # A backlog of 150,000 pending tasks older than BULK finished ones: a page of the pending
+    # reads the page on the state's index, not every newer finished task on the way down the
+    # primary key (which the planner chose for a plain state = ..., guessing the pending spread
+    # evenly among the rest, and read all BULK of them).
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO lowtide.tasks (queue, kind, activity_type, payload, max_attempts, initial_backoff_ms, "
+            "                           backoff_coefficient, max_backoff_ms) "
+            "SELECT 'old', 'activity', 'work', '', 3, 1000, 2.0, 60000 FROM generate_series(1, 150000)"
+        )
+    _fill(database_url)
+    params: dict[str, Any] = {
+        "queue": None,
+        "state": "pending",
+        "activity_type": None,
+        "before_id": None,
+        "from_id": None,
+        "limit": 51,
+    }
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        page = conn.execute(Q["list_tasks_in_state"], params).fetchall()
+        assert _rows_read(conn, Q["list_tasks_in_state"], params) == 51
+    assert len(page) == 51
