@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from scheduler_service.domain.model import Kind, NewTask
 
@@ -121,10 +122,19 @@ def pending_dependencies(tasks: Iterable[NewTask], states: Mapping[int, str]) ->
     return [sum(1 for d in t.depends_on if states[d] != "completed") for t in tasks]
 
 
-def wake_payload(tasks: Iterable[NewTask], origin: str | None = None) -> str:
-    """The wake-up for new tasks, as JSON: the (queue, type) pairs they are of (null, wake every
-    group, when too many to name), and `origin`, the replica that stored them when it wakes its
-    own dispatch itself (its listener skips the NOTIFY then: one claim per submit, not two)."""
+class OfQueueAndType(Protocol):
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def activity_type(self) -> str: ...
+
+
+def wake_payload(tasks: Iterable[OfQueueAndType], origin: str | None = None) -> str:
+    """The wake-up for new (or newly pending) tasks, as JSON: the (queue, type) pairs they are of
+    (null, wake every group, when too many to name), and `origin`, the replica that stored them
+    when it wakes its own dispatch itself (its listener skips the NOTIFY then: one claim per
+    submit, not two)."""
     pairs = sorted({(t.queue, t.activity_type) for t in tasks})
     text = json.dumps({"origin": origin, "pairs": pairs})
     return text if len(text.encode()) < _MAX_WAKE_PAYLOAD else json.dumps({"origin": origin, "pairs": None})

@@ -451,7 +451,7 @@ SELECT EXISTS (SELECT 1 FROM lowtide.schedules WHERE NOT paused AND next_fire_at
        -- the prepared statement (550 ms a tick with 2,300,000 tasks kept).
        COALESCE(%(retention_ms)s::bigint > 0
                 AND (SELECT t.finished_at FROM lowtide.tasks t
-                     WHERE t.state IN ('completed', 'failed', 'cancelled', 'timed_out', 'skipped', 'shed')
+                     WHERE {{_finished}}
                      ORDER BY t.finished_at LIMIT 1)
                     < now() - %(retention_ms)s::bigint * interval '1 millisecond', false) AS purge
 
@@ -581,6 +581,10 @@ RETURNING w.id
 -- Forgets a worker whose stream has closed, unless it has connected to another replica meanwhile.
 DELETE FROM lowtide.workers WHERE id = %(id)s AND scheduler_id = %(scheduler_id)s
 
+-- _finished --
+-- A task in one of the six end states (t: the task); tasks_finished_at holds these.
+t.state IN ('completed', 'failed', 'cancelled', 'timed_out', 'skipped', 'shed')
+
 -- purge_finished --
 -- Deletes the longest-finished tasks kept for %(retention_ms)s since they finished (0: kept for
 -- ever), at most %(limit)s, in the order of tasks_finished_at (their dependency edges, reservations
@@ -588,7 +592,7 @@ DELETE FROM lowtide.workers WHERE id = %(id)s AND scheduler_id = %(scheduler_id)
 DELETE FROM lowtide.tasks
 WHERE id IN (
     SELECT t.id FROM lowtide.tasks t
-    WHERE t.state IN ('completed', 'failed', 'cancelled', 'timed_out', 'skipped', 'shed')
+    WHERE {{_finished}}
       AND %(retention_ms)s::bigint > 0
       AND t.finished_at < now() - %(retention_ms)s::bigint * interval '1 millisecond'
     ORDER BY t.finished_at
@@ -1039,9 +1043,8 @@ WHERE r.window_end > now()
 
 -- finished_among --
 -- Which of these tasks have finished (WaitTask's one check per replica for every waiter).
-SELECT id FROM lowtide.tasks
-WHERE id = ANY(%(ids)s::bigint[])
-  AND state IN ('completed', 'failed', 'cancelled', 'timed_out', 'skipped', 'shed')
+SELECT t.id FROM lowtide.tasks t
+WHERE t.id = ANY(%(ids)s::bigint[]) AND {{_finished}}
 
 -- notify_finished --
 -- Tells every replica which tasks a batch of reports finished (payload: their ids, comma

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
 from lowtide.db.connector import Transaction
 from scheduler_service.domain.model import Attempt, Outcome, State
-from scheduler_service.domain.submission import ENDED_UNCOMPLETED
+from scheduler_service.domain.submission import ENDED_UNCOMPLETED, wake_payload
 from scheduler_service.rows.tasks import (
     AttemptRow,
     CancelledRow,
@@ -217,8 +216,7 @@ class TaskStore(StoreBase):
             waiting = sum(1 for state in dependencies.values() if state in ("pending", "running"))
             retried = await tx.fetch_one_as(TaskRow, Q["retry_task"], {"id": task_id, "deps_pending": waiting})
             # Every replica's dispatch (this one's too, through its listener) looks at its type.
-            wake = json.dumps({"origin": None, "pairs": [[row.queue, row.activity_type]]})
-            await tx.execute(Q["notify_wake"], {"payload": wake})
+            await tx.execute(Q["notify_wake"], {"payload": wake_payload([row])})
             return retried, None
 
     async def cancel(self, task_id: int) -> CancelledRow | None:

@@ -8,18 +8,15 @@ kept a core of PostgreSQL busy with nothing to do."""
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from scheduler_service.store.base import Q
-from tests.integration.test_many_running import _rows_read, _task_rows_read
+from tests.integration.plans import generic_rows_read, rows_read
 
 BACKLOG = 40_000
 FINISHED = 20_000
@@ -68,30 +65,13 @@ def _misses_due(conn: psycopg.Connection[Any]) -> bool:
     return bool(row[2])
 
 
-def _generic_rows_read(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -> int:
-    """What _rows_read counts, under the plan PostgreSQL makes for any values: the one a statement
-    psycopg prepared (after five runs on a connection) may keep."""
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", query)))
-    text = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m[1]) + 1}", query)
-    values = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
-    with conn.transaction(force_rollback=True):
-        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        conn.execute(sql.SQL("PREPARE generic AS {}").format(sql.SQL(text)))
-        try:
-            explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE generic({})").format(values)
-            (plan,) = conn.execute(explain).fetchone()  # type: ignore[misc]
-        finally:
-            conn.execute("DEALLOCATE generic")
-    return _task_rows_read((json.loads(plan) if isinstance(plan, str) else plan)[0])
-
-
 def test_the_leader_s_tick_does_not_read_the_backlog_or_the_history(large: psycopg.Connection[Any]) -> None:
     # The history finished a moment ago, within a day's retention: the look for tasks to purge
     # reads the longest-finished task alone, whether the tick's statement is planned for its
     # values or, once prepared, for any (where a retention given as a parameter read the table).
     params = _due_params()
-    assert _rows_read(large, Q["maintenance_due"], params) == 1
-    assert _generic_rows_read(large, Q["maintenance_due"], params) == 1
+    assert rows_read(large, Q["maintenance_due"], params) == 1
+    assert generic_rows_read(large, Q["maintenance_due"], params) == 1
     assert large.execute(Q["maintenance_due"], params).fetchone() == (False, False, False, False, False)
 
 
@@ -106,7 +86,7 @@ def test_the_tick_still_sees_every_missed_fixed_start_and_none_within_its_tolera
     # reads is the starts already past, not the backlog.
     _fixed_start(large, started_ago_ms=200, tolerance_ms=None)
     assert _misses_due(large)
-    assert _rows_read(large, Q["maintenance_due"], _due_params()) <= 3
+    assert rows_read(large, Q["maintenance_due"], _due_params()) <= 3
     missed = large.execute(Q["missed_fixed"], {"lease_ms": 10_000}).fetchall()
     assert len(missed) == 1
 
@@ -114,7 +94,7 @@ def test_the_tick_still_sees_every_missed_fixed_start_and_none_within_its_tolera
 def test_the_pools_fixed_start_figures_read_the_fixed_starts_alone(large: psycopg.Connection[Any]) -> None:
     _fixed_start(large, started_ago_ms=-60_000, tolerance_ms=1000)
     _fixed_start(large, started_ago_ms=-120_000, tolerance_ms=1000)
-    assert _rows_read(large, Q["pool_fixed_stats"], {}) == FIXED_OUTCOMES + 2
+    assert rows_read(large, Q["pool_fixed_stats"], {}) == FIXED_OUTCOMES + 2
     (stats,) = large.execute(Q["pool_fixed_stats"]).fetchall()
     pool, ahead, hit_rate = stats
     assert pool == "gpu"
@@ -133,4 +113,4 @@ def test_a_limited_queue_s_depth_is_counted_from_its_own_pending_tasks(large: ps
     )
     params = {"queue": "limited", "held": []}
     assert large.execute(Q["claimable_depth"], params).fetchone() == (6,)
-    assert _rows_read(large, Q["claimable_depth"], params) == 6
+    assert rows_read(large, Q["claimable_depth"], params) == 6

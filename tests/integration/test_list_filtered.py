@@ -14,7 +14,7 @@ from lowtide_client import Client
 from scheduler_service.scheduler_api import FILTER_WINDOW
 from scheduler_service.server import Scheduler
 from scheduler_service.store.base import Q
-from tests.integration.test_many_running import _rows_read
+from tests.integration.plans import rows_read
 
 BULK = 2 * FILTER_WINDOW + 50_000
 
@@ -73,8 +73,8 @@ def test_a_filtered_page_reads_at_most_its_window(database_url: str) -> None:
         "limit": 51,
     }
     with psycopg.connect(database_url, autocommit=True) as conn:
-        assert _rows_read(conn, Q["list_tasks"], params) <= FILTER_WINDOW
-        assert _rows_read(conn, Q["list_tasks"], {**params, "state": "completed"}) <= FILTER_WINDOW
+        assert rows_read(conn, Q["list_tasks"], params) <= FILTER_WINDOW
+        assert rows_read(conn, Q["list_tasks"], {**params, "state": "completed"}) <= FILTER_WINDOW
 
 
 def test_a_page_by_state_reads_that_page_even_under_many_newer_tasks_of_other_states(database_url: str) -> None:
@@ -99,5 +99,5 @@ def test_a_page_by_state_reads_that_page_even_under_many_newer_tasks_of_other_st
     }
     with psycopg.connect(database_url, autocommit=True) as conn:
         page = conn.execute(Q["list_tasks_in_state"], params).fetchall()
-        assert _rows_read(conn, Q["list_tasks_in_state"], params) == 51
+        assert rows_read(conn, Q["list_tasks_in_state"], params) == 51
     assert len(page) == 51

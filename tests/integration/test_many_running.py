@@ -9,7 +9,6 @@ id; the tick's look for expired attempts read all of them whatever the statistic
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -20,23 +19,10 @@ import pytest
 from scheduler_service.domain.model import Outcome, State
 from scheduler_service.store.base import Q
 from scheduler_service.store.tasks import _finish_params
+from tests.integration.plans import rows_read
 
 RUNNING = 20_000
 BATCH = 64
-
-
-def _task_rows_read(plan: dict[str, Any]) -> int:
-    """Rows the plan's scans of lowtide.tasks read, over all their loops: those they returned and
-    those their filters dropped."""
-
-    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        yield node
-        for child in node.get("Plans", []):
-            yield from nodes(child)
-
-    scans = [n for n in nodes(plan["Plan"]) if n["Node Type"].endswith("Scan") and n.get("Relation Name") == "tasks"]
-    read = ("Actual Rows", "Rows Removed by Filter", "Rows Removed by Index Recheck")
-    return sum(int(sum(n.get(key, 0) for key in read) * n["Actual Loops"]) for n in scans)
 
 
 @pytest.fixture
@@ -61,28 +47,22 @@ def many_running(database_url: str) -> Iterator[psycopg.Connection[Any]]:
         yield conn
 
 
-def _rows_read(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -> int:
-    with conn.transaction(force_rollback=True):
-        (plan,) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query, params).fetchone()  # type: ignore[misc]
-    return _task_rows_read((json.loads(plan) if isinstance(plan, str) else plan)[0])
-
-
 def test_a_completion_batch_reads_the_attempts_it_ends(many_running: psycopg.Connection[Any]) -> None:
     outcomes = [(Outcome(task_id, 1, State.COMPLETED, result=b"ok"), "w1") for task_id in range(1000, 1000 + BATCH)]
     for name in ("finish_independent_attempts", "finish_attempts"):
-        assert _rows_read(many_running, Q[name], _finish_params(outcomes)) == BATCH, name
+        assert rows_read(many_running, Q[name], _finish_params(outcomes)) == BATCH, name
 
 
 def test_a_heartbeat_batch_reads_the_attempts_it_names(many_running: psycopg.Connection[Any]) -> None:
     ids = list(range(1000, 1000 + BATCH))
     params = {"ids": ids, "attempts": [1] * BATCH, "workers": "\x1f".join(["w1"] * BATCH), "ages": [0] * BATCH}
-    assert _rows_read(many_running, Q["heartbeat_attempts"], params) == BATCH
+    assert rows_read(many_running, Q["heartbeat_attempts"], params) == BATCH
 
 
 def test_claimed_attempts_handed_back_are_read_by_id(many_running: psycopg.Connection[Any]) -> None:
     ids = list(range(1000, 1000 + BATCH))
     params = {"ids": ids, "attempts": [1] * BATCH, "worker_ids": ["w1"] * BATCH}
-    assert _rows_read(many_running, Q["unclaim_tasks"], params) == BATCH
+    assert rows_read(many_running, Q["unclaim_tasks"], params) == BATCH
 
 
 def test_the_leader_s_tick_reads_a_row_per_worker_not_per_running_attempt(
@@ -96,7 +76,7 @@ def test_the_leader_s_tick_reads_a_row_per_worker_not_per_running_attempt(
         "VALUES ('w1', 'default', '{default}', '{work}', 100000, 'replica', now() + interval '1 hour')"
     )
     params = {"horizon": datetime.now(UTC), "retention_ms": 86_400_000}
-    assert _rows_read(many_running, Q["maintenance_due"], params) <= 3
+    assert rows_read(many_running, Q["maintenance_due"], params) <= 3
     assert many_running.execute(Q["maintenance_due"], params).fetchone() == (False, False, False, False, False)
 
 
