@@ -196,6 +196,7 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         fixed=fixed,
         metrics=metrics,
         reconnect_grace=cfg.reconnect_grace,
+        auth=config.auth,
     )
     maintenance = Maintenance(
         store,

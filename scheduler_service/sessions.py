@@ -66,6 +66,9 @@ class WorkerSession:
         self.activity_types = activity_types
         self.slots = slots
         self.in_flight: dict[int, Attempt] = {}
+        # The name of the token its stream was made with (None: auth off): its worker id is that
+        # token's while it is connected (worker_attach.may_take_over).
+        self.token_name: str | None = None
         # The worker's own cost-deferrable types (held with the signal), and the types it holds
         # by its own predicate (HoldUpdate), whatever the signal says.
         self.cost_deferrable: frozenset[str] = frozenset()

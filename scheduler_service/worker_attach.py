@@ -12,7 +12,7 @@ from typing import Any
 
 from opentelemetry.metrics import Counter
 
-from lowtide.errors import Aborted, DatabaseUnavailable, FailedPrecondition, InvalidArgument
+from lowtide.errors import Aborted, DatabaseUnavailable, FailedPrecondition, InvalidArgument, PermissionDenied
 from lowtide_proto.lowtide.v1 import worker_pb2
 from scheduler_service.completer import Completer
 from scheduler_service.convert import name
@@ -80,6 +80,21 @@ def session_from_hello(hello: worker_pb2.Hello, *, config_held: frozenset[str] =
     return session
 
 
+def may_take_over(holder: str | None, newcomer: str | None) -> bool:
+    """Whether a stream made with token `newcomer` may take a worker id over from a stream made
+    with token `holder` (token names; None: auth off). Only a worker of the same token may, so a
+    worker token cannot take another's attempts, nor report their results. The upsert_worker
+    statement applies the same rule across replicas."""
+    return holder is None or newcomer is None or holder == newcomer
+
+
+def _taken(session: WorkerSession) -> PermissionDenied:
+    return PermissionDenied(
+        f"worker id {session.worker_id!r} is in use by a worker of another token: choose another worker id "
+        "(each worker needs its own), or connect with that worker's token"
+    )
+
+
 class Attachments:
     """Registers the sessions of worker streams and releases them once their streams end."""
 
@@ -110,7 +125,7 @@ class Attachments:
         self.releases: dict[str, asyncio.Task[None]] = {}
         # The cut streams whose attempts wait out the reconnect grace, by worker id: the release
         # each starts when it runs out, unless the worker reconnects here first.
-        self.graces: dict[str, asyncio.TimerHandle] = {}
+        self.graces: dict[str, tuple[asyncio.TimerHandle, WorkerSession]] = {}
         # The Drain sent to every stream once the scheduler stops.
         self.drain_message: worker_pb2.Drain | None = None
 
@@ -153,8 +168,8 @@ class Attachments:
             loop = asyncio.get_running_loop()
             earlier = self.graces.get(session.worker_id)
             if earlier is not None:
-                earlier.cancel()  # this one's release covers the worker id's attempts
-            self.graces[session.worker_id] = loop.call_later(self._grace, self._grace_over, session)
+                earlier[0].cancel()  # this one's release covers the worker id's attempts
+            self.graces[session.worker_id] = (loop.call_later(self._grace, self._grace_over, session), session)
             return None
         if cut:
             self._count_cut("released")
@@ -193,6 +208,10 @@ class Attachments:
         """Records the worker and hands it the attempts its hello lists that are still its own;
         returns the listed ones that are not (the worker is to stop them)."""
         old = self._registry.get(session.worker_id)
+        waiting = self.graces.get(session.worker_id)
+        for holder in (old, waiting[1] if waiting is not None else None):
+            if holder is not None and not may_take_over(holder.token_name, session.token_name):
+                raise _taken(session)
         if old is not None:
             # A newer stream for the same worker id wins. The older one ends with ABORTED, and
             # its attempts are not released: the newer stream takes those its hello lists.
@@ -201,11 +220,11 @@ class Attachments:
             old.end(Aborted(f"replaced by a newer stream for worker id {session.worker_id}"))
             self._registry.remove(old)
             log.warning("worker.replaced", extra={"worker_id": session.worker_id})
-        waiting = self.graces.pop(session.worker_id, None)
         if waiting is not None:
             # Back within its reconnect grace: it takes back what its hello lists, as after a
             # scheduler restart, and what it does not list is lost (_end_orphans).
-            waiting.cancel()
+            del self.graces[session.worker_id]
+            waiting[0].cancel()
             self._count_cut("reconnected")
             log.info("worker.reconnected", extra={"worker_id": session.worker_id})
         release = self.releases.get(session.worker_id)
@@ -213,7 +232,7 @@ class Attachments:
             # The previous stream's release runs still: let it finish, or it would end the
             # attempts (and forget the worker) this stream is about to take on.
             await asyncio.shield(release)
-        await self._store.upsert_worker(
+        recorded = await self._store.upsert_worker(
             worker_id=session.worker_id,
             pool=session.pool,
             queues=session.queues,
@@ -221,7 +240,11 @@ class Attachments:
             slots=session.slots,
             scheduler_id=self._scheduler_id,
             lease=self._lease,
+            token_name=session.token_name,
         )
+        if not recorded:
+            # Held on another replica by a worker of another token.
+            raise _taken(session)
         listed = [(r.task_id, r.attempt) for r in hello.running]
         if listed:
             for attempt in await self._store.adopt(session.worker_id, listed):

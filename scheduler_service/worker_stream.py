@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf import duration_pb2
 
+from lowtide.auth import caller
+from lowtide.config import AuthConfig
 from lowtide.errors import FailedPrecondition, LowtideError, TooLarge, Unavailable
 from lowtide.grpc_status import abort
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
@@ -60,7 +62,9 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
         reconnect_grace: timedelta = timedelta(0),
+        auth: AuthConfig,
     ) -> None:
+        self._auth = auth
         self._registry = registry
         self._dispatcher = dispatcher
         self._completer = completer
@@ -107,7 +111,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> None:
         try:
-            admitted = await self._admit(request_iterator)
+            admitted = await self._admit(request_iterator, context)
         except LowtideError as error:
             await abort(context, error)
         if admitted is None:
@@ -147,7 +151,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             await self._attachments.end(session, cut=cut)
 
     async def _admit(
-        self, request_iterator: AsyncIterator[worker_pb2.WorkerMessage]
+        self, request_iterator: AsyncIterator[worker_pb2.WorkerMessage], context: grpc.aio.ServicerContext[Any, Any]
     ) -> tuple[WorkerSession, list[tuple[int, int]]] | None:
         """The registered session of the stream's hello and the listed attempts it is to stop,
         or None for a stream that ends before its first message."""
@@ -165,6 +169,8 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         holds = self._dispatcher.holds.config
         config_held = holds.deferrable.union(*(holds.per_queue or {}).values())
         session = session_from_hello(first.hello, config_held=config_held)
+        token = caller(self._auth, context.invocation_metadata() or ())
+        session.token_name = token.name if token is not None else None
         return session, await self._attachments.attach(session, first.hello)
 
     async def _write(

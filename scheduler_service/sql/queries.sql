@@ -553,14 +553,20 @@ RETURNING {{_task_row}}, t.payload, t.result, t.heartbeat_details
 SELECT pg_notify('lowtide_cancel', %(payload)s)
 
 -- upsert_worker --
--- Records a connected worker and starts its lease.
-INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at)
+-- Records a connected worker and starts its lease, with the name of the token it connected with
+-- (NULL: auth off). A worker id recorded for another token is not taken over
+-- (no row written) while that worker's lease runs or it has attempts running: only its own
+-- token's worker may (worker_attach.may_take_over, the same rule within one replica).
+INSERT INTO lowtide.workers AS w (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at, token_name)
 VALUES (%(id)s, %(pool)s, %(queues)s, %(activity_types)s, %(slots)s, %(scheduler_id)s,
-        now() + %(lease_ms)s * interval '1 millisecond')
+        now() + %(lease_ms)s * interval '1 millisecond', %(token_name)s)
 ON CONFLICT (id) DO UPDATE
 SET pool = EXCLUDED.pool, queues = EXCLUDED.queues, activity_types = EXCLUDED.activity_types,
     slots = EXCLUDED.slots, scheduler_id = EXCLUDED.scheduler_id, connected_at = now(),
-    lease_expires_at = EXCLUDED.lease_expires_at
+    lease_expires_at = EXCLUDED.lease_expires_at, token_name = EXCLUDED.token_name
+WHERE w.token_name IS NULL OR EXCLUDED.token_name IS NULL OR w.token_name = EXCLUDED.token_name
+   OR (w.lease_expires_at <= now()
+       AND NOT EXISTS (SELECT 1 FROM lowtide.tasks t WHERE t.worker_id = w.id AND t.state = 'running'))
 
 -- renew_worker_leases --
 -- Sets the leases of the workers this replica heard a heartbeat from since its last renewal (or

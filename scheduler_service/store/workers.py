@@ -21,8 +21,10 @@ class WorkerStore(StoreBase):
         slots: int,
         scheduler_id: str,
         lease: timedelta,
-    ) -> None:
-        await self.db.execute(
+        token_name: str | None,
+    ) -> bool:
+        """False when the worker id is another token's (see the statement), and nothing was written."""
+        written = await self.db.execute(
             Q["upsert_worker"],
             {
                 "id": worker_id,
@@ -32,8 +34,10 @@ class WorkerStore(StoreBase):
                 "slots": slots,
                 "scheduler_id": scheduler_id,
                 "lease_ms": ms(lease),
+                "token_name": token_name,
             },
         )
+        return written == 1
 
     async def renew_workers(self, leases: Mapping[str, tuple[int, int]], scheduler_id: str) -> set[str]:
         """Sets the leases of these workers (id -> its slots now and its lease from now, in ms) in

@@ -109,9 +109,12 @@ class RawWorker:
     """A worker speaking the WorkerService protocol by hand, to do what a well-behaved client
     never does: report for attempts it does not hold, stop reading, cut its stream."""
 
-    def __init__(self, target: str, worker_id: str, *, slots: int = 1, activity: str = "count") -> None:
+    def __init__(
+        self, target: str, worker_id: str, *, slots: int = 1, activity: str = "count", token: str | None = None
+    ) -> None:
         self.channel = grpc.aio.insecure_channel(target)
-        self.call = worker_pb2_grpc.WorkerServiceStub(self.channel).Connect()
+        metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self.call = worker_pb2_grpc.WorkerServiceStub(self.channel).Connect(metadata=metadata)
         self.hello = worker_pb2.Hello(
             worker_id=worker_id, slots=slots, activity_types=[worker_pb2.ActivityType(name=activity)]
         )
@@ -127,6 +130,13 @@ class RawWorker:
         message = await asyncio.wait_for(self.call.read(), 10)
         assert message is not grpc.aio.EOF, "the scheduler ended the stream"
         return message  # type: ignore[no-any-return]
+
+    async def assignment(self) -> tuple[int, int]:
+        """The first task of the next assignment on the stream (what else comes first is skipped)."""
+        while (message := await self.read()).WhichOneof("message") != "assignments":
+            pass
+        ref = message.assignments.assignments[0].task
+        return (ref.task_id, ref.attempt)
 
     async def report(self, refs: list[tuple[int, int]], result: bytes = b"raw") -> None:
         results = [worker_pb2.TaskResult(task=task_pb2.TaskRef(task_id=t, attempt=a), success=result) for t, a in refs]

@@ -24,15 +24,6 @@ COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
 CONNECT = "/lowtide.v1.WorkerService/Connect"
 
 
-async def _assignment(raw: RawWorker) -> tuple[int, int]:
-    """The next assignment on the raw worker's stream (heartbeats are its own business)."""
-    while True:
-        message = await raw.read()
-        if message.WhichOneof("message") == "assignments":
-            ref = message.assignments.assignments[0].task
-            return (ref.task_id, ref.attempt)
-
-
 async def _status_of(raw: RawWorker) -> grpc.aio.AioRpcError:
     """Reads the raw worker's stream to its end; returns the status it ended with."""
     with pytest.raises(grpc.aio.AioRpcError) as ended:
@@ -49,7 +40,7 @@ async def test_a_newer_stream_for_the_same_worker_id_takes_over_the_attempts_it_
         newer = RawWorker(scheduler.target, "twin")
         try:
             await older.connect()
-            ref = await _assignment(older)
+            ref = await older.assignment()
             assert ref == (task.id, 1)
             await newer.connect(running=[ref])
             ended = await _status_of(older)
@@ -71,7 +62,7 @@ async def test_a_newer_stream_that_does_not_list_an_attempt_loses_it_with_that_r
         newer = RawWorker(scheduler.target, "twin")
         try:
             await older.connect()
-            assert await _assignment(older) == (task.id, 1)
+            assert await older.assignment() == (task.id, 1)
             await newer.connect()
             ended = await _status_of(older)
             assert ended.code() == grpc.StatusCode.ABORTED
@@ -94,7 +85,7 @@ async def test_a_worker_that_never_heartbeats_loses_one_attempt_not_all(schedule
         silent = RawWorker(scheduler.target, "silent")
         try:
             await silent.connect()
-            assert await _assignment(silent) == (task.id, 1)
+            assert await silent.assignment() == (task.id, 1)
 
             async def lost_once() -> bool:
                 now = await client.get(task.id)
@@ -154,7 +145,7 @@ async def test_every_refused_report_is_counted_with_its_reason(scheduler: Schedu
         raw = RawWorker(scheduler.target, "reporter")
         try:
             await raw.connect()
-            ref = await _assignment(raw)
+            ref = await raw.assignment()
             # A result with no outcome: refused with a reason that says so, the attempt kept.
             empty = worker_pb2.TaskResult(task=task_pb2.TaskRef(task_id=ref[0], attempt=ref[1]))
             await raw.call.write(worker_pb2.WorkerMessage(results=worker_pb2.Results(results=[empty])))
