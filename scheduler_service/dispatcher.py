@@ -39,6 +39,7 @@ from scheduler_service.tracing import TaskTraces, now_ns, task_context
 
 if TYPE_CHECKING:
     from scheduler_service.adaptive import AdaptiveLimits
+    from scheduler_service.carbon_totals import CarbonTotals
     from scheduler_service.fixed_starts import FixedStarts
     from scheduler_service.metrics import SchedulerMetrics
 
@@ -95,6 +96,7 @@ class Dispatcher:
         resources: Mapping[str, int],
         traces: TaskTraces | None,
         adaptive: AdaptiveLimits,
+        carbon: CarbonTotals,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -113,6 +115,8 @@ class Dispatcher:
         self.resources = dict(resources)
         # The held and dispatch spans of traced tasks; None while tracing is off.
         self.traces = traces
+        # The carbon figures of what is dispatched (GetStatus).
+        self.carbon = carbon
         self._claims: set[asyncio.Task[None]] = set()
         # Claim statements run, for tests and metrics (no claim may run for an idle fleet
         # between the replica's polls).
@@ -396,6 +400,7 @@ class Dispatcher:
         if sent:
             await asyncio.sleep(0)
         timings = self.metrics.tasks.sent(sent)
+        self.carbon.dispatched(row for _, claimed in sent for row in claimed)
         if self.traces is not None:
             for (session, claimed), figures in zip(sent, timings, strict=True):
                 self._trace(session, claimed, figures, claimed_ns)

@@ -9,13 +9,13 @@ statements a second for their heartbeats, not N per heartbeat interval.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterable
 
 from lowtide.errors import DatabaseUnavailable
 from scheduler_service.store import Store
+from scheduler_service.windowed import Windowed
 
 log = logging.getLogger("lowtide.scheduler.workers")
 
@@ -24,44 +24,35 @@ log = logging.getLogger("lowtide.scheduler.workers")
 WINDOW = 0.1
 
 
-class Beats:
+class Beats(Windowed[dict[tuple[int, int], tuple[str, float]]]):
     def __init__(self, store: Store, *, window: float = WINDOW) -> None:
+        super().__init__(window)
         self._store = store
-        self._window = window
         # (task id, attempt) -> (worker id, when its latest heartbeat arrived): at most one entry
         # per attempt a session of this replica holds.
         self._pending: dict[tuple[int, int], tuple[str, float]] = {}
-        self._noted = asyncio.Event()
-        # Statements run (one per window with any attempt noted).
-        self.writes = 0
 
     def note(self, worker_id: str, refs: Iterable[tuple[int, int]]) -> None:
         """The worker's heartbeat listed these attempts (it holds each)."""
         now = time.monotonic()
         for ref in refs:
             self._pending[ref] = (worker_id, now)
-        self._noted.set()
+        self.noted()
 
-    async def run(self) -> None:
-        while True:
-            await self._noted.wait()
-            await asyncio.sleep(self._window)
-            self._noted.clear()
-            await self.flush()
-
-    async def flush(self) -> None:
-        """Writes every deadline noted so far, in one statement."""
+    def _take(self) -> dict[tuple[int, int], tuple[str, float]] | None:
         if not self._pending:
-            return
+            return None
         batch, self._pending = self._pending, {}
+        return batch
+
+    async def _write(self, batch: dict[tuple[int, int], tuple[str, float]]) -> None:
         now = time.monotonic()
-        beats = [(worker, ref[0], ref[1], round((now - at) * 1000)) for ref, (worker, at) in batch.items()]
-        try:
-            self.writes += 1
-            await self._store.heartbeat(beats)
-        except DatabaseUnavailable as error:
-            # Kept for the next window (a newer heartbeat of the same attempt wins).
-            log.warning("worker.heartbeat_deferred", extra={"attempts": len(beats), "error": str(error)})
-            for ref, entry in batch.items():
-                self._pending.setdefault(ref, entry)
-            self._noted.set()
+        await self._store.heartbeat(
+            [(worker, ref[0], ref[1], round((now - at) * 1000)) for ref, (worker, at) in batch.items()]
+        )
+
+    def _keep(self, batch: dict[tuple[int, int], tuple[str, float]], error: DatabaseUnavailable) -> None:
+        # A newer heartbeat of the same attempt wins.
+        log.warning("worker.heartbeat_deferred", extra={"attempts": len(batch), "error": str(error)})
+        for ref, entry in batch.items():
+            self._pending.setdefault(ref, entry)

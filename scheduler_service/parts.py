@@ -9,6 +9,7 @@ from lowtide.config import Config
 from lowtide.db import Database
 from lowtide.telemetry import Telemetry
 from scheduler_service.adaptive import AdaptiveLimits, adaptive_gauges, adaptive_settings
+from scheduler_service.carbon_totals import CarbonTotals
 from scheduler_service.completer import Completer
 from scheduler_service.cost import CostHolds
 from scheduler_service.dispatcher import Dispatcher, Parked
@@ -137,6 +138,7 @@ def _dispatch_core(
         resources=config.resources,
         traces=traces,
         adaptive=adaptive,
+        carbon=CarbonTotals(store),
     )
     planner = ReleasePlanner(store, registry, holds, config, wake_at=dispatcher.wake_at)
     return _Core(store, registry, holds, fixed, metrics, dispatcher, planner, traces, adaptive, leadership)

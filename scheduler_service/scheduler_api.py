@@ -290,14 +290,16 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         pending, running = await self._store.pending_by_queue_and_type(), await self._store.running_by_queue()
         pools = await self.metrics.pool_status(pending, running)
         deferrable = sorted(holds.config.deferrable.union(*(holds.config.per_queue or {}).values()))
+        totals = await self._dispatcher.carbon.of(deferrable) if deferrable else {}
         carbon = [
             scheduler_pb2.CarbonStatus(
-                activity_type=r.activity_type,
-                tasks=r.tasks,
-                mean_at_submit=r.mean_at_submit,
-                mean_at_dispatch=r.mean_at_dispatch,
+                activity_type=activity_type,
+                tasks=counted.tasks,
+                mean_at_submit=counted.means()[0],
+                mean_at_dispatch=counted.means()[1],
             )
-            for r in (await self._store.carbon_by_type(deferrable) if deferrable else [])
+            for activity_type, counted in sorted(totals.items())
+            if counted.tasks
         ]
         queues = await self._queues(pending, running)
         adaptive = await adaptive_status(self._dispatcher.adaptive, self._store)

@@ -101,6 +101,7 @@ class Scheduler:
             session.detached.set()
         await self.server.stop(max(0.5, grace - (loop.time() - began)))
         await self.stream.settle(within=5.0)
+        await self.dispatcher.carbon.flush()
         await self.resources.aclose()
 
 
@@ -225,6 +226,7 @@ def _background(
         asyncio.create_task(parts.completer.run(), name="completer"),
         asyncio.create_task(parts.dispatcher.run(), name="dispatcher"),
         asyncio.create_task(parts.leases.run(), name="leases"),
+        asyncio.create_task(parts.dispatcher.carbon.run(), name="carbon-totals"),
         asyncio.create_task(parts.waiters.announce(), name="waiters-announce"),
         asyncio.create_task(parts.waiters.check(), name="waiters-check"),
         asyncio.create_task(parts.maintenance.run(), name="maintenance"),

@@ -46,6 +46,8 @@ class ClaimedRow(NamedTuple):
     # A first attempt's submission when a planned release held it, else None.
     planned_since: datetime | None
     signal_at_dispatch: float | None
+    # For the carbon totals (scheduler_service/carbon_totals.py).
+    signal_at_submit: float | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,13 +80,13 @@ class PoolWorkers:
 
 @dataclass(frozen=True, slots=True)
 class CarbonByType:
-    """For one type: tasks dispatched with a known signal, and its mean at submit and at dispatch
-    (`carbon_by_type`)."""
+    """For one type: tasks dispatched with a known signal, and the sums of the signal at their
+    submission and at their dispatch (`carbon_totals`)."""
 
     activity_type: str
     tasks: int
-    mean_at_submit: float
-    mean_at_dispatch: float
+    sum_at_submit: float
+    sum_at_dispatch: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,14 +163,15 @@ state = 'running',
 -- _started_attempt --
 -- What every claim returns of each attempt it started (a ClaimedRow, scheduler_service/rows/claims.py):
 -- what the worker is sent, its worker, and its timing (with what the task histograms need: when
--- it became due and started, what released it, the signal at dispatch, and for a first attempt
--- held by its planned release its submission; the columns most rows have NULL cost nothing).
+-- it became due and started, what released it, the signal at dispatch and at submission (for the
+-- carbon totals), and for a first attempt held by its planned release its submission; the columns
+-- most rows have NULL cost nothing).
 t.id, t.attempt, t.worker_id, t.queue, t.kind, t.activity_type, t.payload, t.max_attempts,
           t.initial_backoff_ms, t.backoff_coefficient, t.max_backoff_ms, t.non_retryable_error_types,
           t.close_deadline, t.heartbeat_ms, t.priority, t.run_at, t.start_at, t.start_tolerance_ms,
           t.start_hit, t.pool, NULLIF(t.headers, '{}'::jsonb) AS headers, t.started_at, t.released_by,
           t.hold_deadline, CASE WHEN t.planned_release_at IS NOT NULL AND t.attempt = 1 THEN t.created_at END
-          AS planned_since, t.signal_at_dispatch
+          AS planned_since, t.signal_at_dispatch, t.signal_at_submit
 
 -- _claim_slots --
 -- The free slots a claim fills, in the order rows are handed out (domain.dispatch.hand_out): one
@@ -700,14 +701,23 @@ GROUP BY queue, activity_type, kind
 -- Running attempts per queue.
 SELECT queue, count(*)::bigint AS running FROM lowtide.tasks WHERE state = 'running' GROUP BY queue
 
--- carbon_by_type --
--- For these types: tasks dispatched with a known signal, and the mean signal at submit and dispatch.
-SELECT activity_type, count(*)::bigint AS tasks,
-       avg(signal_at_submit)::float8 AS mean_at_submit, avg(signal_at_dispatch)::float8 AS mean_at_dispatch
-FROM lowtide.tasks
-WHERE activity_type = ANY(%(types)s::text[]) AND signal_at_submit IS NOT NULL
-  AND signal_at_dispatch IS NOT NULL
-GROUP BY activity_type
+-- carbon_totals --
+-- For these types: tasks dispatched with a known signal, and the sums of the signal at their
+-- submission and at their dispatch (the totals, see add_carbon_totals).
+SELECT activity_type, tasks, sum_at_submit, sum_at_dispatch
+FROM lowtide.carbon_totals
+WHERE activity_type = ANY(%(types)s::text[])
+
+-- add_carbon_totals --
+-- Adds a replica's dispatches since its last call to the carbon totals: per type (in order, so
+-- that two replicas adding the same types never wait on each other in a cycle), how many first
+-- attempts were dispatched with a known signal and the sums of the signal at submit and dispatch.
+INSERT INTO lowtide.carbon_totals AS c (activity_type, tasks, sum_at_submit, sum_at_dispatch)
+SELECT * FROM unnest(%(types)s::text[], %(tasks)s::bigint[], %(at_submit)s::float8[], %(at_dispatch)s::float8[])
+ORDER BY 1
+ON CONFLICT (activity_type) DO UPDATE
+SET tasks = c.tasks + EXCLUDED.tasks, sum_at_submit = c.sum_at_submit + EXCLUDED.sum_at_submit,
+    sum_at_dispatch = c.sum_at_dispatch + EXCLUDED.sum_at_dispatch
 
 -- workers_for_type --
 -- Connected workers (any replica) that run this type on this queue.

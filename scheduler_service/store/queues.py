@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
+from scheduler_service.domain.carbon import Totals
 from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.rows.fleet import (
     CarbonByType,
@@ -53,8 +54,21 @@ class QueueStore(StoreBase):
     async def pools(self) -> list[PoolWorkers]:
         return await self.db.fetch_as(PoolWorkers, Q["pools"])
 
-    async def carbon_by_type(self, types: Sequence[str]) -> list[CarbonByType]:
-        return await self.db.fetch_as(CarbonByType, Q["carbon_by_type"], {"types": list(types)})
+    async def carbon_totals(self, types: Sequence[str]) -> dict[str, Totals]:
+        rows = await self.db.fetch_as(CarbonByType, Q["carbon_totals"], {"types": list(types)})
+        return {r.activity_type: Totals(r.tasks, r.sum_at_submit, r.sum_at_dispatch) for r in rows}
+
+    async def add_carbon_totals(self, totals: Mapping[str, Totals]) -> None:
+        types = sorted(totals)
+        await self.db.execute(
+            Q["add_carbon_totals"],
+            {
+                "types": types,
+                "tasks": [totals[t].tasks for t in types],
+                "at_submit": [totals[t].at_submit for t in types],
+                "at_dispatch": [totals[t].at_dispatch for t in types],
+            },
+        )
 
     async def workers_for_type(self, queue: str, activity_type: str) -> int:
         params = {"queue": queue, "activity_type": activity_type}

@@ -206,3 +206,23 @@ async def test_an_index_build_cut_off_midway_is_built_again(empty_database: str)
     assert _index_valid(empty_database, "tasks_finished_at") is False
     assert await apply_migrations(empty_database) == [19]
     assert _index_valid(empty_database, "tasks_finished_at") is True
+
+
+async def test_the_carbon_totals_start_from_the_tasks_kept(empty_database: str) -> None:
+    """Upgrading to the kept carbon totals loses no figure: they start from the tasks already
+    dispatched with a known signal, per type."""
+    await apply_migrations(empty_database)
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        conn.execute("DROP TABLE lowtide.carbon_totals")
+        conn.execute("DELETE FROM lowtide.schema_migrations WHERE version = 21")
+        for at_submit, at_dispatch in ((500, 100), (300, 200), (None, 100)):
+            conn.execute(_TASK)
+            conn.execute(
+                "UPDATE lowtide.tasks SET signal_at_submit = %s, signal_at_dispatch = %s"
+                " WHERE id = (SELECT max(id) FROM lowtide.tasks)",
+                (at_submit, at_dispatch),
+            )
+    assert await apply_migrations(empty_database) == [21]
+    with psycopg.connect(empty_database) as conn:
+        rows = conn.execute("SELECT activity_type, tasks, sum_at_submit, sum_at_dispatch FROM lowtide.carbon_totals")
+        assert rows.fetchall() == [("work", 2, 800.0, 300.0)]

@@ -25,6 +25,7 @@ def _row(close_deadline: datetime | None, heartbeat_ms: int | None) -> ClaimedRo
         non_retryable_error_types=[], close_deadline=close_deadline, heartbeat_ms=heartbeat_ms, priority=0,
         run_at=now, start_at=None, start_tolerance_ms=None, start_hit=None, pool="default", headers=None,
         started_at=now, released_by=None, hold_deadline=None, planned_since=None, signal_at_dispatch=None,
+        signal_at_submit=None,
     )  # fmt: skip
 
 
