@@ -30,6 +30,10 @@ class TooLarge(LowtideError):
     """A request is larger than the configured limit."""
 
 
+class TooFast(LowtideError):
+    """A caller sends faster than it may (RESOURCE_EXHAUSTED, as a limit of size is)."""
+
+
 class NotFound(LowtideError):
     """No such object."""
 

@@ -13,6 +13,7 @@ from lowtide import errors
 _CODES: dict[type[errors.LowtideError], grpc.StatusCode] = {
     errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     errors.TooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.TooFast: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.NotFound: grpc.StatusCode.NOT_FOUND,
     errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,

@@ -13,10 +13,11 @@ from collections.abc import AsyncIterator, Sequence, Sized
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument
+from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument, TooFast
 from lowtide_proto.lowtide.v1 import worker_pb2
 from scheduler_service.completer import Completer
 from scheduler_service.convert import name, stored_text
+from scheduler_service.domain.allowance import Allowance
 from scheduler_service.domain.model import Failure, State
 from scheduler_service.domain.retry import after_failure, after_success
 from scheduler_service.fixed_starts import FixedStarts
@@ -74,6 +75,8 @@ class WorkerReader:
         self.metrics = metrics
 
     async def read(self, session: WorkerSession, messages: AsyncIterator[worker_pb2.WorkerMessage]) -> None:
+        # The messages that may each start a claim (domain.allowance).
+        allowance = Allowance()
         async for message in messages:
             if session.closed:
                 # Replaced by a newer stream: nothing more from this one is applied.
@@ -87,16 +90,21 @@ class WorkerReader:
                 at_most("heartbeat.details", message.heartbeat.details, MAX_LISTED, "attempts")
                 await self._on_heartbeat(session, message.heartbeat)
             elif kind == "slot_update":
+                _spend(allowance)
                 if message.slot_update.slots > MAX_SLOTS:
                     raise InvalidArgument("slot_update.slots", f"must be at most {MAX_SLOTS}")
+                grew = message.slot_update.slots > session.slots
                 session.slots = message.slot_update.slots
-                session.wake.set()
+                if grew:
+                    # More room: its group claims for it (fewer slots free none).
+                    session.wake.set()
                 if message.slot_update.answer:
                     # Behind every assignment already queued for the stream; a claim still
                     # running hands its rows back rather than send them past a zero (dispatcher).
                     taken = worker_pb2.SlotsTaken(slots=session.slots)
                     session.send(worker_pb2.SchedulerMessage(slots_taken=taken))
             elif kind == "hold_update":
+                _spend(allowance)
                 at_most("hold_update.held_types", message.hold_update.held_types, MAX_ACTIVITY_TYPES, "types")
                 holding = frozenset(name("hold_update.held_types", t) for t in message.hold_update.held_types)
                 released = session.predicate_held - holding
@@ -135,6 +143,7 @@ class WorkerReader:
         clock = asyncio.get_running_loop().time()
         stale: list[tuple[int, int]] = []
         empty: list[tuple[int, int]] = []
+        freed = False
         for result in results.results:
             ref = (result.task.task_id, result.task.attempt)
             attempt = session.in_flight.get(ref[0])
@@ -156,6 +165,7 @@ class WorkerReader:
                 empty.append(ref)
                 continue
             del session.in_flight[ref[0]]
+            freed = True
             # Only traced attempts have a context here (tracing on): their result gets a span.
             traced = (session.traces.pop(ref[0], None), now_ns()) if session.traces else None
             sent_at = session.sent_at.pop(ref[0], None)
@@ -170,7 +180,20 @@ class WorkerReader:
             self.metrics.rejected.add(len(stale), {"reason": "not_held"})
         if empty:
             self.metrics.rejected.add(len(empty), {"reason": "no_outcome"})
-        session.wake.set()
+        if freed:
+            # Its slots freed: its group claims for them. A report that freed none (empty, or
+            # only refused) asks for no claim, or a worker sending such could keep one running.
+            session.wake.set()
+
+
+def _spend(allowance: Allowance) -> None:
+    """TooFast (the stream ends with RESOURCE_EXHAUSTED) once the worker sends the messages that
+    may each start a claim faster than the allowance."""
+    if not allowance.take(time.monotonic()):
+        raise TooFast(
+            f"the worker sends slot and hold updates faster than {allowance.rate:g} "
+            f"a second (in a burst, {allowance.burst:g}): each may cost the scheduler a database statement"
+        )
 
 
 def _held_details(

@@ -13,7 +13,8 @@ import pytest
 
 from lowtide_client import Client, TaskState, Worker
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
-from scheduler_service.server import Scheduler
+from scheduler_service.server import Scheduler, start_scheduler
+from tests.conftest import make_config
 from tests.faults.support import RawWorker
 from tests.helpers import eventually
 
@@ -172,3 +173,60 @@ async def test_every_refused_report_is_counted_with_its_reason(scheduler: Schedu
         return text if all(line in text for line in wanted) else ""
 
     await eventually(counted, within=15)
+
+
+async def test_reports_that_free_no_slot_start_no_claim(database_url: str) -> None:
+    """Each report that frees slots asks its group for a claim; one that frees none (empty, or for
+    attempts the worker does not hold) asks for nothing. Before, each asked: a worker sending empty
+    reports without pause kept claims running back to back, 1,600 statements a second."""
+    scheduler = await start_scheduler(make_config(poll_interval=timedelta(minutes=5)), database_url=database_url)
+    raw = RawWorker(scheduler.target, "noisy", slots=4)
+    try:
+        await raw.connect()
+        await eventually(lambda: _claims_settled(scheduler))
+        before = scheduler.dispatcher.claims_run
+        for n in range(300):
+            await raw.call.write(worker_pb2.WorkerMessage(results=worker_pb2.Results()))
+            await raw.report([(10_000 + n, 1)])
+        # Read back in order: every stale report was answered, so all were applied.
+        rejected = 0
+        while rejected < 300:
+            message = await raw.read()
+            if message.WhichOneof("message") == "rejected":
+                rejected += len(message.rejected.reports)
+        assert scheduler.dispatcher.claims_run == before
+    finally:
+        await raw.close()
+        await scheduler.stop(grace=0.5)
+
+
+async def _claims_settled(scheduler: Scheduler) -> bool:
+    """No claim running, so the connect's own has been counted."""
+    before = scheduler.dispatcher.claims_run
+    await asyncio.sleep(0.1)
+    return scheduler.dispatcher.claims_run == before and not any(g.claims for g in scheduler.registry.groups())
+
+
+async def test_a_worker_sending_slot_updates_without_pause_is_ended_and_others_work_on(scheduler: Scheduler) -> None:
+    """A SlotUpdate may start a claim, so a stream may send only so many a second
+    (domain.allowance): one that sends them without pause ends with RESOURCE_EXHAUSTED naming the
+    limit, and the scheduler serves the other workers on."""
+    noisy = RawWorker(scheduler.target, "slot-flipper", slots=4)
+    try:
+        await noisy.connect()
+        # Each asks for an answer, read before the next is sent: no write of ours meets the end
+        # of the stream (grpc.aio would report INTERNAL for the write in place of its status).
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            for _ in range(1_000):
+                update = worker_pb2.SlotUpdate(slots=4, answer=True)
+                await noisy.call.write(worker_pb2.WorkerMessage(slot_update=update))
+                assert (await noisy.read()).WhichOneof("message") == "slots_taken"
+        assert ended.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "sends slot and hold updates faster than 50 a second (in a burst, 100)" in (ended.value.details() or "")
+    finally:
+        await noisy.close()
+    async with Client(scheduler.target) as client, Worker(target=scheduler.target, worker_id="calm") as calm:
+        calm.register("count", lambda payload: payload)
+        task = await client.submit("count", "1")
+        done = await client.wait(task.id, timeout=timedelta(seconds=10))
+    assert done.state == COMPLETED
