@@ -1,7 +1,7 @@
 """Time-driven work, done once across replicas by the holder of the leader lease: ending attempts
 past their start_to_close or heartbeat deadline or whose worker's lease is gone, timing out tasks
 past their schedule_to_start deadline, deleting finished tasks past their retention, and
-forgetting workers whose lease ran out.
+forgetting workers whose lease ran out and queues idle for the retention.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ HOUSEKEEPING = 10
 # interval 10,000 a second, each delete about 100 ms of the tick (10,000 took 190 ms in a table
 # of 2,300,000), so timeouts are not held up behind a long catch-up.
 PURGE_BATCH = 5_000
+# The most idle queues one housekeeping round forgets.
+QUEUE_BATCH = 1_000
 
 _MESSAGES = {
     "StartToCloseTimeout": "the attempt ran past its start_to_close timeout",
@@ -56,6 +58,7 @@ class Maintenance:
         interval: timedelta,
         lease: timedelta,
         retention: timedelta,
+        kept_queues: frozenset[str],
         on_requeued: Callable[[], None],
         on_retry: Callable[[datetime, set[tuple[str, str]]], None],
         on_replicas: Callable[[bool], None],
@@ -79,8 +82,10 @@ class Maintenance:
         self._holder = holder
         self._interval = interval.total_seconds()
         self._lease = lease
-        # Finished tasks are deleted this long after they finished (0: kept for ever).
+        # Finished tasks are deleted this long after they finished (0: kept for ever), and queues
+        # idle this long are forgotten, but for these (configured).
         self._retention = retention
+        self._kept_queues = kept_queues
         self._on_requeued = on_requeued
         # Told when each retry of an attempt it ended is due (Dispatcher.wake_at).
         self._on_retry = on_retry
@@ -159,6 +164,20 @@ class Maintenance:
             # Rows nothing reads any more (expired workers are filtered out everywhere): no hurry.
             await self._store.delete_expired_workers()
             await self._store.forget_replicas()
+            await self._forget_idle_queues()
+
+    async def _forget_idle_queues(self) -> None:
+        """Queues idle (no task due or running) for the retention, with no task pending or running
+        at all, are forgotten: lowtide.queues, and the gauges of every queue it knows, would grow
+        with every queue name ever submitted to otherwise."""
+        busy = self._metrics.busy_queues()
+        if busy is None or not self._retention:
+            return
+        forgotten = await self._store.forget_idle_queues(
+            busy=busy, kept=self._kept_queues, retention=self._retention, limit=QUEUE_BATCH
+        )
+        if forgotten:
+            log.info("maintenance.queues_forgotten", extra={"count": forgotten})
 
     async def _apply_misses(self) -> None:
         """Fixed starts not started by start + tolerance: skip, or run late (due at once)."""

@@ -176,6 +176,12 @@ class SchedulerMetrics:
             if row.attempt == 1:
                 self.fixed_starts.add(1, {"pool": row.pool, "hit": str(bool(row.start_hit)).lower()})
 
+    def busy_queues(self) -> set[str] | None:
+        """The queues with tasks due or running at the backlog's last count (None before the first)."""
+        if not self.snapshot.queues:
+            return None
+        return {q for q, f in self.snapshot.queues.items() if f.depth or f.held_depth or f.running}
+
     def _known_queues(self) -> set[str]:
         served = {queue for session in self._registry for queue in session.queues}
         return {DEFAULT, *self._config.queues, *(self._holds.config.per_queue or {}), *self.snapshot.queues, *served}

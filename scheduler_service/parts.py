@@ -18,6 +18,7 @@ from scheduler_service.fixed_starts import DuePools, FixedStarts
 from scheduler_service.leadership import Leadership
 from scheduler_service.leases import Leases
 from scheduler_service.maintenance import Maintenance
+from scheduler_service.metrics import DEFAULT as DEFAULT_QUEUE
 from scheduler_service.metrics import SchedulerMetrics
 from scheduler_service.release_planning import ReleasePlanner
 from scheduler_service.scheduler_api import SchedulerApi
@@ -207,6 +208,7 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         interval=cfg.maintenance_interval,
         lease=cfg.leader_lease,
         retention=cfg.retention,
+        kept_queues=frozenset({DEFAULT_QUEUE, *config.queues}),
         on_requeued=registry.wake_all,
         on_retry=dispatcher.wake_at,
         on_replicas=waiters.others_running,

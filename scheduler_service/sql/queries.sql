@@ -679,6 +679,29 @@ INSERT INTO lowtide.queues (name)
 SELECT DISTINCT q FROM unnest(%(queues)s::text[]) AS q
 ON CONFLICT (name) DO NOTHING
 
+-- mark_idle_queues --
+-- Queues with no task due or running now (all but %(busy)s, from the backlog's last count) are
+-- idle from now on; the others are not. Only rows that change are written.
+UPDATE lowtide.queues
+SET idle_since = CASE WHEN name = ANY(%(busy)s::text[]) THEN NULL ELSE now() END
+WHERE (name = ANY(%(busy)s::text[])) = (idle_since IS NOT NULL)
+
+-- forget_idle_queues --
+-- Forgets queues idle for %(retention_ms)s (0: never), neither paused nor in %(kept)s (configured),
+-- that have no pending or running task at all (one waiting for a later start or a dependency
+-- keeps its queue), at most %(limit)s at a time. The tasks still pending or running are read
+-- once, by state, only when some queue is due.
+DELETE FROM lowtide.queues q
+WHERE q.name IN (
+    SELECT name FROM lowtide.queues
+    WHERE NOT paused AND %(retention_ms)s::bigint > 0
+      AND idle_since < now() - %(retention_ms)s::bigint * interval '1 millisecond'
+      AND name <> ALL(%(kept)s::text[])
+    ORDER BY idle_since
+    LIMIT %(limit)s
+)
+AND q.name NOT IN (SELECT t.queue FROM lowtide.tasks t WHERE t.state IN ('pending', 'running'))
+
 -- known_queues --
 -- Every queue the database knows: submitted to or paused once, or served by a connected worker.
 SELECT name FROM lowtide.queues

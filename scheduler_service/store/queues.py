@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from scheduler_service.domain.carbon import Totals
@@ -21,7 +21,7 @@ from scheduler_service.rows.fleet import (
     TypeRunning,
     WorkerCount,
 )
-from scheduler_service.store.base import Q, StoreBase
+from scheduler_service.store.base import Q, StoreBase, ms
 
 
 class QueueStore(StoreBase):
@@ -53,6 +53,15 @@ class QueueStore(StoreBase):
 
     async def pools(self) -> list[PoolWorkers]:
         return await self.db.fetch_as(PoolWorkers, Q["pools"])
+
+    async def forget_idle_queues(
+        self, *, busy: Collection[str], kept: Collection[str], retention: timedelta, limit: int
+    ) -> int:
+        """Marks which queues are idle (all but `busy`), then forgets those idle for the retention
+        (see the statements); returns how many were forgotten."""
+        await self.db.execute(Q["mark_idle_queues"], {"busy": sorted(busy)})
+        params = {"kept": sorted(kept), "retention_ms": ms(retention), "limit": limit}
+        return await self.db.execute(Q["forget_idle_queues"], params)
 
     async def carbon_totals(self, types: Sequence[str]) -> dict[str, Totals]:
         rows = await self.db.fetch_as(CarbonByType, Q["carbon_totals"], {"types": list(types)})

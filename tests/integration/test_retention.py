@@ -5,7 +5,7 @@ and `retention = 0s` keeps everything."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 
 import grpc
@@ -94,3 +94,57 @@ async def test_a_retention_of_zero_keeps_every_finished_task(database_url: str) 
             assert (await client.get(task.id)).id == task.id
     finally:
         await keeper.stop(grace=1.0)
+
+
+async def _queue_rows(database_url: str) -> dict[str, bool]:
+    """Each queue lowtide.queues knows, and whether it is marked idle."""
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cur = await conn.execute("SELECT name, idle_since IS NOT NULL FROM lowtide.queues")
+        return {str(name): bool(idle) for name, idle in await cur.fetchall()}
+
+
+async def test_a_queue_idle_for_the_retention_is_forgotten_with_its_gauges(
+    kept_an_hour: Scheduler, database_url: str
+) -> None:
+    """Every queue name ever submitted to was kept (and reported, zeros and all) for ever. Now one
+    with nothing due or running for the retention is forgotten, unless it is paused, configured,
+    or still has a task waiting (for a later start, say)."""
+    async with Client(kept_an_hour.target) as client:
+        for queue in ("tenant-gone", "tenant-later", "tenant-paused", "tenant-busy"):
+            task = await client.submit("nobody-runs-this", queue=queue)
+            if queue in ("tenant-gone", "tenant-paused"):
+                await client.cancel(task.id)
+        await client.pause_queue("tenant-paused")
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            later = "UPDATE lowtide.tasks SET run_at = now() + interval '1 day' WHERE queue = 'tenant-later'"
+            await conn.execute(later)
+
+        def marked(rows: dict[str, bool]) -> bool:
+            idle = {"tenant-gone": True, "tenant-later": True, "tenant-paused": True, "tenant-busy": False}
+            return all(rows.get(q) == want for q, want in idle.items())
+
+        await eventually(lambda: _marked(database_url, marked), within=30)
+        # An hour and more later (as far as the queues know): only the idle one with nothing left goes.
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            await conn.execute("UPDATE lowtide.queues SET idle_since = now() - interval '2 hours'")
+        await eventually(lambda: _forgotten(database_url, "tenant-gone"), within=30)
+        rows = await _queue_rows(database_url)
+        assert {"tenant-later", "tenant-paused", "tenant-busy"} <= rows.keys()
+        # The busy queue was marked again as it is: not idle.
+        assert rows["tenant-busy"] is False
+    port = kept_an_hour.metrics.metrics.port
+    assert port is not None
+
+    async def gauges_gone() -> bool:
+        scraped = await asyncio.to_thread(scrape_metrics, port)
+        return 'queue="tenant-gone"' not in scraped and 'queue="tenant-later"' in scraped
+
+    await eventually(gauges_gone, within=30)
+
+
+async def _marked(database_url: str, check: Callable[[dict[str, bool]], bool]) -> bool:
+    return check(await _queue_rows(database_url))
+
+
+async def _forgotten(database_url: str, queue: str) -> bool:
+    return queue not in await _queue_rows(database_url)
