@@ -5,6 +5,7 @@ cost signal is high."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -13,12 +14,16 @@ import pytest
 
 from lowtide_client import Client, SignalClient, Worker
 from lowtide_proto.externalscaler import externalscaler_pb2, externalscaler_pb2_grpc
-from scheduler_service.keda import SERVICE_NAME, add_keda_scaler
+from scheduler_service.domain.pacing import READ_SHARE
+from scheduler_service.keda import SERVICE_NAME, KedaScaler, ScaleTarget, add_keda_scaler
 from scheduler_service.server import Scheduler, start_scheduler
 from signal_service.server import SignalServer
 from tests.cost.conftest import cost_config
 from tests.deploy.compose import REPO
 from tests.helpers import eventually
+
+# What each look of the stream test below is made to take more than the database needs.
+SLOWER = 0.03
 
 
 @dataclass
@@ -143,6 +148,36 @@ async def test_stream_is_active_sends_the_state_then_each_change(scaling: Scalin
         assert changed.result is True
     finally:
         stream.cancel()
+
+
+async def test_a_costly_look_is_repeated_less_often_on_the_stream(
+    scaling: Scaling, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each look counts the pool's backlog, half a second with a million pending: the stream looks
+    again after its interval (50 ms here), or after 20 times what the look took when that is
+    longer (domain.pacing). Each look here is made to take 30 ms more than the database needs."""
+    loop = asyncio.get_running_loop()
+    looks: list[float] = []
+    real = KedaScaler._active
+
+    async def slow_active(self: KedaScaler, target: ScaleTarget) -> bool:
+        looks.append(loop.time())
+        await asyncio.sleep(SLOWER)
+        return await real(self, target)
+
+    monkeypatch.setattr(KedaScaler, "_active", slow_active)
+    stream = scaling.stub.StreamIsActive(ref(pool="reports", queues="nightly"))
+    try:
+        await asyncio.wait_for(stream.read(), 5)
+
+        async def looked_four_times() -> bool:
+            return len(looks) >= 4
+
+        await eventually(looked_four_times, within=30)
+    finally:
+        stream.cancel()
+    gaps = [later - earlier for earlier, later in itertools.pairwise(looks)]
+    assert min(gaps) >= SLOWER / READ_SHARE, gaps
 
 
 async def test_a_scaled_object_without_a_pool_is_refused_with_the_reason(scaling: Scaling) -> None:
