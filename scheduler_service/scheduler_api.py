@@ -148,7 +148,8 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     async def RetryTask(
         self, request: scheduler_pb2.RetryTaskRequest, context: Context
     ) -> scheduler_pb2.RetryTaskResponse:
-        row = await self._tasks.retry(request.id, self._who(context))
+        if_attempt = request.if_attempt if request.HasField("if_attempt") else None
+        row = await self._tasks.retry(request.id, self._who(context), if_attempt)
         return scheduler_pb2.RetryTaskResponse(task=messages.task_message(row))
 
     @handles_errors

@@ -15,7 +15,7 @@ from lowtide.config import Config, TokenEntry
 from lowtide.errors import InvalidArgument, NotFound
 from scheduler_service.dispatcher import Dispatcher
 from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
-from scheduler_service.domain.retry import retry_refusal
+from scheduler_service.domain.retry import RetryVerdict, retry_verdict
 from scheduler_service.rows.tasks import CancelledRow, TaskRow
 from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
@@ -78,15 +78,22 @@ class TaskControl:
                 session.cancel([(row.id, row.attempt)])
         return row
 
-    async def retry(self, task_id: int, who: TokenEntry | None) -> TaskRow:
-        """Runs a task that ended without completing again (domain.retry says which may be); a
-        submitter may retry only what it submitted, admins anything."""
+    async def retry(self, task_id: int, who: TokenEntry | None, if_attempt: int | None = None) -> TaskRow:
+        """Runs a task that ended without completing again (domain.retry says which may be, and
+        when a call that says which end it saw changes nothing); a submitter may retry only what
+        it submitted, admins anything."""
         await self._may_change(task_id, who)
 
-        def refusal(row: TaskRow, dependencies: Mapping[int, str]) -> str | None:
-            return retry_refusal(row.state, fixed_start=row.start_at is not None, dependencies=dependencies)
+        def verdict(row: TaskRow, dependencies: Mapping[int, str]) -> RetryVerdict:
+            return retry_verdict(
+                row.state,
+                row.attempt,
+                fixed_start=row.start_at is not None,
+                dependencies=dependencies,
+                if_attempt=if_attempt,
+            )
 
-        row, refused = await self._store.retry(task_id, refusal)
+        row, refused = await self._store.retry(task_id, verdict)
         if row is None:
             raise NotFound(f"task {task_id} not found")
         if refused is not None:

@@ -125,7 +125,7 @@ async def _task_cancel(args: argparse.Namespace, config: Config) -> int:
 
 async def _task_retry(args: argparse.Namespace, config: Config) -> int:
     async with Client(target(args, config), **security()) as client:
-        task = await client.retry(args.id)
+        task = await client.retry(args.id, if_attempt=args.if_attempt)
         show(args, task, output.task_line(task))
     return 0
 
@@ -225,6 +225,12 @@ def register(commands: Commands, parents: Parents) -> None:
         "retry", parents=client, help="run a task that failed, timed out, was cancelled or shed again"
     )
     retry.add_argument("id", type=whole(*ID))
+    retry.add_argument(
+        "--if-attempt",
+        type=whole(0, 2**32 - 1),
+        metavar="N",
+        help="the attempt you saw it end at: run again after the task moved on, it changes nothing and succeeds",
+    )
     retry.set_defaults(handler=_task_retry)
     listing = task_commands.add_parser(
         "list", parents=client, help="list tasks, newest first (without payloads and results: see task get)"

@@ -254,9 +254,14 @@ def _action(
         return f"{name.capitalize()} queue {queue!r}", queue_action
     if name in ("cancel", "retry"):
         task_id = forms.task_id(values.get("task", ""), "task")
+        # The attempt the page showed: a retry sent again (the page reloaded) changes nothing.
+        seen = forms.attempt(values)
 
         async def task_action() -> str:
-            task = await (backend.cancel(token, task_id) if name == "cancel" else backend.retry(token, task_id))
+            if name == "cancel":
+                task = await backend.cancel(token, task_id)
+            else:
+                task = await backend.retry(token, task_id, seen)
             return f"Task {task.id} is {pages.state_name(task.state)}."
 
         return (f"Cancel task {task_id}" if name == "cancel" else f"Run task {task_id} again"), task_action

@@ -201,8 +201,9 @@ class Backend:
         response = await self._call("scheduler", "CancelTask", scheduler_pb2.CancelTaskRequest(id=task_id), token)
         return response.task  # type: ignore[no-any-return]
 
-    async def retry(self, token: str | None, task_id: int) -> task_pb2.Task:
-        response = await self._call("scheduler", "RetryTask", scheduler_pb2.RetryTaskRequest(id=task_id), token)
+    async def retry(self, token: str | None, task_id: int, if_attempt: int | None = None) -> task_pb2.Task:
+        request = scheduler_pb2.RetryTaskRequest(id=task_id, if_attempt=if_attempt)
+        response = await self._call("scheduler", "RetryTask", request, token)
         return response.task  # type: ignore[no-any-return]
 
     async def set_signal(self, token: str | None, name: str, value: float) -> signal_pb2.SignalState:

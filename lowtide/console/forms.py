@@ -48,6 +48,16 @@ def task_id(raw: str, field: str = "task id") -> int:
     return value
 
 
+def attempt(values: Mapping[str, str]) -> int | None:
+    """The attempt a page showed its task at (None: the form has none)."""
+    raw = values.get("attempt", "")
+    if not raw:
+        return None
+    if not raw.isdigit() or len(raw) > 10 or int(raw) > 2**32 - 1:
+        raise BadInput(f"attempt: must be a whole number from 0 to {2**32 - 1}, not {raw[:40]!r}")
+    return int(raw)
+
+
 def state(values: Mapping[str, str]) -> int:
     raw = text(values, "state", limit=20)
     if not raw:

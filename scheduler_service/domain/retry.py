@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from scheduler_service.domain.model import TIMEOUT_ERRORS, Attempt, Failure, Outcome, RetryPolicy, State
@@ -61,3 +62,27 @@ def retry_refusal(state: str, *, fixed_start: bool, dependencies: Mapping[int, s
         if ended in ENDED_UNCOMPLETED:
             return f"it depends on task {dependency}, which ended {ended}: retry that one first"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryVerdict:
+    """What a RetryTask call does: run the task again (neither field set), refuse it (`refused`,
+    why), or answer it as it is (`as_is`: the run the caller saw end was retried already)."""
+
+    refused: str | None = None
+    as_is: bool = False
+
+
+def retry_verdict(
+    state: str, attempt: int, *, fixed_start: bool, dependencies: Mapping[int, str], if_attempt: int | None = None
+) -> RetryVerdict:
+    """retry_refusal, for a caller that may say which end it saw (`if_attempt`: the task ended at
+    that attempt). A task that has moved on from it since (pending again, or a later attempt)
+    was retried already, by an earlier call whose answer was lost or by its own policy: the call
+    changes nothing and is no error, so it may be resent."""
+    if if_attempt is not None:
+        if attempt < if_attempt:
+            return RetryVerdict(refused=f"it has not reached attempt {if_attempt} (it is at attempt {attempt})")
+        if attempt > if_attempt or state == "pending":
+            return RetryVerdict(as_is=True)
+    return RetryVerdict(refused=retry_refusal(state, fixed_start=fixed_start, dependencies=dependencies))

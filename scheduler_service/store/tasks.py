@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from lowtide.db.connector import Transaction
 from scheduler_service.domain.model import Attempt, Outcome, State
+from scheduler_service.domain.retry import RetryVerdict
 from scheduler_service.domain.submission import ENDED_UNCOMPLETED, wake_payload
 from scheduler_service.rows.tasks import (
     AttemptRow,
@@ -199,20 +200,20 @@ class TaskStore(StoreBase):
         )
 
     async def retry(
-        self, task_id: int, refusal: Callable[[TaskRow, Mapping[int, str]], str | None]
+        self, task_id: int, verdict: Callable[[TaskRow, Mapping[int, str]], RetryVerdict]
     ) -> tuple[TaskRow | None, str | None]:
-        """Makes the task pending again unless `refusal` (given the task, locked, and the state of
-        each task it depends on) says why not. Returns the task as it is now and None, the task
-        unchanged and the reason, or (None, None) when there is no such task."""
+        """Makes the task pending again unless `verdict` (given the task, locked, and the state of
+        each task it depends on) refuses or keeps it as it is. Returns the task as it is now and
+        None, the task unchanged and the reason, or (None, None) when there is no such task."""
         async with self.db.transaction() as tx:
             row = await tx.fetch_one_as(TaskRow, Q["lock_task"], {"id": task_id})
             if row is None:
                 return None, None
             states = await tx.fetch_as(StateRow, Q["dependency_states_of"], {"id": task_id})
             dependencies = {r.id: r.state for r in states}
-            refused = refusal(row, dependencies)
-            if refused is not None:
-                return row, refused
+            decided = verdict(row, dependencies)
+            if decided.refused is not None or decided.as_is:
+                return row, decided.refused
             waiting = sum(1 for state in dependencies.values() if state in ("pending", "running"))
             retried = await tx.fetch_one_as(TaskRow, Q["retry_task"], {"id": task_id, "deps_pending": waiting})
             # Every replica's dispatch (this one's too, through its listener) looks at its type.

@@ -106,6 +106,25 @@ def test_the_overview_draws_the_signal_its_threshold_and_a_planned_release_after
     confirm(browser, "retry")
     assert wait(browser, lambda b: b.find_element(By.ID, "done-message")).text == f"Task {task['id']} is pending."
     assert open_stack.cli("task", "get", str(task["id"]), "--target", open_stack.scheduler)["state"] == "pending"
+    # The same retry confirmed again from a tab still showing the cancelled task (its form names
+    # the attempt it showed): the task moved on already, so it is said as it is, not refused.
+    browser.get(f"{open_stack.url}/tasks/{task['id']}")
+    browser.execute_script(
+        """const form = document.createElement('form');
+        form.method = 'post';
+        form.action = '/actions/retry';
+        const fields = {csrf: document.querySelector('input[name=csrf]').value, task: arguments[0],
+                        attempt: '0', confirm: 'yes'};
+        for (const [name, value] of Object.entries(fields)) {
+          const input = document.createElement('input');
+          input.type = 'hidden'; input.name = name; input.value = value;
+          form.appendChild(input);
+        }
+        document.body.appendChild(form);
+        form.submit();""",
+        str(task["id"]),
+    )
+    assert wait(browser, lambda b: b.find_element(By.ID, "done-message")).text == f"Task {task['id']} is pending."
 
 
 def test_pausing_a_queue_from_the_page_changes_lowtide_status(

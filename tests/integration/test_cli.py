@@ -270,6 +270,10 @@ async def test_task_retry_runs_a_cancelled_task_again_and_says_why_a_pending_one
         await client.cancel(task.id)
     retried = json.loads((await lowtide("task", "retry", str(task.id), "--json", "--target", target)).out)
     assert (retried["id"], retried["state"]) == (task.id, "pending")
+    # Run again naming the end it saw (attempt 0, cancelled): the task moved on, and that is no error.
+    again = await lowtide("task", "retry", str(task.id), "--if-attempt", "0", "--json", "--target", target)
+    assert again.code == 0, again.err
+    assert json.loads(again.out)["state"] == "pending"
 
 
 async def test_a_reader_that_goes_away_ends_the_list_quietly(scheduler: Scheduler) -> None:

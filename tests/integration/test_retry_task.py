@@ -140,3 +140,24 @@ async def test_a_dependent_is_retried_after_its_dependency_and_waits_for_it(sche
 
 async def _running(client: Client, task_id: int) -> bool:
     return (await client.get(task_id)).state == TaskState.Value("TASK_STATE_RUNNING")
+
+
+async def test_a_retry_sent_again_with_the_attempt_it_saw_changes_nothing_and_succeeds(scheduler: Scheduler) -> None:
+    """A client that resends RetryTask after UNAVAILABLE cannot know whether its first call was
+    carried out. Naming the attempt it saw the task end at (if_attempt) makes the call safe to
+    send again: once the task has moved on, it answers the task as it is. Without it, the second
+    call is refused as before."""
+    async with Client(scheduler.target) as client:
+        task = await client.cancel((await client.submit("nobody-runs-this")).id)
+        first = await client.retry(task.id, if_attempt=task.attempt)
+        again = await client.retry(task.id, if_attempt=task.attempt)
+        assert (first.state, again.state) == (PENDING, PENDING)
+        assert again.run_at == first.run_at and again.retry_policy == first.retry_policy
+        refused = await _refused(client.retry(task.id))
+        assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION
+        # An attempt the task has not reached is no end the caller can have seen.
+        cancelled = await client.cancel(task.id)
+        ahead = await _refused(client.retry(task.id, if_attempt=3))
+        assert ahead.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "it has not reached attempt 3 (it is at attempt 0)" in (ahead.details() or "")
+        assert (await client.get(task.id)).state == cancelled.state

@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler_service.domain.model import Attempt, Failure, RetryPolicy, State
-from scheduler_service.domain.retry import after_failure, after_success, backoff, retry_refusal
+from scheduler_service.domain.retry import (
+    RetryVerdict,
+    after_failure,
+    after_success,
+    backoff,
+    retry_refusal,
+    retry_verdict,
+)
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 POLICY = RetryPolicy(3, timedelta(seconds=1), 2.0, timedelta(seconds=3), ("Fatal",))
@@ -85,3 +92,42 @@ def test_what_may_be_retried(state: str, fixed_start: bool, dependencies: dict[i
         assert reason is None
     else:
         assert reason is not None and refused in reason
+
+
+ONLY_ENDED = "only a task that ended without completing is retried"
+
+
+@pytest.mark.parametrize(
+    ("state", "attempt", "if_attempt", "expected"),
+    [
+        # The end the caller saw is still there: retried.
+        ("failed", 2, 2, RetryVerdict()),
+        ("cancelled", 0, 0, RetryVerdict()),
+        # Moved on since (retried already, or by its own policy): answered as it is.
+        ("pending", 2, 2, RetryVerdict(as_is=True)),
+        ("pending", 0, 0, RetryVerdict(as_is=True)),
+        ("running", 3, 2, RetryVerdict(as_is=True)),
+        ("completed", 3, 2, RetryVerdict(as_is=True)),
+        ("failed", 3, 2, RetryVerdict(as_is=True)),
+        # Not given: refused as before.
+        (
+            "pending",
+            2,
+            None,
+            RetryVerdict(refused="the task is pending: only a task that ended without completing is retried"),
+        ),
+        # Still at that attempt, but not ended: nothing it may have seen end.
+        (
+            "running",
+            2,
+            2,
+            RetryVerdict(refused="the task is running: only a task that ended without completing is retried"),
+        ),
+        ("completed", 2, 2, RetryVerdict(refused="the task completed: submit it again to run it again")),
+        ("failed", 1, 2, RetryVerdict(refused="it has not reached attempt 2 (it is at attempt 1)")),
+    ],
+)
+def test_a_retry_that_names_the_end_it_saw(
+    state: str, attempt: int, if_attempt: int | None, expected: RetryVerdict
+) -> None:
+    assert retry_verdict(state, attempt, fixed_start=False, dependencies={}, if_attempt=if_attempt) == expected

@@ -186,13 +186,16 @@ class Client:
         )
         return response.task
 
-    async def retry(self, task_id: int) -> task_pb2.Task:
+    async def retry(self, task_id: int, *, if_attempt: int | None = None) -> task_pb2.Task:
         """Run a task that failed, timed out, was cancelled or shed again: it is pending and due
         at once, with one more attempt if it had used all of its own (FAILED_PRECONDITION for a
-        task that completed, still runs or waits, or is a fixed start)."""
-        response: scheduler_pb2.RetryTaskResponse = await self._calls.call(
-            "RetryTask", scheduler_pb2.RetryTaskRequest(id=task_id)
-        )
+        task that completed, still runs or waits, or is a fixed start).
+
+        ``if_attempt``: the attempt you saw it end at (its ``attempt``, 0 if it never ran). With
+        it, the same call made again once the task has moved on (resent after UNAVAILABLE, whose
+        first try may have been carried out) answers the task as it is instead of failing."""
+        request = scheduler_pb2.RetryTaskRequest(id=task_id, if_attempt=if_attempt)
+        response: scheduler_pb2.RetryTaskResponse = await self._calls.call("RetryTask", request)
         return response.task
 
     async def list(

@@ -113,8 +113,8 @@ class SyncClient:
     def cancel(self, task_id: int) -> task_pb2.Task:
         return self._run(self._client.cancel(task_id))
 
-    def retry(self, task_id: int) -> task_pb2.Task:
-        return self._run(self._client.retry(task_id))
+    def retry(self, task_id: int, *, if_attempt: int | None = None) -> task_pb2.Task:
+        return self._run(self._client.retry(task_id, if_attempt=if_attempt))
 
     def wait(self, task_id: int, *, timeout: timedelta = timedelta(seconds=30)) -> task_pb2.Task:
         return self._run(self._client.wait(task_id, timeout=timeout))

@@ -28,7 +28,7 @@ from lowtide_proto.lowtide.v1 import schedule_pb2 as lowtide_dot_v1_dot_schedule
 from lowtide_proto.lowtide.v1 import task_pb2 as lowtide_dot_v1_dot_task__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1alowtide/v1/scheduler.proto\x12\nlowtide.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19lowtide/v1/schedule.proto\x1a\x15lowtide/v1/task.proto\"7\n\x11SubmitTaskRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.lowtide.v1.TaskSpec\"E\n\x12SubmitTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.lowtide.v1.Task\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"9\n\x12SubmitTasksRequest\x12#\n\x05tasks\x18\x01 \x03(\x0b\x32\x14.lowtide.v1.TaskSpec\"?\n\x13SubmitTasksResponse\x12(\n\x05tasks\x18\x01 \x03(\x0b\x32\x19.lowtide.v1.SubmittedTask\",\n\rSubmittedTask\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\x1c\n\x0eGetTaskRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"1\n\x0fGetTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.lowtide.v1.Task\"\x1f\n\x11\x43\x61ncelTaskRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"4\n\x12\x43\x61ncelTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.lowtide.v1.Task\"\x1e\n\x10RetryTaskRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"3\n\x11RetryTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.lowtide.v1.Task\"\x85\x01\n\x10ListTasksRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.lowtide.v1.TaskState\x12\x15\n\ractivity_type\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\r\x12\x12\n\npage_token\x18\x05 \x01(\t\"M\n\x11ListTasksResponse\x12\x1f\n\x05tasks\x18\x01 \x03(\x0b\x32\x10.lowtide.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"I\n\x0fWaitTaskRequest\x12\n\n\x02id\x18\x01 \x01(\x03\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"D\n\x10WaitTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.lowtide.v1.Task\x12\x10\n\x08\x66inished\x18\x02 \x01(\x08\" \n\x12\x45xplainTaskRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"[\n\x13\x45xplainTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.lowtide.v1.Task\x12\x13\n\x0b\x65xplanation\x18\x02 \x01(\t\x12\x0f\n\x07reasons\x18\x03 \x03(\t\"\"\n\x11PauseQueueRequest\x12\r\n\x05queue\x18\x01 \x01(\t\"<\n\x12PauseQueueResponse\x12&\n\x05queue\x18\x01 \x01(\x0b\x32\x17.lowtide.v1.QueueStatus\"#\n\x12ResumeQueueRequest\x12\r\n\x05queue\x18\x01 \x01(\t\"=\n\x13ResumeQueueResponse\x12&\n\x05queue\x18\x01 \x01(\x0b\x32\x17.lowtide.v1.QueueStatus\"\x12\n\x10GetStatusRequest\"\xcb\x01\n\x0bQueueStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06paused\x18\x02 \x01(\x08\x12\r\n\x05\x64\x65pth\x18\x03 \x01(\x04\x12\"\n\x1aoldest_pending_age_seconds\x18\x04 \x01(\x01\x12\x12\n\nheld_depth\x18\x05 \x01(\x04\x12\x1f\n\x17oldest_held_age_seconds\x18\x06 \x01(\x01\x12\x0f\n\x07running\x18\x07 \x01(\x04\x12\x11\n\tcost_hold\x18\x08 \x01(\x08\x12\x12\n\nheld_types\x18\t \x03(\t\"\xe8\x01\n\nPoolStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07workers\x18\x02 \x01(\r\x12\r\n\x05slots\x18\x03 \x01(\r\x12\x12\n\nbusy_slots\x18\x04 \x01(\r\x12\x12\n\nheld_slots\x18\x05 \x01(\r\x12\x1a\n\x12reservations_ahead\x18\x06 \x01(\r\x12\x1c\n\x14\x66ixed_start_hit_rate\x18\x07 \x01(\x01\x12\x17\n\x0f\x64\x65sired_workers\x18\x08 \x01(\r\x12\x13\n\x0bmax_workers\x18\t \x01(\r\x12\x1c\n\x14reservation_capacity\x18\n \x01(\r\"\xa7\x01\n\nHoldStatus\x12\x0e\n\x06signal\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x08\x12\x12\n\x05value\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tthreshold\x18\x04 \x01(\x01\x12\r\n\x05stale\x18\x05 \x01(\x08\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12)\n\x05since\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x08\n\x06_value\"f\n\x0c\x43\x61rbonStatus\x12\x15\n\ractivity_type\x18\x01 \x01(\t\x12\r\n\x05tasks\x18\x02 \x01(\x04\x12\x16\n\x0emean_at_submit\x18\x03 \x01(\x01\x12\x18\n\x10mean_at_dispatch\x18\x04 \x01(\x01\"\x80\x02\n\x13\x41\x64\x61ptiveLimitStatus\x12\x15\n\ractivity_type\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\r\x12\x0b\n\x03min\x18\x03 \x01(\r\x12\x0b\n\x03max\x18\x04 \x01(\r\x12\x0f\n\x07running\x18\x05 \x01(\r\x12\x0f\n\x07samples\x18\x06 \x01(\r\x12\x17\n\x0flatency_seconds\x18\x07 \x01(\x01\x12\x18\n\x10\x62\x61seline_seconds\x18\x08 \x01(\x01\x12\x14\n\x0c\x66\x61ilure_rate\x18\t \x01(\x01\x12\x0e\n\x06reason\x18\n \x01(\t\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xed\x01\n\x11GetStatusResponse\x12\'\n\x06queues\x18\x01 \x03(\x0b\x32\x17.lowtide.v1.QueueStatus\x12%\n\x05pools\x18\x02 \x03(\x0b\x32\x16.lowtide.v1.PoolStatus\x12$\n\x04hold\x18\x03 \x01(\x0b\x32\x16.lowtide.v1.HoldStatus\x12(\n\x06\x63\x61rbon\x18\x04 \x03(\x0b\x32\x18.lowtide.v1.CarbonStatus\x12\x38\n\x0f\x61\x64\x61ptive_limits\x18\x05 \x03(\x0b\x32\x1f.lowtide.v1.AdaptiveLimitStatus2\x89\n\n\x10SchedulerService\x12K\n\nSubmitTask\x12\x1d.lowtide.v1.SubmitTaskRequest\x1a\x1e.lowtide.v1.SubmitTaskResponse\x12N\n\x0bSubmitTasks\x12\x1e.lowtide.v1.SubmitTasksRequest\x1a\x1f.lowtide.v1.SubmitTasksResponse\x12\x42\n\x07GetTask\x12\x1a.lowtide.v1.GetTaskRequest\x1a\x1b.lowtide.v1.GetTaskResponse\x12K\n\nCancelTask\x12\x1d.lowtide.v1.CancelTaskRequest\x1a\x1e.lowtide.v1.CancelTaskResponse\x12H\n\tRetryTask\x12\x1c.lowtide.v1.RetryTaskRequest\x1a\x1d.lowtide.v1.RetryTaskResponse\x12H\n\tListTasks\x12\x1c.lowtide.v1.ListTasksRequest\x1a\x1d.lowtide.v1.ListTasksResponse\x12\x45\n\x08WaitTask\x12\x1b.lowtide.v1.WaitTaskRequest\x1a\x1c.lowtide.v1.WaitTaskResponse\x12N\n\x0b\x45xplainTask\x12\x1e.lowtide.v1.ExplainTaskRequest\x1a\x1f.lowtide.v1.ExplainTaskResponse\x12K\n\nPauseQueue\x12\x1d.lowtide.v1.PauseQueueRequest\x1a\x1e.lowtide.v1.PauseQueueResponse\x12N\n\x0bResumeQueue\x12\x1e.lowtide.v1.ResumeQueueRequest\x1a\x1f.lowtide.v1.ResumeQueueResponse\x12H\n\tGetStatus\x12\x1c.lowtide.v1.GetStatusRequest\x1a\x1d.lowtide.v1.GetStatusResponse\x12W\n\x0e\x43reateSchedule\x12!.lowtide.v1.CreateScheduleRequest\x1a\".lowtide.v1.CreateScheduleResponse\x12T\n\rListSchedules\x12 .lowtide.v1.ListSchedulesRequest\x1a!.lowtide.v1.ListSchedulesResponse\x12T\n\rPauseSchedule\x12 .lowtide.v1.PauseScheduleRequest\x1a!.lowtide.v1.PauseScheduleResponse\x12W\n\x0eResumeSchedule\x12!.lowtide.v1.ResumeScheduleRequest\x1a\".lowtide.v1.ResumeScheduleResponse\x12W\n\x0e\x44\x65leteSchedule\x12!.lowtide.v1.DeleteScheduleRequest\x1a\".lowtide.v1.DeleteScheduleResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1alowtide/v1/scheduler.proto\x12\nlowtide.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19lowtide/v1/schedule.proto\x1a\x15lowtide/v1/task.proto\"7\n\x11SubmitTaskRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.lowtide.v1.TaskSpec\"E\n\x12SubmitTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.lowtide.v1.Task\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"9\n\x12SubmitTasksRequest\x12#\n\x05tasks\x18\x01 \x03(\x0b\x32\x14.lowtide.v1.TaskSpec\"?\n\x13SubmitTasksResponse\x12(\n\x05tasks\x18\x01 \x03(\x0b\x32\x19.lowtide.v1.SubmittedTask\",\n\rSubmittedTask\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\x1c\n\x0eGetTaskRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"1\n\x0fGetTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.lowtide.v1.Task\"\x1f\n\x11\x43\x61ncelTaskRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"4\n\x12\x43\x61ncelTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.lowtide.v1.Task\"F\n\x10RetryTaskRequest\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x17\n\nif_attempt\x18\x02 \x01(\rH\x00\x88\x01\x01\x42\r\n\x0b_if_attempt\"3\n\x11RetryTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.lowtide.v1.Task\"\x85\x01\n\x10ListTasksRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.lowtide.v1.TaskState\x12\x15\n\ractivity_type\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\r\x12\x12\n\npage_token\x18\x05 \x01(\t\"M\n\x11ListTasksResponse\x12\x1f\n\x05tasks\x18\x01 \x03(\x0b\x32\x10.lowtide.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"I\n\x0fWaitTaskRequest\x12\n\n\x02id\x18\x01 \x01(\x03\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"D\n\x10WaitTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.lowtide.v1.Task\x12\x10\n\x08\x66inished\x18\x02 \x01(\x08\" \n\x12\x45xplainTaskRequest\x12\n\n\x02id\x18\x01 \x01(\x03\"[\n\x13\x45xplainTaskResponse\x12\x1e\n\x04task\x18\x01 \x01(\x0b\x32\x10.lowtide.v1.Task\x12\x13\n\x0b\x65xplanation\x18\x02 \x01(\t\x12\x0f\n\x07reasons\x18\x03 \x03(\t\"\"\n\x11PauseQueueRequest\x12\r\n\x05queue\x18\x01 \x01(\t\"<\n\x12PauseQueueResponse\x12&\n\x05queue\x18\x01 \x01(\x0b\x32\x17.lowtide.v1.QueueStatus\"#\n\x12ResumeQueueRequest\x12\r\n\x05queue\x18\x01 \x01(\t\"=\n\x13ResumeQueueResponse\x12&\n\x05queue\x18\x01 \x01(\x0b\x32\x17.lowtide.v1.QueueStatus\"\x12\n\x10GetStatusRequest\"\xcb\x01\n\x0bQueueStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06paused\x18\x02 \x01(\x08\x12\r\n\x05\x64\x65pth\x18\x03 \x01(\x04\x12\"\n\x1aoldest_pending_age_seconds\x18\x04 \x01(\x01\x12\x12\n\nheld_depth\x18\x05 \x01(\x04\x12\x1f\n\x17oldest_held_age_seconds\x18\x06 \x01(\x01\x12\x0f\n\x07running\x18\x07 \x01(\x04\x12\x11\n\tcost_hold\x18\x08 \x01(\x08\x12\x12\n\nheld_types\x18\t \x03(\t\"\xe8\x01\n\nPoolStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07workers\x18\x02 \x01(\r\x12\r\n\x05slots\x18\x03 \x01(\r\x12\x12\n\nbusy_slots\x18\x04 \x01(\r\x12\x12\n\nheld_slots\x18\x05 \x01(\r\x12\x1a\n\x12reservations_ahead\x18\x06 \x01(\r\x12\x1c\n\x14\x66ixed_start_hit_rate\x18\x07 \x01(\x01\x12\x17\n\x0f\x64\x65sired_workers\x18\x08 \x01(\r\x12\x13\n\x0bmax_workers\x18\t \x01(\r\x12\x1c\n\x14reservation_capacity\x18\n \x01(\r\"\xa7\x01\n\nHoldStatus\x12\x0e\n\x06signal\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x08\x12\x12\n\x05value\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tthreshold\x18\x04 \x01(\x01\x12\r\n\x05stale\x18\x05 \x01(\x08\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12)\n\x05since\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x08\n\x06_value\"f\n\x0c\x43\x61rbonStatus\x12\x15\n\ractivity_type\x18\x01 \x01(\t\x12\r\n\x05tasks\x18\x02 \x01(\x04\x12\x16\n\x0emean_at_submit\x18\x03 \x01(\x01\x12\x18\n\x10mean_at_dispatch\x18\x04 \x01(\x01\"\x80\x02\n\x13\x41\x64\x61ptiveLimitStatus\x12\x15\n\ractivity_type\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\r\x12\x0b\n\x03min\x18\x03 \x01(\r\x12\x0b\n\x03max\x18\x04 \x01(\r\x12\x0f\n\x07running\x18\x05 \x01(\r\x12\x0f\n\x07samples\x18\x06 \x01(\r\x12\x17\n\x0flatency_seconds\x18\x07 \x01(\x01\x12\x18\n\x10\x62\x61seline_seconds\x18\x08 \x01(\x01\x12\x14\n\x0c\x66\x61ilure_rate\x18\t \x01(\x01\x12\x0e\n\x06reason\x18\n \x01(\t\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xed\x01\n\x11GetStatusResponse\x12\'\n\x06queues\x18\x01 \x03(\x0b\x32\x17.lowtide.v1.QueueStatus\x12%\n\x05pools\x18\x02 \x03(\x0b\x32\x16.lowtide.v1.PoolStatus\x12$\n\x04hold\x18\x03 \x01(\x0b\x32\x16.lowtide.v1.HoldStatus\x12(\n\x06\x63\x61rbon\x18\x04 \x03(\x0b\x32\x18.lowtide.v1.CarbonStatus\x12\x38\n\x0f\x61\x64\x61ptive_limits\x18\x05 \x03(\x0b\x32\x1f.lowtide.v1.AdaptiveLimitStatus2\x89\n\n\x10SchedulerService\x12K\n\nSubmitTask\x12\x1d.lowtide.v1.SubmitTaskRequest\x1a\x1e.lowtide.v1.SubmitTaskResponse\x12N\n\x0bSubmitTasks\x12\x1e.lowtide.v1.SubmitTasksRequest\x1a\x1f.lowtide.v1.SubmitTasksResponse\x12\x42\n\x07GetTask\x12\x1a.lowtide.v1.GetTaskRequest\x1a\x1b.lowtide.v1.GetTaskResponse\x12K\n\nCancelTask\x12\x1d.lowtide.v1.CancelTaskRequest\x1a\x1e.lowtide.v1.CancelTaskResponse\x12H\n\tRetryTask\x12\x1c.lowtide.v1.RetryTaskRequest\x1a\x1d.lowtide.v1.RetryTaskResponse\x12H\n\tListTasks\x12\x1c.lowtide.v1.ListTasksRequest\x1a\x1d.lowtide.v1.ListTasksResponse\x12\x45\n\x08WaitTask\x12\x1b.lowtide.v1.WaitTaskRequest\x1a\x1c.lowtide.v1.WaitTaskResponse\x12N\n\x0b\x45xplainTask\x12\x1e.lowtide.v1.ExplainTaskRequest\x1a\x1f.lowtide.v1.ExplainTaskResponse\x12K\n\nPauseQueue\x12\x1d.lowtide.v1.PauseQueueRequest\x1a\x1e.lowtide.v1.PauseQueueResponse\x12N\n\x0bResumeQueue\x12\x1e.lowtide.v1.ResumeQueueRequest\x1a\x1f.lowtide.v1.ResumeQueueResponse\x12H\n\tGetStatus\x12\x1c.lowtide.v1.GetStatusRequest\x1a\x1d.lowtide.v1.GetStatusResponse\x12W\n\x0e\x43reateSchedule\x12!.lowtide.v1.CreateScheduleRequest\x1a\".lowtide.v1.CreateScheduleResponse\x12T\n\rListSchedules\x12 .lowtide.v1.ListSchedulesRequest\x1a!.lowtide.v1.ListSchedulesResponse\x12T\n\rPauseSchedule\x12 .lowtide.v1.PauseScheduleRequest\x1a!.lowtide.v1.PauseScheduleResponse\x12W\n\x0eResumeSchedule\x12!.lowtide.v1.ResumeScheduleRequest\x1a\".lowtide.v1.ResumeScheduleResponse\x12W\n\x0e\x44\x65leteSchedule\x12!.lowtide.v1.DeleteScheduleRequest\x1a\".lowtide.v1.DeleteScheduleResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -54,43 +54,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CANCELTASKRESPONSE']._serialized_start=569
   _globals['_CANCELTASKRESPONSE']._serialized_end=621
   _globals['_RETRYTASKREQUEST']._serialized_start=623
-  _globals['_RETRYTASKREQUEST']._serialized_end=653
-  _globals['_RETRYTASKRESPONSE']._serialized_start=655
-  _globals['_RETRYTASKRESPONSE']._serialized_end=706
-  _globals['_LISTTASKSREQUEST']._serialized_start=709
-  _globals['_LISTTASKSREQUEST']._serialized_end=842
-  _globals['_LISTTASKSRESPONSE']._serialized_start=844
-  _globals['_LISTTASKSRESPONSE']._serialized_end=921
-  _globals['_WAITTASKREQUEST']._serialized_start=923
-  _globals['_WAITTASKREQUEST']._serialized_end=996
-  _globals['_WAITTASKRESPONSE']._serialized_start=998
-  _globals['_WAITTASKRESPONSE']._serialized_end=1066
-  _globals['_EXPLAINTASKREQUEST']._serialized_start=1068
-  _globals['_EXPLAINTASKREQUEST']._serialized_end=1100
-  _globals['_EXPLAINTASKRESPONSE']._serialized_start=1102
-  _globals['_EXPLAINTASKRESPONSE']._serialized_end=1193
-  _globals['_PAUSEQUEUEREQUEST']._serialized_start=1195
-  _globals['_PAUSEQUEUEREQUEST']._serialized_end=1229
-  _globals['_PAUSEQUEUERESPONSE']._serialized_start=1231
-  _globals['_PAUSEQUEUERESPONSE']._serialized_end=1291
-  _globals['_RESUMEQUEUEREQUEST']._serialized_start=1293
-  _globals['_RESUMEQUEUEREQUEST']._serialized_end=1328
-  _globals['_RESUMEQUEUERESPONSE']._serialized_start=1330
-  _globals['_RESUMEQUEUERESPONSE']._serialized_end=1391
-  _globals['_GETSTATUSREQUEST']._serialized_start=1393
-  _globals['_GETSTATUSREQUEST']._serialized_end=1411
-  _globals['_QUEUESTATUS']._serialized_start=1414
-  _globals['_QUEUESTATUS']._serialized_end=1617
-  _globals['_POOLSTATUS']._serialized_start=1620
-  _globals['_POOLSTATUS']._serialized_end=1852
-  _globals['_HOLDSTATUS']._serialized_start=1855
-  _globals['_HOLDSTATUS']._serialized_end=2022
-  _globals['_CARBONSTATUS']._serialized_start=2024
-  _globals['_CARBONSTATUS']._serialized_end=2126
-  _globals['_ADAPTIVELIMITSTATUS']._serialized_start=2129
-  _globals['_ADAPTIVELIMITSTATUS']._serialized_end=2385
-  _globals['_GETSTATUSRESPONSE']._serialized_start=2388
-  _globals['_GETSTATUSRESPONSE']._serialized_end=2625
-  _globals['_SCHEDULERSERVICE']._serialized_start=2628
-  _globals['_SCHEDULERSERVICE']._serialized_end=3917
+  _globals['_RETRYTASKREQUEST']._serialized_end=693
+  _globals['_RETRYTASKRESPONSE']._serialized_start=695
+  _globals['_RETRYTASKRESPONSE']._serialized_end=746
+  _globals['_LISTTASKSREQUEST']._serialized_start=749
+  _globals['_LISTTASKSREQUEST']._serialized_end=882
+  _globals['_LISTTASKSRESPONSE']._serialized_start=884
+  _globals['_LISTTASKSRESPONSE']._serialized_end=961
+  _globals['_WAITTASKREQUEST']._serialized_start=963
+  _globals['_WAITTASKREQUEST']._serialized_end=1036
+  _globals['_WAITTASKRESPONSE']._serialized_start=1038
+  _globals['_WAITTASKRESPONSE']._serialized_end=1106
+  _globals['_EXPLAINTASKREQUEST']._serialized_start=1108
+  _globals['_EXPLAINTASKREQUEST']._serialized_end=1140
+  _globals['_EXPLAINTASKRESPONSE']._serialized_start=1142
+  _globals['_EXPLAINTASKRESPONSE']._serialized_end=1233
+  _globals['_PAUSEQUEUEREQUEST']._serialized_start=1235
+  _globals['_PAUSEQUEUEREQUEST']._serialized_end=1269
+  _globals['_PAUSEQUEUERESPONSE']._serialized_start=1271
+  _globals['_PAUSEQUEUERESPONSE']._serialized_end=1331
+  _globals['_RESUMEQUEUEREQUEST']._serialized_start=1333
+  _globals['_RESUMEQUEUEREQUEST']._serialized_end=1368
+  _globals['_RESUMEQUEUERESPONSE']._serialized_start=1370
+  _globals['_RESUMEQUEUERESPONSE']._serialized_end=1431
+  _globals['_GETSTATUSREQUEST']._serialized_start=1433
+  _globals['_GETSTATUSREQUEST']._serialized_end=1451
+  _globals['_QUEUESTATUS']._serialized_start=1454
+  _globals['_QUEUESTATUS']._serialized_end=1657
+  _globals['_POOLSTATUS']._serialized_start=1660
+  _globals['_POOLSTATUS']._serialized_end=1892
+  _globals['_HOLDSTATUS']._serialized_start=1895
+  _globals['_HOLDSTATUS']._serialized_end=2062
+  _globals['_CARBONSTATUS']._serialized_start=2064
+  _globals['_CARBONSTATUS']._serialized_end=2166
+  _globals['_ADAPTIVELIMITSTATUS']._serialized_start=2169
+  _globals['_ADAPTIVELIMITSTATUS']._serialized_end=2425
+  _globals['_GETSTATUSRESPONSE']._serialized_start=2428
+  _globals['_GETSTATUSRESPONSE']._serialized_end=2665
+  _globals['_SCHEDULERSERVICE']._serialized_start=2668
+  _globals['_SCHEDULERSERVICE']._serialized_end=3957
 # @@protoc_insertion_point(module_scope)

@@ -212,17 +212,28 @@ class RetryTaskRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ID_FIELD_NUMBER: _builtins.int
+    IF_ATTEMPT_FIELD_NUMBER: _builtins.int
     id: _builtins.int
+    if_attempt: _builtins.int
+    """The attempt the caller saw the task end at (0 for a task that never ran). When given, a call
+    repeated after the task has moved on from that end (pending again, or a later attempt: a
+    retry made by an earlier call whose answer was lost, or by the task's own policy) answers the
+    task as it is instead of FAILED_PRECONDITION, so a client may resend it after UNAVAILABLE. A
+    task still ended at that attempt is retried as without it; one not yet at it is refused.
+    """
     def __init__(
         self,
         *,
         id: _builtins.int = ...,
+        if_attempt: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_if_attempt", b"_if_attempt", "if_attempt", b"if_attempt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_if_attempt", b"_if_attempt", "id", b"id", "if_attempt", b"if_attempt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__if_attempt: _TypeAlias = _typing.Literal["if_attempt"]  # noqa: Y015
+    _WhichOneofArgType__if_attempt: _TypeAlias = _typing.Literal["_if_attempt", b"_if_attempt"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__if_attempt) -> _WhichOneofReturnType__if_attempt | None: ...
 
 Global___RetryTaskRequest: _TypeAlias = RetryTaskRequest  # noqa: Y015
 
