@@ -144,10 +144,12 @@ class Maintenance:
             self._adaptive.record(
                 (o, applied[(o.task_id, o.attempt)]) for o, _ in outcomes if (o.task_id, o.attempt) in applied
             )
-            for outcome, _ in outcomes:
-                ref = (outcome.task_id, outcome.attempt)
+            for row in expired:
+                ref = (row.id, row.attempt)
                 if ref in applied:
-                    holder = self._registry.holder_of(*ref)
+                    # Found by its worker: a look through every session for each was O(workers)
+                    # per attempt, a pause of the event loop when many expire at once.
+                    holder = self._registry.holding(row.worker_id, ref)
                     if holder is not None:
                         holder.cancel([ref])
             log.info("maintenance.attempts_ended", extra={"count": len(applied)})

@@ -111,6 +111,11 @@ class WorkerSession:
         self.draining = True
         self.ended.set()
 
+    def holds(self, ref: tuple[int, int]) -> bool:
+        """Whether it holds attempt `ref` (task id, attempt) now."""
+        attempt = self.in_flight.get(ref[0])
+        return attempt is not None and attempt.attempt == ref[1]
+
     @property
     def predicate_held(self) -> frozenset[str]:
         return self._predicate_held
@@ -150,8 +155,7 @@ class WorkerSession:
         """Stops attempts on the worker; they no longer take its slots."""
         dropped = []
         for task_id, attempt in refs:
-            held = self.in_flight.get(task_id)
-            if held is not None and held.attempt == attempt:
+            if self.holds((task_id, attempt)):
                 del self.in_flight[task_id]
                 dropped.append(task_pb2.TaskRef(task_id=task_id, attempt=attempt))
         if dropped:
@@ -290,9 +294,7 @@ class Registry:
         if not group.members and self._groups.get(group.key) is group:
             del self._groups[group.key]
 
-    def holder_of(self, task_id: int, attempt: int) -> WorkerSession | None:
-        for session in self._sessions.values():
-            held = session.in_flight.get(task_id)
-            if held is not None and held.attempt == attempt:
-                return session
-        return None
+    def holding(self, worker_id: str | None, ref: tuple[int, int]) -> WorkerSession | None:
+        """The session of `worker_id` on this replica, if it holds attempt `ref` (task id, attempt) now."""
+        session = self._sessions.get(worker_id) if worker_id is not None else None
+        return session if session is not None and session.holds(ref) else None

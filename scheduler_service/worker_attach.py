@@ -30,7 +30,6 @@ from scheduler_service.worker_reader import (
     MAX_QUEUES,
     MAX_SLOTS,
     at_most,
-    holds,
 )
 
 log = logging.getLogger("lowtide.scheduler.workers")
@@ -257,7 +256,7 @@ class Attachments:
             session.send(worker_pb2.SchedulerMessage(drain=self.drain_message))
         session.wake.set()
         self._warn_unregistered_holds()
-        return [ref for ref in listed if not holds(session, ref)]
+        return [ref for ref in listed if not session.holds(ref)]
 
     async def _end_orphans(self, session: WorkerSession, *, replaced: bool) -> None:
         # Attempts recorded as this worker's that its hello does not name never reached it (still

@@ -52,12 +52,6 @@ def at_most(field: str, items: Sized, limit: int, what: str) -> None:
         raise InvalidArgument(field, f"must name at most {limit:,} {what}, not {len(items):,}")
 
 
-def holds(session: WorkerSession, ref: tuple[int, int]) -> bool:
-    """Whether the session holds attempt `ref` (task id, attempt) now."""
-    attempt = session.in_flight.get(ref[0])
-    return attempt is not None and attempt.attempt == ref[1]
-
-
 class WorkerReader:
     def __init__(
         self,
@@ -123,7 +117,7 @@ class WorkerReader:
         lease.heard = True
         lease.heard_at = time.monotonic()
         if heartbeat.running:
-            held = [(r.task_id, r.attempt) for r in heartbeat.running if holds(session, (r.task_id, r.attempt))]
+            held = [(r.task_id, r.attempt) for r in heartbeat.running if session.holds((r.task_id, r.attempt))]
             if held:
                 self._beats.note(session.worker_id, held)
         if not heartbeat.details:
@@ -208,6 +202,6 @@ def _held_details(
                 f"task {entry.task.task_id}: {len(entry.details)} bytes is over the limit of {MAX_HEARTBEAT_DETAILS}",
             )
         ref = (entry.task.task_id, entry.task.attempt)
-        if holds(session, ref):
+        if session.holds(ref):
             kept[ref] = bytes(entry.details)
     return [(task_id, attempt, data) for (task_id, attempt), data in kept.items()]
