@@ -295,8 +295,13 @@ class Attachments:
     def _warn_unregistered_holds(self) -> None:
         """A held name that no connected worker registers does nothing; say so once."""
         config = self._dispatcher.holds.config
-        registered = {t for s in self._registry for t in s.activity_types}
-        for held in sorted(config.deferrable.union(*(config.per_queue or {}).values()) - registered):
+        unwarned = config.deferrable.union(*(config.per_queue or {}).values()) - self._warned_unregistered
+        if not unwarned:
+            return
+        # Per dispatch group, not per session: a fleet of a thousand alike is one group, and this
+        # runs for every hello.
+        registered = {t for group in self._registry.groups() for t in group.key.activity_types}
+        for held in sorted(unwarned - registered):
             if held not in self._warned_unregistered:
                 self._warned_unregistered.add(held)
                 log.warning(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import urllib.request
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -354,3 +355,29 @@ async def test_an_older_scheduler_still_learns_a_workers_holds_from_its_first_ho
         assert (await hold_updates())[0] == ["render"]
     finally:
         await server.stop(None)
+
+
+async def test_a_held_type_no_connected_worker_registers_is_said_once(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The hold names `train` (everywhere) and `index` (queue batch): while a worker registering
+    `train` is connected, two registering neither connect in turn; only `index` is said to have
+    no worker, and once."""
+    caplog.set_level(logging.WARNING, logger="lowtide.scheduler.workers")
+
+    def worker(name: str) -> Worker:
+        made = Worker(target=pair.scheduler.target, queues=["default", "batch"], slots=1)
+        made.register(name, lambda payload: payload)
+        return made
+
+    async def connected(count: int) -> bool:
+        return len(pair.scheduler.registry) == count
+
+    async with worker("train"):
+        await eventually(lambda: connected(1))
+        for _ in range(2):
+            async with worker("echo"):
+                await eventually(lambda: connected(2))
+            await eventually(lambda: connected(1))
+    said = [r.__dict__.get("activity_type") for r in caplog.records if r.getMessage() == "cost_hold.unregistered_type"]
+    assert said == ["index"]
