@@ -292,16 +292,18 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         pools = await self.metrics.pool_status(pending, running)
         deferrable = sorted(holds.config.deferrable.union(*(holds.config.per_queue or {}).values()))
         totals = await self._dispatcher.carbon.of(deferrable) if deferrable else {}
-        carbon = [
-            scheduler_pb2.CarbonStatus(
-                activity_type=activity_type,
-                tasks=counted.tasks,
-                mean_at_submit=counted.means()[0],
-                mean_at_dispatch=counted.means()[1],
-            )
-            for activity_type, counted in sorted(totals.items())
-            if counted.tasks
-        ]
+        carbon = []
+        for activity_type, counted in sorted(totals.items()):
+            if counted.tasks:
+                at_submit, at_dispatch = counted.means()
+                carbon.append(
+                    scheduler_pb2.CarbonStatus(
+                        activity_type=activity_type,
+                        tasks=counted.tasks,
+                        mean_at_submit=at_submit,
+                        mean_at_dispatch=at_dispatch,
+                    )
+                )
         queues = await self._queues(pending, running)
         adaptive = await adaptive_status(self._dispatcher.adaptive, self._store)
         return scheduler_pb2.GetStatusResponse(
