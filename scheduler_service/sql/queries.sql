@@ -681,10 +681,15 @@ ON CONFLICT (name) DO NOTHING
 
 -- mark_idle_queues --
 -- Queues with no task due or running now (all but %(busy)s, from the backlog's last count) are
--- idle from now on; the others are not. Only rows that change are written.
-UPDATE lowtide.queues
-SET idle_since = CASE WHEN name = ANY(%(busy)s::text[]) THEN NULL ELSE now() END
-WHERE (name = ANY(%(busy)s::text[])) = (idle_since IS NOT NULL)
+-- idle from now on; the others are not. Only rows that change are written. Busy names are looked
+-- up in a hash made once (IN over a subquery), not searched through per queue as = ANY(array)
+-- may be: thousands of queues against thousands of busy ones.
+UPDATE lowtide.queues q
+SET idle_since = CASE WHEN b.busy THEN NULL ELSE now() END
+FROM (
+    SELECT name, name IN (SELECT unnest(%(busy)s::text[])) AS busy FROM lowtide.queues
+) b
+WHERE b.name = q.name AND b.busy = (q.idle_since IS NOT NULL)
 
 -- forget_idle_queues --
 -- Forgets queues idle for %(retention_ms)s (0: never), neither paused nor in %(kept)s (configured),
