@@ -753,8 +753,10 @@ SELECT count(*)::int AS workers FROM lowtide.workers
 WHERE %(activity_type)s = ANY(activity_types) AND %(queue)s = ANY(queues) AND lease_expires_at > now()
 
 -- pools --
--- Connected workers per pool, their slots, and how many of those run an attempt now.
-SELECT w.pool, count(*)::int AS workers, sum(w.slots)::int AS slots,
+-- Connected workers per pool, their slots, and how many of those run an attempt now. A worker
+-- that is leaving (SlotUpdate 0) or has fewer slots than it runs attempts still occupies a slot
+-- per attempt: its slots count as at least its running attempts, so busy never exceeds slots.
+SELECT w.pool, count(*)::int AS workers, sum(GREATEST(w.slots, COALESCE(r.running, 0)))::int AS slots,
        COALESCE(sum(r.running), 0)::int AS busy
 FROM lowtide.workers w
 LEFT JOIN (
