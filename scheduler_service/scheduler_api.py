@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -219,6 +220,8 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         self, request: scheduler_pb2.PauseQueueRequest, context: Context
     ) -> scheduler_pb2.PauseQueueResponse:
         name = convert.name("queue", request.queue)
+        if not request.create:
+            await self._known_queue(name, "pause")
         await self._store.pause_queue(name)
         return scheduler_pb2.PauseQueueResponse(queue=await self._queue_status(name))
 
@@ -227,9 +230,24 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         self, request: scheduler_pb2.ResumeQueueRequest, context: Context
     ) -> scheduler_pb2.ResumeQueueResponse:
         name = convert.name("queue", request.queue)
+        await self._known_queue(name, "resume")
         await self._store.resume_queue(name)
         self._registry.wake_all()
         return scheduler_pb2.ResumeQueueResponse(queue=await self._queue_status(name))
+
+    async def _known_queue(self, name: str, verb: str) -> None:
+        """NotFound, with the closest known name, for a queue nobody has used: a typo must not
+        leave a paused queue behind that no task will ever go to."""
+        known = await self._store.known_queues() | set(self._config.queues) | {"default"}
+        if name in known:
+            return
+        closest = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f"did you mean {closest[0]!r}? " if closest else ""
+        create = " (or create it paused: lowtide queue pause --create)" if verb == "pause" else ""
+        raise errors.NotFound(
+            f"queue {name!r}: no task was ever submitted to it and no worker serves it; {hint}"
+            f"name a known queue{create}"
+        )
 
     async def _queue_status(self, name: str) -> scheduler_pb2.QueueStatus:
         for queue in await self._queues():

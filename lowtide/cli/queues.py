@@ -12,7 +12,7 @@ from lowtide_client import Client
 async def _queue(args: argparse.Namespace, config: Config) -> int:
     async with Client(target(args, config), **security()) as client:
         if args.queue_command == "pause":
-            queue = await client.pause_queue(args.name)
+            queue = await client.pause_queue(args.name, create=args.create)
         else:
             queue = await client.resume_queue(args.name)
         show(args, queue, f"queue {queue.name} {'paused' if queue.paused else 'running'}")
@@ -26,4 +26,10 @@ def register(commands: Commands, parents: Parents) -> None:
     for verb, text in (("pause", "stop claims from a queue (its schedule_to_start timers stop)"), ("resume", "resume")):
         command = queue_commands.add_parser(verb, parents=[parents.common, parents.client], help=text)
         command.add_argument("name")
+        if verb == "pause":
+            command.add_argument(
+                "--create",
+                action="store_true",
+                help="pause a queue no task was submitted to yet (without it, an unknown name is refused)",
+            )
         command.set_defaults(handler=_queue)

@@ -229,10 +229,12 @@ class Client:
         )
         return response
 
-    async def pause_queue(self, queue: str) -> scheduler_pb2.QueueStatus:
-        """No worker claims from a paused queue, and its schedule_to_start timers stop."""
+    async def pause_queue(self, queue: str, *, create: bool = False) -> scheduler_pb2.QueueStatus:
+        """No worker claims from a paused queue, and its schedule_to_start timers stop. A queue
+        nobody has used is refused (NOT_FOUND, naming the closest known queue) unless `create`:
+        then it is created paused."""
         response: scheduler_pb2.PauseQueueResponse = await self._calls.call(
-            "PauseQueue", scheduler_pb2.PauseQueueRequest(queue=queue)
+            "PauseQueue", scheduler_pb2.PauseQueueRequest(queue=queue, create=create)
         )
         return response.queue
 

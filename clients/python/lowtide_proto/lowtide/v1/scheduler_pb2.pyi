@@ -422,15 +422,21 @@ class PauseQueueRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     QUEUE_FIELD_NUMBER: _builtins.int
+    CREATE_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
+    create: _builtins.bool
+    """A queue no task was submitted to and no worker serves is refused (NOT_FOUND, with the
+    closest known name) unless this is set: then it is created paused, to pause it ahead of use.
+    """
     def __init__(
         self,
         *,
         queue: _builtins.str = ...,
+        create: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create", b"create", "queue", b"queue"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
