@@ -105,12 +105,14 @@ async def _services(database_url: str) -> AsyncIterator[tuple[str, dict[str, str
         await _stop(processes)
 
 
-async def _start_workers(env: dict[str, str], target: str, conn: psycopg.AsyncConnection[Any]) -> list[Any]:
+async def _start_workers(
+    env: dict[str, str], target: str, conn: psycopg.AsyncConnection[Any], count: int = WORKERS
+) -> list[Any]:
     workers = [
         await _spawn(env, "demo-worker", "--target", target, "--types", "echo", "--slots", str(SLOTS))
-        for _ in range(WORKERS)
+        for _ in range(count)
     ]
-    await _wait_for(conn, "SELECT count(*) FROM lowtide.workers", WORKERS, 60)
+    await _wait_for(conn, "SELECT count(*) FROM lowtide.workers", count, 60)
     return workers
 
 

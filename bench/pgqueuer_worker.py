@@ -1,8 +1,9 @@
 """One PgQueuer consumer process: `python -m bench.pgqueuer_worker ...`.
 
 Started by `bench.pgqueuer_bench` through `bench._fleet`. It runs the QueueManager in drain
-mode, PgQueuer's own way of stopping once the queue is empty and its last jobs are logged;
-SIGTERM/SIGINT set the shutdown event so the parent can stop it early.
+mode, PgQueuer's own way of stopping once the queue is empty and its last jobs are logged (or,
+for the steady bench, in continuous mode); SIGTERM/SIGINT set the shutdown event so the parent
+can stop it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--max-concurrent-tasks", type=int, default=0, help="0: unlimited")
     parser.add_argument("--dequeue-timeout", type=float, required=True)
+    parser.add_argument(
+        "--mode",
+        choices=("drain", "continuous"),
+        default="drain",
+        help="drain: leave once the queue is empty; continuous: run until SIGTERM (the steady bench)",
+    )
     return parser.parse_args(argv)
 
 
@@ -46,7 +53,7 @@ async def _consume(driver: Driver, args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, qm.shutdown.set)
     await qm.run(
         batch_size=args.batch_size,
-        mode=QueueExecutionMode.drain,
+        mode=QueueExecutionMode[args.mode],
         max_concurrent_tasks=args.max_concurrent_tasks or None,
         dequeue_timeout=timedelta(seconds=args.dequeue_timeout),
     )
