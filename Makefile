@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: up test lint typecheck proto proto-check pytest bench clean
+.PHONY: up test lint typecheck proto proto-check pytest docs docs-serve bench clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,8 +47,16 @@ PYTEST_ARGS ?= -n 2 --dist loadfile
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+# The docs site (mkdocs-material, installed with the dev extras) into build/site; strict: a broken
+# link or anchor fails. `make test` builds it too (tests/docs).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict
+
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build/site

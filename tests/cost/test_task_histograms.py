@@ -24,7 +24,7 @@ from tests.helpers import eventually, worker_process
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "lowtide.json"
-README = REPO / "README.md"
+METRICS = REPO / "docs" / "reference" / "metrics.md"
 WAIT = "lowtide_task_queue_wait_duration_seconds"
 RUN = "lowtide_task_run_duration_seconds"
 DISPATCH = "lowtide_task_dispatch_duration_seconds"
@@ -132,8 +132,8 @@ async def test_each_histogram_has_points_with_their_labels_and_plausible_values(
         await eventually(all_exported)
     except AssertionError:
         raise AssertionError(f"the dashboard queries metrics nobody exports: {sorted(await missing())}") from None
-    # And the README's metrics table names every metric exported.
-    table = set(re.findall(r"^\| `(lowtide_[a-z0-9_]+)", README.read_text(), re.M))
+    # And the metrics table of the docs' reference names every metric exported.
+    table = set(re.findall(r"^\| `(lowtide_[a-z0-9_]+)", METRICS.read_text(), re.M))
     for endpoint in (port, pair.signal.metrics.port):
         assert await asyncio.to_thread(families, endpoint) <= table
 

@@ -161,7 +161,7 @@ def test_compose_publishes_every_port_on_loopback_unless_told_otherwise(monkeypa
     ports = {name: published(service) for name, service in services.items()}
     assert {port for _, _, port in ports["scheduler"] + ports["signal"]} == {50051, 50052, 9464, 9465}
     assert {address for entries in ports.values() for address, _, _ in entries} == {"127.0.0.1"}, ports
-    # LOWTIDE_PUBLISH_ADDR (documented in the README, with auth on) publishes elsewhere.
+    # LOWTIDE_PUBLISH_ADDR (documented in docs/how-to/docker-compose.md, with auth on) publishes elsewhere.
     monkeypatch.setenv("LOWTIDE_PUBLISH_ADDR", "0.0.0.0")
     assert {address for service in services.values() for address, _, _ in published(service)} == {"0.0.0.0"}
 

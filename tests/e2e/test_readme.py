@@ -22,7 +22,10 @@ import pytest
 from tests.e2e.test_up import Session, ctrl_c, read_until
 from tests.helpers import eventually
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+# The first-task tutorial of the docs shows the same commands, explained step by step.
+TUTORIAL = ROOT / "docs/tutorials/first-task.md"
 BACKGROUND = (["demo-worker"], ["signal", "watch"])
 
 
@@ -42,6 +45,13 @@ def try_it_commands() -> list[str]:
     section = README.read_text().split("\n## Try it\n", 1)[1].split("\n## ", 1)[0]
     block = section.split("```sh\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_the_first_task_tutorial_shows_the_readme_try_it_commands() -> None:
+    # The tutorial's block is the one this test runs: it may not drift from the README's.
+    tutorial = TUTORIAL.read_text().split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line for line in tutorial.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert commands == try_it_commands()
 
 
 def parse(command: str) -> tuple[dict[str, str], list[str]]:

@@ -1,5 +1,5 @@
-"""The README's state diagram against the code: every transition the code makes is drawn, and
-every state of the API is in it."""
+"""The state diagram of the docs (docs/explanation/task-states.md) against the code: every
+transition the code makes is drawn, and every state of the API is in it."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ from scheduler_service.domain.model import (
 )
 from scheduler_service.domain.retry import RETRYABLE_ENDS, after_failure, after_success
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+STATES = Path(__file__).resolve().parents[2] / "docs" / "explanation" / "task-states.md"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 POLICY = RetryPolicy(3, timedelta(seconds=1), 2.0, timedelta(seconds=10), ("Fatal",))
 Q = load_queries("scheduler_service.sql")
 
 
 def drawn() -> set[tuple[str, str]]:
-    text = README.read_text()
+    text = STATES.read_text()
     block = text[text.index("```mermaid\nstateDiagram-v2") :]
     block = block[: block.index("```", 3)]
     return {(a, b) for a, b in re.findall(r"^\s*(\S+) --> ([^\s:]+)", block, re.M)}
