@@ -1,8 +1,8 @@
 """The reference pages' generated parts, made from the code itself so they cannot drift from it:
 every configuration key with its default and range (from `lowtide.config.schema` and its rules),
-every command and flag of `lowtide` (from its argparse parser), and the gRPC API (from the
-comments in `protos/`). `scripts/mkdocs_hooks.py` puts them into the pages at build time, where a
-page says `<!-- generated: NAME -->`."""
+every command and flag of `lowtide` (from its argparse parser), the gRPC API (from the comments
+in `protos/`) and the Helm chart's values (from its values.yaml). `scripts/mkdocs_hooks.py` puts
+them into the pages at build time, where a page says `<!-- generated: NAME -->`."""
 
 from __future__ import annotations
 
@@ -299,7 +299,14 @@ def _enum(
     yield ""
 
 
+def helm_values() -> str:
+    """The Helm chart's values.yaml as it is, every value with the comment that documents it."""
+    values = (ROOT / "deploy" / "helm" / "lowtide" / "values.yaml").read_text()
+    return "```yaml\n" + values.rstrip("\n") + "\n```\n"
+
+
 GENERATED: dict[str, Callable[[], str]] = {
+    "helm-values": helm_values,
     "configuration-keys": configuration_keys,
     "cli-commands": cli_commands,
     "grpc-api": grpc_api,
