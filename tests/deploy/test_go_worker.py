@@ -1,7 +1,8 @@
 """The Go worker in clients/go, built by its build.sh from protos/ with Debian's Go toolchain
 (protoc-gen-go, protoc-gen-go-grpc), runs `echo` and the typed `total` (a Python dataclass in, a
-dataclass back) against a real scheduler and drains on SIGTERM. Debian's toolchain is installed
-for it when missing (tests/deploy/go_toolchain.py); skipped, saying why, where that cannot be done."""
+dataclass back) against a real scheduler, outlives an activity that panics, and drains on
+SIGTERM. Debian's toolchain is installed for it when missing (tests/deploy/go_toolchain.py);
+skipped, saying why, where that cannot be done."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.deploy.node import run_bounded
 
 GO_DIR = Path(__file__).resolve().parents[2] / "clients" / "go"
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
+FAILED = TaskState.Value("TASK_STATE_FAILED")
 
 
 @dataclass
@@ -37,6 +39,11 @@ class Total:
 
 def total(scores: Scores) -> Total:
     """Runs on the Go worker; here only its signature is used to submit."""
+    raise NotImplementedError
+
+
+def average(values: list[int]) -> int:
+    """Runs on the Go worker (and panics there on an empty list)."""
     raise NotImplementedError
 
 
@@ -72,6 +79,14 @@ async def test_the_go_worker_runs_echo_and_a_typed_activity(scheduler: Scheduler
             submitted = await client.submit(total, Scores(name="go", values=[1.5, 2, 3]))
             summed = await submitted.result(timeout=timedelta(seconds=30))
         assert summed == Total(name="go", total=6.5, count=3)
+        async with Client(scheduler.target) as client:
+            # A panic (integer division by zero) fails its attempt; the worker runs on.
+            empty = await client.submit(average, [], max_attempts=1)
+            failed = await client.wait(empty.id, timeout=timedelta(seconds=30))
+            assert (failed.state, failed.last_failure.error_type) == (FAILED, "Panic"), failed
+            assert "the activity panicked: runtime error: integer divide by zero" in failed.last_failure.message
+            assert await (await client.submit(average, [2, 4])).result(timeout=timedelta(seconds=30)) == 3
+        assert worker.returncode is None
         worker.send_signal(signal.SIGTERM)
         out_bytes, err_bytes = await asyncio.wait_for(worker.communicate(), 30)
     finally:

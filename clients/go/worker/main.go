@@ -1,7 +1,8 @@
 // A lowtide worker in Go: one WorkerService.Connect stream, built from stubs that build.sh
 // generates from the repository's protos/ with protoc-gen-go and protoc-gen-go-grpc. It runs
 // `total`, a typed activity (JSON in, JSON out, as the Python and Node clients send typed values),
-// and `echo` (the result is the payload), heartbeats at the intervals the welcome names (busy,
+// `echo` (the result is the payload) and `average` (which panics on an empty list: a panic fails
+// the attempt, never the worker), heartbeats at the intervals the welcome names (busy,
 // and idle while nothing runs), and on SIGTERM or a scheduler's Drain takes no new work, lets
 // running attempts report, and exits 0.
 //
@@ -67,6 +68,15 @@ var activities = map[string]func([]byte) ([]byte, error){
 		return Total{Name: s.Name, Total: sum, Count: len(s.Values)}, nil
 	}),
 	"echo": func(payload []byte) ([]byte, error) { return payload, nil },
+	// Integer division: an empty list panics (division by zero). The panic fails that attempt,
+	// with error type "Panic"; the worker and the attempts running beside it go on.
+	"average": typed(func(values []int) (int, error) {
+		sum := 0
+		for _, v := range values {
+			sum += v
+		}
+		return sum / len(values), nil
+	}),
 }
 
 // protoCodec marshals with google.golang.org/protobuf (APIv2), what protoc-gen-go generates for.
@@ -113,8 +123,8 @@ func (s *stream) run(assignment *pb.Assignment, done *sync.WaitGroup) {
 	if !known {
 		result.Outcome = &pb.TaskResult_Failure{Failure: &pb.TaskFailure{
 			ErrorType: "UnknownActivity", Message: "no activity " + assignment.ActivityType, NonRetryable: true}}
-	} else if value, err := fn(assignment.Payload); err != nil {
-		result.Outcome = &pb.TaskResult_Failure{Failure: &pb.TaskFailure{ErrorType: "Error", Message: err.Error()}}
+	} else if value, err := call(fn, assignment.Payload); err != nil {
+		result.Outcome = &pb.TaskResult_Failure{Failure: &pb.TaskFailure{ErrorType: errorType(err), Message: err.Error()}}
 	} else {
 		result.Outcome = &pb.TaskResult_Success{Success: value}
 	}
@@ -122,6 +132,29 @@ func (s *stream) run(assignment *pb.Assignment, done *sync.WaitGroup) {
 	delete(s.running, assignment.Task.TaskId)
 	s.mu.Unlock()
 	s.send(&pb.WorkerMessage{Message: &pb.WorkerMessage_Results{Results: &pb.Results{Results: []*pb.TaskResult{result}}}})
+}
+
+// panicked is the error of an activity that panicked.
+type panicked struct{ value interface{} }
+
+func (p panicked) Error() string { return fmt.Sprintf("the activity panicked: %v", p.value) }
+
+func errorType(err error) string {
+	if _, ok := err.(panicked); ok {
+		return "Panic"
+	}
+	return "Error"
+}
+
+// call runs an activity; a panic in it becomes that attempt's error (a panic that escaped a
+// goroutine would end the whole process, every other running attempt with it).
+func call(fn func([]byte) ([]byte, error), payload []byte) (value []byte, err error) {
+	defer func() {
+		if recovered := recover(); recovered != nil {
+			value, err = nil, panicked{recovered}
+		}
+	}()
+	return fn(payload)
 }
 
 // heartbeats beats every `busy` while any attempt runs and every `idle` while none does (the

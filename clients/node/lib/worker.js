@@ -10,7 +10,7 @@ const { loadLowtide } = require('./protos');
 const { toMillis } = require('./duration');
 const { channelSettings } = require('./security');
 const { runTraced } = require('./tracing');
-const { decodePayload, encodeResult } = require('./codec');
+const { decodePayload, encodeResult, describe } = require('./codec');
 const { DEADLINE_GRACE_MS, DETAILS_DELAY_MS, encodeDetails, makeContext, toDate } = require('./context');
 
 /** Thrown by an activity for a failure that retrying cannot fix: the task fails at once. */
@@ -23,6 +23,22 @@ class NonRetryableError extends Error {
 }
 
 const key = (ref) => `${ref.task_id}:${ref.attempt}`;
+
+/**
+ * The TaskFailure for whatever an activity threw: an Error, or any other value (a string, null,
+ * an object without a usable toString). Never throws, so a failure is always reported.
+ */
+function failureOf(error) {
+  let errorType = 'Error';
+  let nonRetryable = false;
+  try {
+    if (error && typeof error.name === 'string' && error.name) errorType = error.name;
+    nonRetryable = Boolean(error && error.nonRetryable);
+  } catch {
+    // A getter that throws: the defaults say enough.
+  }
+  return { error_type: errorType, message: describe(error), non_retryable: nonRetryable };
+}
 
 // How long a stopping worker waits for the scheduler to answer its zero slots (a round trip,
 // normally) before it stops waiting.
@@ -242,17 +258,15 @@ class Worker extends EventEmitter {
         'lowtide.activity_type': assignment.activity_type,
       };
       // A JSON task's payload arrives parsed, and what the activity returns is sent as JSON.
-      return runTraced(ctx.trace, attributes, () => fn(decodePayload(assignment.payload, assignment.headers), ctx));
+      const value = await runTraced(ctx.trace, attributes, () =>
+        fn(decodePayload(assignment.payload, assignment.headers), ctx),
+      );
+      // A result that cannot be encoded fails this attempt (a TypeError saying why), here, where
+      // the failure is reported like any other: never an unhandled rejection that ends the process.
+      return encodeResult(value, assignment.headers);
     })().then(
-      (value) => this._report(entry, { success: encodeResult(value, assignment.headers) }),
-      (error) =>
-        this._report(entry, {
-          failure: {
-            error_type: (error && error.name) || 'Error',
-            message: String((error && error.message) || error),
-            non_retryable: Boolean(error && error.nonRetryable),
-          },
-        }),
+      (success) => this._report(entry, { success }),
+      (error) => this._report(entry, { failure: failureOf(error) }),
     );
   }
 

@@ -154,6 +154,56 @@ test('beats at the welcome\'s idle interval while nothing runs, at the busy one 
   });
 });
 
+test('a result it cannot encode, or any value thrown, fails that attempt and the worker runs on', LIMIT, async () => {
+  const unhandled = [];
+  const onUnhandled = (reason) => unhandled.push(reason);
+  process.on('unhandledRejection', onUnhandled);
+  const activities = {
+    // The README's train returns an object: for a task that is not JSON that is no result.
+    n_object: async () => ({ loss: 0.025 }),
+    n_number: async () => 42,
+    n_bigint: async () => ({ big: 10n }),
+    n_null_proto: async () => {
+      throw Object.create(null);
+    },
+    n_string_thrown: async () => {
+      throw 'plain text';
+    },
+    n_fine: async (p) => p,
+  };
+  try {
+    await withWorker({ slots: 2, activities }, async (worker) => {
+      const failedWith = async (type, payload) => {
+        const submitted = await client.submit(type, payload, { maxAttempts: 1 });
+        const task = await finished(submitted.id);
+        assert.equal(task.state, 'TASK_STATE_FAILED', `${type}: ${JSON.stringify(task)}`);
+        return task.last_failure;
+      };
+      let failure = await failedWith('n_object', 'raw bytes');
+      assert.equal(failure.error_type, 'TypeError');
+      assert.match(failure.message, /the result is an object, and the task is not JSON .*return a Buffer or a string/);
+      failure = await failedWith('n_number', '');
+      assert.equal(failure.error_type, 'TypeError');
+      failure = await failedWith('n_bigint', { as: 'json' });
+      assert.equal(failure.error_type, 'TypeError');
+      assert.match(failure.message, /cannot be encoded as JSON/);
+      failure = await failedWith('n_null_proto', '');
+      assert.equal(failure.error_type, 'Error');
+      assert.match(failure.message, /cannot be turned into text/);
+      failure = await failedWith('n_string_thrown', '');
+      assert.deepEqual([failure.error_type, failure.message], ['Error', 'plain text']);
+      // Still connected, still working: the next task completes on the same worker.
+      const next = await client.submit('n_fine', 'still here');
+      const task = await finished(next.id);
+      assert.equal(task.state, 'TASK_STATE_COMPLETED');
+      assert.equal(worker.running.size, 0);
+    });
+    assert.deepEqual(unhandled, []);
+  } finally {
+    process.off('unhandledRejection', onUnhandled);
+  }
+});
+
 test('honours a cancel: the activity is aborted and its slot freed', LIMIT, async () => {
   const activities = {
     n_wait: (_payload, ctx) =>

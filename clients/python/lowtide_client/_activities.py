@@ -114,7 +114,15 @@ def failure_result(task: task_pb2.TaskRef, exc: BaseException) -> worker_pb2.Tas
     """Describe a failed attempt: the class name is the error type the retry policy matches."""
     failure = task_pb2.TaskFailure(
         error_type=type(exc).__name__,
-        message=str(exc),
+        message=_text(exc),
         non_retryable=isinstance(exc, NonRetryableError),
     )
     return worker_pb2.TaskResult(task=task, failure=failure)
+
+
+def _text(exc: BaseException) -> str:
+    """str(exc), or a word for an exception whose __str__ raises: its failure is reported all the same."""
+    try:
+        return str(exc)
+    except Exception as broken:
+        return f"{type(exc).__name__} cannot be turned into text ({type(broken).__name__} in its __str__)"

@@ -250,7 +250,10 @@ class Attempts:
             if activity is None:
                 raise UnknownActivityType(f"activity {activity_type!r} is not registered on this worker")
             return success_result(attempt.ref, await invoke(activity, payload, self._executor))
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
+            # SystemExit too: sys.exit() in an activity fails its attempt, it does not end the
+            # worker (and every attempt running beside it). KeyboardInterrupt, an operator's
+            # Ctrl-C that may land in any code running on the loop, still stops the worker.
             log_event(
                 logging.INFO,
                 "worker.attempt_failed",

@@ -50,6 +50,10 @@ def attempt_span(headers: Mapping[str, str], *, task_id: int, attempt: int, acti
 def failed(span: Any, error: BaseException) -> None:
     """Marks the attempt's span (if any) failed with `error`."""
     if span is not None and _trace is not None:
-        span.record_exception(error)
-        span.set_status(_trace.Status(_trace.StatusCode.ERROR, f"{type(error).__name__}: {error}"[:200]))
+        try:
+            span.record_exception(error)
+            text = f"{type(error).__name__}: {error}"
+        except Exception:  # an exception whose __str__ raises still fails its span
+            text = type(error).__name__
+        span.set_status(_trace.Status(_trace.StatusCode.ERROR, text[:200]))
         span.set_attribute("error.type", type(error).__name__)
