@@ -138,7 +138,8 @@ BAD_TOML = [
     ("[database]\npool_min = 8\npool_max = 4\n", "[database] pool_max: must be at least [database] pool_min (8)"),
     ("[types.x]\nmax_concurrency = 0\n", "[types.x] max_concurrency: must be between 1 and 1000000, not 0"),
     ('[types.x]\nmax_defer = "0s"\n', "[types.x] max_defer: must be above 0s and at most 8784h, not 0s"),
-    ('[types.x]\nestimated_duration = "400d"\n', "[types.x] estimated_duration: invalid duration"),
+    ('[types.x]\nestimated_duration = "400d"\n', "estimated_duration: must be above 0s and at most 8784h, not 9600h"),
+    ('[types.x]\nestimated_duration = "4 days"\n', "[types.x] estimated_duration: invalid duration"),
     ("[pools.gpu]\nmax_workers = 0\n", "[pools.gpu] max_workers: must be between 1 and 1000000, not 0"),
     ("[pools.gpu]\nreservable_fraction = 0.0\n", "[pools.gpu] reservable_fraction: must be above 0 and at most 1"),
     ("[pools.gpu]\nreservable_fraction = 1.5\n", "[pools.gpu] reservable_fraction: must be above 0 and at most 1"),
@@ -277,3 +278,10 @@ def test_adaptive_concurrency_is_read_from_an_inline_table(tmp_path: Path) -> No
     path.write_text('[types.api]\nadaptive_concurrency = { min = 2, max = 50, initial = 5, probe = "30s" }\n')
     adaptive = load_config(path, env={}).types["api"].adaptive_concurrency
     assert adaptive == AdaptiveConcurrencyConfig(min=2, max=50, initial=5, probe=timedelta(seconds=30))
+
+
+def test_durations_are_written_in_days_too(tmp_path: Path) -> None:
+    path = tmp_path / "lowtide.toml"
+    path.write_text('[scheduler]\nretention = "7d"\n')
+    assert load_config(path, env={}).scheduler.retention == timedelta(days=7)
+    assert load_config(None, env={"LOWTIDE_SCHEDULER_RETENTION": "1d12h"}).scheduler.retention == timedelta(hours=36)

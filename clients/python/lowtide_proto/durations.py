@@ -1,4 +1,4 @@
-"""Human-readable durations ("250ms", "5s", "1h30m") and their protobuf form.
+"""Human-readable durations ("250ms", "5s", "1h30m", "7d") and their protobuf form.
 
 Timeouts and backoffs appear in configuration files, command lines and logs, where a bare
 number of seconds is ambiguous. The accepted grammar is the Go-style subset people already
@@ -25,21 +25,22 @@ __all__ = [
 # Microseconds per unit. "ms" and "us" come before "m" and "s" in the pattern so that the
 # longer unit wins.
 _UNITS: dict[str, int] = {
+    "d": 86_400_000_000,
     "h": 3_600_000_000,
     "m": 60_000_000,
     "s": 1_000_000,
     "ms": 1_000,
     "us": 1,
 }
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|us|h|m|s)")
-_WHOLE = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ms|us|h|m|s))+")
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|us|d|h|m|s)")
+_WHOLE = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ms|us|d|h|m|s))+")
 _ZERO = re.compile(r"0+(?:\.0*)?")
 
 
 def parse_duration(text: str) -> timedelta:
-    """Parse ``"250ms"``, ``"5s"``, ``"10m"``, ``"2h"``, ``"1.5s"``, ``"1h30m"`` or ``"0"``.
+    """Parse ``"250ms"``, ``"5s"``, ``"10m"``, ``"2h"``, ``"7d"``, ``"1.5s"``, ``"1h30m"`` or ``"0"``.
 
-    Units are ``h``, ``m``, ``s``, ``ms`` and ``us``. Negative durations are refused: every
+    Units are ``d`` (24 hours), ``h``, ``m``, ``s``, ``ms`` and ``us``. Negative durations are refused: every
     duration in lowtide is a timeout or a backoff, where a negative value is always a
     mistake. Fractions finer than a microsecond are rounded to the nearest microsecond
     (``timedelta``'s resolution).
@@ -64,7 +65,7 @@ def parse_duration(text: str) -> timedelta:
 
 
 def _explain(text: str, stripped: str) -> str:
-    hint = "expected a number followed by a unit (h, m, s, ms, us), e.g. '250ms', '5s', '1h30m'"
+    hint = "expected a number followed by a unit (d, h, m, s, ms, us), e.g. '250ms', '5s', '1h30m', '7d'"
     if stripped.startswith("-"):
         return f"invalid duration {text!r}: durations cannot be negative"
     if re.fullmatch(r"\d+(?:\.\d*)?|\.\d+", stripped):
