@@ -17,17 +17,17 @@ from lowtide.errors import DatabaseUnavailable
 from scheduler_service.domain.fixed import Miss, miss_reason
 from scheduler_service.domain.model import Failure, Outcome
 from scheduler_service.domain.retry import after_failure
-from scheduler_service.fixed_starts import FixedStarts
-from scheduler_service.leadership import Leadership
+from scheduler_service.fleet.leadership import Leadership
+from scheduler_service.fleet.sessions import Registry
+from scheduler_service.holds.fixed_starts import FixedStarts
 from scheduler_service.rows.fleet import MissedFixed
-from scheduler_service.sessions import Registry
 from scheduler_service.store import Store, attempt_of, retries_due
 
 if TYPE_CHECKING:
-    from scheduler_service.adaptive import AdaptiveLimits
-    from scheduler_service.metrics import SchedulerMetrics
-    from scheduler_service.release_planning import ReleasePlanner
-    from scheduler_service.schedules import ScheduleMaterializer
+    from scheduler_service.dispatch.adaptive import AdaptiveLimits
+    from scheduler_service.holds.release_planning import ReleasePlanner
+    from scheduler_service.observe.metrics import SchedulerMetrics
+    from scheduler_service.tasks.schedules import ScheduleMaterializer
 
 log = logging.getLogger("lowtide.scheduler.maintenance")
 

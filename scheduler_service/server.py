@@ -29,18 +29,18 @@ from lowtide.tasks import cancel_all
 from lowtide.telemetry import Telemetry, server_interceptors, start_telemetry
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc
-from scheduler_service.database_health import follow_database
-from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.api.health import follow_database
+from scheduler_service.api.keda import SERVICE_NAME as KEDA_SERVICE
+from scheduler_service.api.keda import add_keda_scaler
+from scheduler_service.composition import Parts, build_parts
+from scheduler_service.dispatch.dispatcher import Dispatcher
 from scheduler_service.domain.holds import HoldConfig, local_conflicts
 from scheduler_service.domain.submission import parse_wake
-from scheduler_service.keda import SERVICE_NAME as KEDA_SERVICE
-from scheduler_service.keda import add_keda_scaler
-from scheduler_service.metrics import SchedulerMetrics
-from scheduler_service.parts import Parts, build_parts
-from scheduler_service.sessions import Registry
+from scheduler_service.fleet.sessions import Registry
+from scheduler_service.observe.metrics import SchedulerMetrics
 from scheduler_service.store import Store
-from scheduler_service.waiters import Waiters
-from scheduler_service.worker_stream import WorkerStream
+from scheduler_service.tasks.waiters import Waiters
+from scheduler_service.workers.stream import WorkerStream
 
 log = logging.getLogger("lowtide.scheduler")
 

@@ -2,6 +2,7 @@
 
 Every hot-path call works on a batch: one statement stores many submits, claims up to a worker's
 free slots, or finishes many attempts. Each concern lives in its own module; Store joins them.
+May import rows and domain only.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import pytest
 
 from lowtide_client import Client, SignalClient, Worker
 from lowtide_proto.externalscaler import externalscaler_pb2, externalscaler_pb2_grpc
+from scheduler_service.api.keda import SERVICE_NAME, KedaScaler, ScaleTarget, add_keda_scaler
 from scheduler_service.domain.pacing import READ_SHARE
-from scheduler_service.keda import SERVICE_NAME, KedaScaler, ScaleTarget, add_keda_scaler
 from scheduler_service.server import Scheduler, start_scheduler
 from signal_service.server import SignalServer
 from tests.cost.conftest import cost_config

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from lowtide_client import Client, TaskState, Worker, task_spec
+from scheduler_service.fleet.sessions import WorkerSession
 from scheduler_service.server import Scheduler, start_scheduler
-from scheduler_service.sessions import WorkerSession
 from tests.conftest import make_config
 from tests.deploy.node import ensure_node_modules, node_or_skip
 from tests.faults.support import (

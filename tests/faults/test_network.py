@@ -16,8 +16,8 @@ import pytest
 
 from lowtide_client import Client, TaskState, Worker, task_spec
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
+from scheduler_service.fleet.sessions import MAX_OUTBOX
 from scheduler_service.server import Scheduler, start_scheduler
-from scheduler_service.sessions import MAX_OUTBOX
 from tests.conftest import make_config
 from tests.deploy.node import ensure_node_modules, node_or_skip
 from tests.faults.support import RawWorker, connected_workers, counting_worker, kill_all, nap_worker, serving, states

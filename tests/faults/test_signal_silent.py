@@ -17,8 +17,8 @@ import pytest
 
 from lowtide_client import Client, SignalClient
 from lowtide_proto.lowtide.v1 import scheduler_pb2
-from scheduler_service.cost import CostHolds
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy
+from scheduler_service.holds.cost import CostHolds
 from tests.faults.support import free_port, kill_all, logs_of, service_process, until_serving
 from tests.helpers import eventually
 

@@ -24,7 +24,7 @@ from lowtide_proto.lowtide.v1 import (
     worker_pb2_grpc,
 )
 from scheduler_service.server import Scheduler
-from scheduler_service.worker_reader import MAX_ACTIVITY_TYPES, MAX_LISTED, MAX_PAIRS, MAX_QUEUES
+from scheduler_service.workers.reader import MAX_ACTIVITY_TYPES, MAX_LISTED, MAX_PAIRS, MAX_QUEUES
 
 MIB = 1024 * 1024
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")

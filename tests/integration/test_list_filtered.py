@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from lowtide_client import Client
-from scheduler_service.scheduler_api import FILTER_WINDOW
+from scheduler_service.api.scheduler import FILTER_WINDOW
 from scheduler_service.server import Scheduler
 from scheduler_service.store.base import Q
 from tests.integration.plans import rows_read

@@ -23,8 +23,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from lowtide.config import Config, SignalConfig
 from lowtide_client import Client, SignalClient, task_spec
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
+from scheduler_service.observe.task_metrics import DISPATCH_LATENCY, QUEUE_WAIT, RUN
 from scheduler_service.server import Scheduler, start_scheduler
-from scheduler_service.task_metrics import DISPATCH_LATENCY, QUEUE_WAIT, RUN
 from signal_service.server import SignalServer, start_signal_service
 from tests.conftest import NO_AUTH
 from tests.cost.conftest import cost_config

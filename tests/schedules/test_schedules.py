@@ -19,8 +19,8 @@ import pytest
 
 from lowtide_client import Client, Task, TaskState
 from lowtide_proto.lowtide.v1.schedule_pb2 import Schedule
-from scheduler_service.schedules import ScheduleMaterializer
 from scheduler_service.server import Scheduler
+from scheduler_service.tasks.schedules import ScheduleMaterializer
 from tests.helpers import eventually
 
 MINUTE = timedelta(minutes=1)

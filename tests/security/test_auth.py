@@ -19,7 +19,7 @@ from lowtide.config import AuthConfig, TokenEntry, load_config
 from lowtide.errors import ConfigError
 from lowtide_client import Client, SignalClient, TaskState, Worker
 from lowtide_proto.lowtide.v1 import scheduler_pb2, signal_pb2, worker_pb2
-from scheduler_service.keda import SERVICE_NAME as KEDA_SERVICE
+from scheduler_service.api.keda import SERVICE_NAME as KEDA_SERVICE
 from scheduler_service.server import Scheduler, start_scheduler
 from signal_service.server import SignalServer
 from tests.conftest import make_config

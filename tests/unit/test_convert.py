@@ -8,8 +8,8 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from lowtide.config import RetryConfig
 from lowtide.errors import InvalidArgument, TooLarge
 from lowtide_proto.lowtide.v1 import task_pb2
-from scheduler_service.convert import new_task
 from scheduler_service.domain.model import Kind
+from scheduler_service.wire.inbound import new_task
 
 
 def check(spec: task_pb2.TaskSpec) -> object:

@@ -11,8 +11,8 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from scheduler_service.messages import assignment
 from scheduler_service.rows.claims import ClaimedRow
+from scheduler_service.wire.outbound import assignment
 
 INSTANTS = st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.timezones())
 

@@ -7,7 +7,7 @@ import dataclasses
 
 from opentelemetry.sdk.trace import TracerProvider
 
-from scheduler_service.tracing import task_context, with_trace_context
+from scheduler_service.observe.tracing import task_context, with_trace_context
 from tests.unit.test_submission import task
 
 

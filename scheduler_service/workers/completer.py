@@ -18,14 +18,14 @@ from opentelemetry.context import Context
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
 from scheduler_service.domain.model import Outcome, State
+from scheduler_service.fleet.sessions import WorkerSession
+from scheduler_service.observe.tracing import TaskTraces
 from scheduler_service.rows.tasks import FinishedRow
-from scheduler_service.sessions import WorkerSession
 from scheduler_service.store import Store, retries_due
-from scheduler_service.tracing import TaskTraces
 
 if TYPE_CHECKING:
-    from scheduler_service.adaptive import AdaptiveLimits
-    from scheduler_service.metrics import SchedulerMetrics
+    from scheduler_service.dispatch.adaptive import AdaptiveLimits
+    from scheduler_service.observe.metrics import SchedulerMetrics
 
 log = logging.getLogger("lowtide.scheduler.completer")
 

@@ -12,7 +12,7 @@ from lowtide.errors import DatabaseUnavailable
 from scheduler_service.domain.carbon import Totals, merged, tally
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.store import Store
-from scheduler_service.windowed import Windowed
+from scheduler_service.store.batched_writes import Windowed
 
 log = logging.getLogger("lowtide.scheduler.carbon")
 

@@ -15,19 +15,19 @@ from typing import TYPE_CHECKING
 
 from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument, TooFast
 from lowtide_proto.lowtide.v1 import worker_pb2
-from scheduler_service.completer import Completer
-from scheduler_service.convert import name, stored_text
 from scheduler_service.domain.allowance import Allowance
 from scheduler_service.domain.model import Failure, State
 from scheduler_service.domain.retry import after_failure, after_success
-from scheduler_service.fixed_starts import FixedStarts
-from scheduler_service.heartbeats import Beats
-from scheduler_service.sessions import WorkerSession
+from scheduler_service.fleet.heartbeats import Beats
+from scheduler_service.fleet.sessions import WorkerSession
+from scheduler_service.holds.fixed_starts import FixedStarts
+from scheduler_service.observe.tracing import now_ns
 from scheduler_service.store import Store
-from scheduler_service.tracing import now_ns
+from scheduler_service.wire.inbound import name, stored_text
+from scheduler_service.workers.completer import Completer
 
 if TYPE_CHECKING:
-    from scheduler_service.metrics import SchedulerMetrics
+    from scheduler_service.observe.metrics import SchedulerMetrics
 
 log = logging.getLogger("lowtide.scheduler.workers")
 

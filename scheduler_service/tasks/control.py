@@ -13,11 +13,11 @@ from lowtide import errors
 from lowtide.auth import SUBMITTER
 from lowtide.config import Config, TokenEntry
 from lowtide.errors import InvalidArgument, NotFound
-from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.dispatch.dispatcher import Dispatcher
 from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
 from scheduler_service.domain.retry import RetryVerdict, retry_verdict
+from scheduler_service.fleet.sessions import Registry
 from scheduler_service.rows.tasks import CancelledRow, TaskRow
-from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
 
 

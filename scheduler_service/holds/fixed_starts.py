@@ -20,8 +20,8 @@ from datetime import UTC, datetime, timedelta
 from lowtide.config import Config
 from lowtide.errors import DatabaseUnavailable
 from scheduler_service.domain.fixed import FixedStart, hold_from, p90
+from scheduler_service.fleet.sessions import Registry, WorkerSession
 from scheduler_service.rows.tasks import UnblockedRow
-from scheduler_service.sessions import Registry, WorkerSession
 from scheduler_service.store import Store
 
 log = logging.getLogger("lowtide.scheduler.fixed")

@@ -22,11 +22,11 @@ import grpc
 from lowtide.errors import InvalidArgument
 from lowtide.grpc_status import abort, handles_errors
 from lowtide_proto.externalscaler import externalscaler_pb2, externalscaler_pb2_grpc
-from scheduler_service.cost import CostHolds
 from scheduler_service.domain.capacity import desired_workers
 from scheduler_service.domain.pacing import paced
-from scheduler_service.metrics import held
-from scheduler_service.sessions import Registry
+from scheduler_service.fleet.sessions import Registry
+from scheduler_service.holds.cost import CostHolds
+from scheduler_service.observe.metrics import held
 from scheduler_service.store import Store
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"

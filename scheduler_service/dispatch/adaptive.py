@@ -35,7 +35,7 @@ from scheduler_service.domain.adaptive import (
     ready,
 )
 from scheduler_service.domain.model import Outcome
-from scheduler_service.leadership import Leadership
+from scheduler_service.fleet.leadership import Leadership
 from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.store import Store
 

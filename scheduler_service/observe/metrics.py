@@ -26,16 +26,16 @@ from lowtide.config import Config
 from lowtide.errors import DatabaseUnavailable
 from lowtide.metrics import Metrics
 from lowtide_proto.lowtide.v1 import scheduler_pb2
-from scheduler_service.cost import CostHolds
 from scheduler_service.domain.capacity import desired_workers
 from scheduler_service.domain.fixed import reservation_capacity
 from scheduler_service.domain.pacing import paced
-from scheduler_service.fixed_starts import FixedStarts
+from scheduler_service.fleet.sessions import Registry
+from scheduler_service.holds.cost import CostHolds
+from scheduler_service.holds.fixed_starts import FixedStarts
+from scheduler_service.observe.task_metrics import TaskMetrics
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.fleet import PendingGroup
-from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
-from scheduler_service.task_metrics import TaskMetrics
 
 log = logging.getLogger("lowtide.scheduler.metrics")
 

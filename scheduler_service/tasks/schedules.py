@@ -19,12 +19,12 @@ from lowtide.config import Config
 from lowtide.db import load_queries
 from lowtide.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, TooLarge
 from lowtide_proto.lowtide.v1 import task_pb2
-from scheduler_service import convert
 from scheduler_service.domain.cron import next_fire
 from scheduler_service.domain.fixed import MissPolicy, Refused, reservation_capacity
 from scheduler_service.rows.schedules import ScheduleRow, ScheduleTask
 from scheduler_service.store import Store
-from scheduler_service.submission import store_tasks
+from scheduler_service.tasks.submission import store_tasks
+from scheduler_service.wire import inbound as convert
 
 log = logging.getLogger("lowtide.scheduler.schedules")
 

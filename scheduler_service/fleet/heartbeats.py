@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from lowtide.errors import DatabaseUnavailable
 from scheduler_service.store import Store
-from scheduler_service.windowed import Windowed
+from scheduler_service.store.batched_writes import Windowed
 
 log = logging.getLogger("lowtide.scheduler.workers")
 

@@ -23,9 +23,9 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from scheduler_service.convert import MAX_HEADERS, MAX_HEADERS_BYTES
 from scheduler_service.domain.model import NewTask, Outcome
 from scheduler_service.rows.claims import ClaimedRow
+from scheduler_service.wire.inbound import MAX_HEADERS, MAX_HEADERS_BYTES
 
 # Only the W3C trace context (traceparent, tracestate): bounded, whatever OTEL_PROPAGATORS says.
 W3C = TraceContextTextMapPropagator()

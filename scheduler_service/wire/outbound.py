@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
-from scheduler_service.convert import KIND_OF_COLUMN, MISS_TO_PROTO, STATE_TO_PROTO
 from scheduler_service.domain.fixed import MissPolicy
 from scheduler_service.domain.model import State
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.tasks import TaskRow
+from scheduler_service.wire.inbound import KIND_OF_COLUMN, MISS_TO_PROTO, STATE_TO_PROTO
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -21,23 +21,24 @@ from lowtide.config import Config, TokenEntry
 from lowtide.errors import InvalidArgument, TooLarge
 from lowtide.grpc_status import handles_errors
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
-from scheduler_service import convert, messages
-from scheduler_service.adaptive import adaptive_status
-from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.api.schedules import ScheduleApi
+from scheduler_service.dispatch.adaptive import adaptive_status
+from scheduler_service.dispatch.dispatcher import Dispatcher
 from scheduler_service.domain.fixed import Refused
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.submission import Submitted
+from scheduler_service.fleet.sessions import Registry
 from scheduler_service.rows.fleet import PendingGroup
 from scheduler_service.rows.tasks import TaskRow
-from scheduler_service.schedules_api import ScheduleApi
-from scheduler_service.sessions import Registry
 from scheduler_service.store import Store
-from scheduler_service.submission import Submission
-from scheduler_service.task_control import TaskControl
-from scheduler_service.waiters import Waiters
+from scheduler_service.tasks.control import TaskControl
+from scheduler_service.tasks.submission import Submission
+from scheduler_service.tasks.waiters import Waiters
+from scheduler_service.wire import inbound as convert
+from scheduler_service.wire import outbound as messages
 
 if TYPE_CHECKING:
-    from scheduler_service.metrics import SchedulerMetrics
+    from scheduler_service.observe.metrics import SchedulerMetrics
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 

@@ -26,22 +26,22 @@ from typing import TYPE_CHECKING
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import worker_pb2
-from scheduler_service.cost import CostHolds
 from scheduler_service.domain.dispatch import GroupKey, hand_out, take_slots
 from scheduler_service.domain.skiplist import effective_limits
 from scheduler_service.domain.timings import Timings
-from scheduler_service.messages import assignment
+from scheduler_service.fleet.sessions import Group, Registry, WorkerSession
+from scheduler_service.holds.cost import CostHolds
+from scheduler_service.observe.tracing import TaskTraces, now_ns, task_context
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.tasks import FinishedRow
-from scheduler_service.sessions import Group, Registry, WorkerSession
 from scheduler_service.store import Store, attempt_of
-from scheduler_service.tracing import TaskTraces, now_ns, task_context
+from scheduler_service.wire.outbound import assignment
 
 if TYPE_CHECKING:
-    from scheduler_service.adaptive import AdaptiveLimits
-    from scheduler_service.carbon_totals import CarbonTotals
-    from scheduler_service.fixed_starts import FixedStarts
-    from scheduler_service.metrics import SchedulerMetrics
+    from scheduler_service.dispatch.adaptive import AdaptiveLimits
+    from scheduler_service.holds.fixed_starts import FixedStarts
+    from scheduler_service.observe.carbon_totals import CarbonTotals
+    from scheduler_service.observe.metrics import SchedulerMetrics
 
 log = logging.getLogger("lowtide.scheduler.dispatcher")
 

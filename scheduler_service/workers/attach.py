@@ -14,16 +14,16 @@ from opentelemetry.metrics import Counter
 
 from lowtide.errors import Aborted, DatabaseUnavailable, FailedPrecondition, InvalidArgument, PermissionDenied
 from lowtide_proto.lowtide.v1 import worker_pb2
-from scheduler_service.completer import Completer
-from scheduler_service.convert import name
-from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.dispatch.dispatcher import Dispatcher
 from scheduler_service.domain.holds import local_conflicts
 from scheduler_service.domain.model import Failure, Outcome
 from scheduler_service.domain.retry import after_failure
+from scheduler_service.fleet.sessions import Registry, WorkerSession
 from scheduler_service.rows.tasks import FinishedRow
-from scheduler_service.sessions import Registry, WorkerSession
 from scheduler_service.store import Store, retries_due
-from scheduler_service.worker_reader import (
+from scheduler_service.wire.inbound import name
+from scheduler_service.workers.completer import Completer
+from scheduler_service.workers.reader import (
     MAX_ACTIVITY_TYPES,
     MAX_LISTED,
     MAX_PAIRS,

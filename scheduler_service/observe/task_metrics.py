@@ -18,11 +18,11 @@ from opentelemetry.metrics import Meter
 
 from lowtide.config import Config
 from lowtide.histograms import Histograms, Labels
-from scheduler_service.cost import CostHolds
 from scheduler_service.domain.timings import HoldEpisode, LabelCap, Timings, timings
+from scheduler_service.fleet.sessions import WorkerSession
+from scheduler_service.holds.cost import CostHolds
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.tasks import FinishedRow
-from scheduler_service.sessions import WorkerSession
 
 QUEUE_WAIT = "lowtide.task.queue_wait.duration"
 RUN = "lowtide.task.run.duration"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from lowtide.config import Config
 from lowtide.errors import FailedPrecondition, InvalidArgument, TooLarge
-from scheduler_service.dispatcher import Dispatcher
+from scheduler_service.dispatch.dispatcher import Dispatcher
 from scheduler_service.domain.fixed import Interval, Refused, admit_all, reservation_capacity
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.submission import (
@@ -28,11 +28,11 @@ from scheduler_service.domain.submission import (
     wake_payload,
     wanted_dependencies,
 )
-from scheduler_service.fixed_starts import FixedStarts
-from scheduler_service.release_planning import ReleasePlanner
+from scheduler_service.holds.fixed_starts import FixedStarts
+from scheduler_service.holds.release_planning import ReleasePlanner
+from scheduler_service.observe.tracing import with_trace_context
 from scheduler_service.rows.tasks import TaskRow
 from scheduler_service.store import Store, SubmissionWrites
-from scheduler_service.tracing import with_trace_context
 
 __all__ = ["Overload", "Submission", "Submitted", "store_tasks"]
 

@@ -20,8 +20,8 @@ from datetime import timedelta
 from lowtide.errors import DatabaseUnavailable, Unavailable
 from lowtide_proto.durations import format_duration
 from scheduler_service.domain.leases import LeaseTerms, renewal
-from scheduler_service.heartbeats import Beats
-from scheduler_service.sessions import Registry, WorkerSession
+from scheduler_service.fleet.heartbeats import Beats
+from scheduler_service.fleet.sessions import Registry, WorkerSession
 from scheduler_service.store import Store
 
 log = logging.getLogger("lowtide.scheduler.workers")

@@ -23,17 +23,17 @@ from lowtide.config import AuthConfig
 from lowtide.errors import FailedPrecondition, LowtideError, TooLarge, Unavailable
 from lowtide.grpc_status import abort
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
-from scheduler_service.completer import Completer
-from scheduler_service.dispatcher import Dispatcher
-from scheduler_service.fixed_starts import FixedStarts
-from scheduler_service.heartbeats import Beats
-from scheduler_service.sessions import MAX_OUTBOX, Registry, WorkerSession
+from scheduler_service.dispatch.dispatcher import Dispatcher
+from scheduler_service.fleet.heartbeats import Beats
+from scheduler_service.fleet.sessions import MAX_OUTBOX, Registry, WorkerSession
+from scheduler_service.holds.fixed_starts import FixedStarts
 from scheduler_service.store import Store
-from scheduler_service.worker_attach import Attachments, session_from_hello
-from scheduler_service.worker_reader import MAX_SLOTS, WorkerReader
+from scheduler_service.workers.attach import Attachments, session_from_hello
+from scheduler_service.workers.completer import Completer
+from scheduler_service.workers.reader import MAX_SLOTS, WorkerReader
 
 if TYPE_CHECKING:
-    from scheduler_service.metrics import SchedulerMetrics
+    from scheduler_service.observe.metrics import SchedulerMetrics
 
 __all__ = ["MAX_SLOTS", "WorkerStream", "session_from_hello"]
 

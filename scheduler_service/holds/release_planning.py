@@ -17,7 +17,6 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from lowtide.config import Config
-from scheduler_service.cost import CostHolds
 from scheduler_service.domain.demand import LOOKBACK, Submitted, expected_arrivals
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.planning import (
@@ -30,7 +29,8 @@ from scheduler_service.domain.planning import (
     plan,
     release_by,
 )
-from scheduler_service.sessions import Registry
+from scheduler_service.fleet.sessions import Registry
+from scheduler_service.holds.cost import CostHolds
 from scheduler_service.store import Store
 
 log = logging.getLogger("lowtide.scheduler.planning")

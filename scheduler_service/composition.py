@@ -8,28 +8,28 @@ from dataclasses import dataclass
 from lowtide.config import Config
 from lowtide.db import Database
 from lowtide.telemetry import Telemetry
-from scheduler_service.adaptive import AdaptiveLimits, adaptive_gauges, adaptive_settings
-from scheduler_service.carbon_totals import CarbonTotals
-from scheduler_service.completer import Completer
-from scheduler_service.cost import CostHolds
-from scheduler_service.dispatcher import Dispatcher, Parked
+from scheduler_service.api.scheduler import SchedulerApi
+from scheduler_service.dispatch.adaptive import AdaptiveLimits, adaptive_gauges, adaptive_settings
+from scheduler_service.dispatch.dispatcher import Dispatcher, Parked
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale
-from scheduler_service.fixed_starts import DuePools, FixedStarts
-from scheduler_service.leadership import Leadership
-from scheduler_service.leases import Leases
+from scheduler_service.fleet.leadership import Leadership
+from scheduler_service.fleet.leases import Leases
+from scheduler_service.fleet.sessions import Registry
+from scheduler_service.holds.cost import CostHolds
+from scheduler_service.holds.fixed_starts import DuePools, FixedStarts
+from scheduler_service.holds.release_planning import ReleasePlanner
 from scheduler_service.maintenance import Maintenance
-from scheduler_service.metrics import DEFAULT as DEFAULT_QUEUE
-from scheduler_service.metrics import SchedulerMetrics
-from scheduler_service.release_planning import ReleasePlanner
-from scheduler_service.scheduler_api import SchedulerApi
-from scheduler_service.schedules import ScheduleMaterializer
-from scheduler_service.sessions import Registry
+from scheduler_service.observe.carbon_totals import CarbonTotals
+from scheduler_service.observe.metrics import DEFAULT as DEFAULT_QUEUE
+from scheduler_service.observe.metrics import SchedulerMetrics
+from scheduler_service.observe.tracing import TaskTraces
 from scheduler_service.store import Store
-from scheduler_service.submission import Submission
-from scheduler_service.task_control import TaskControl
-from scheduler_service.tracing import TaskTraces
-from scheduler_service.waiters import Waiters
-from scheduler_service.worker_stream import WorkerStream
+from scheduler_service.tasks.control import TaskControl
+from scheduler_service.tasks.schedules import ScheduleMaterializer
+from scheduler_service.tasks.submission import Submission
+from scheduler_service.tasks.waiters import Waiters
+from scheduler_service.workers.completer import Completer
+from scheduler_service.workers.stream import WorkerStream
 
 
 @dataclass
