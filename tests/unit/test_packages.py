@@ -1,7 +1,8 @@
 """The package boundaries: the services reach the protocol through lowtide_proto's public modules,
 never through lowtide_client's insides; lowtide_proto stands below lowtide_client (it imports
-nothing of it); and the lowtide-client distribution, which ships both packages, needs grpcio and
-protobuf only."""
+nothing of it); the lowtide-client distribution, which ships both packages, needs grpcio and
+protobuf only; and the scheduler's packages import only those below them
+(docs/architecture/layout.md)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,66 @@ def _imports(path: Path) -> Iterator[str]:
 
 def _python_files(*folders: Path) -> list[Path]:
     return sorted(p for folder in folders for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+# The scheduler's packages from the bottom up; a package imports only those on lower rows (or its
+# own). "" is the root: server, the composition root and the leader's maintenance.
+_LAYERS = (
+    ("domain",),
+    ("rows",),
+    ("store", "sql"),
+    ("wire",),
+    ("fleet",),
+    ("holds",),
+    ("observe",),
+    ("dispatch",),
+    ("workers", "tasks"),
+    ("api",),
+    ("",),
+)
+_LEVEL = {package: level for level, packages in enumerate(_LAYERS) for package in packages}
+_ROOT_MODULES = {"__init__.py", "server.py", "composition.py", "maintenance.py"}
+_SCHEDULER = _REPO / "scheduler_service"
+
+
+def _package_of(path: Path) -> str:
+    parts = path.relative_to(_SCHEDULER).parts
+    return parts[0] if len(parts) > 1 else ""
+
+
+def _scheduler_imports() -> Iterator[tuple[str, str, str]]:
+    """(file, its package, the package it imports) for every import of the scheduler by the scheduler."""
+    for path in _python_files(_SCHEDULER):
+        for name in _imports(path):
+            parts = name.split(".")
+            if parts[0] == "scheduler_service" and len(parts) > 1:
+                target = parts[1] if (_SCHEDULER / parts[1]).is_dir() else ""
+                yield str(path.relative_to(_REPO)), _package_of(path), target
+
+
+def test_every_scheduler_module_is_in_a_known_package() -> None:
+    placed = {_package_of(path) for path in _python_files(_SCHEDULER)}
+    assert placed <= set(_LEVEL), f"a package missing from _LAYERS: {placed - set(_LEVEL)}"
+    assert {p.name for p in _SCHEDULER.glob("*.py")} <= _ROOT_MODULES
+
+
+def test_no_scheduler_package_imports_one_above_it() -> None:
+    upward = {
+        f"{file} ({package or 'root'}) imports {target or 'the root'}"
+        for file, package, target in _scheduler_imports()
+        if target != package and _LEVEL[target] >= _LEVEL[package]
+    }
+    assert upward == set()
+
+
+def test_domain_imports_nothing_of_the_service_and_wire_only_domain_and_rows() -> None:
+    allowed = {"domain": {"domain"}, "wire": {"wire", "domain", "rows"}}
+    foreign = {
+        f"{file} imports {target or 'the root'}"
+        for file, package, target in _scheduler_imports()
+        if package in allowed and target not in allowed[package]
+    }
+    assert foreign == set()
 
 
 def _requirements(pyproject: Path) -> set[str]:
