@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 from datetime import timedelta
 from pathlib import Path
@@ -67,3 +68,18 @@ async def test_the_packed_library_installs_into_an_empty_folder_and_runs_its_exa
             await worker.wait()
     assert worker.returncode == 0, err_bytes.decode()
     assert "connected to" in out_bytes.decode()
+
+
+async def test_the_library_required_from_a_checkout_without_npm_ci_says_to_run_it(tmp_path: Path) -> None:
+    """`require('./clients/node/lib')` in a checkout where `npm ci` has not been run: one error
+    that names the missing dependency and what to run where, not "Cannot find module"."""
+    node = node_or_skip()
+    checkout = tmp_path / "clients" / "node"
+    checkout.mkdir(parents=True)
+    for part in ("lib", "protos"):
+        shutil.copytree(NODE_DIR / part, checkout / part)
+    shutil.copy(NODE_DIR / "package.json", checkout)
+    code, out, err = await run_bounded(node, "-e", "require('./clients/node/lib')", cwd=tmp_path, within=60)
+    assert code == 1, (out, err)
+    assert "its dependency @grpc/grpc-js is not installed" in err
+    assert f"Run `npm ci` once in {checkout}" in err
