@@ -46,19 +46,27 @@ class CpuWindow:
     connections) counted from zero. A process that exits before the end (a peer's worker and its
     connection's backend, once the queue is empty) counts up to the last `sample()` that saw it.
     The benchmark's own progress queries are in PostgreSQL's share, for lowtide and the peers
-    alike."""
+    alike.
 
-    def __init__(self, roles: Mapping[str, Sequence[int]]) -> None:
+    `backends`, when given, narrows "postgres" to those pids (see `backends_of`): on a machine
+    other work shares, the server's other backends are not this run's."""
+
+    def __init__(self, roles: Mapping[str, Sequence[int]], backends: set[int] | None = None) -> None:
         self._roles = {role: list(pids) for role, pids in roles.items()}
         self._start: dict[int, float] = {}
         self._last: dict[int, float] = {}
         self._postgres: set[int] = set()
+        self.backends = backends
         self.available = _PROC.is_dir()
+
+    def _postgres_now(self) -> list[int]:
+        pids = _postgres_pids()
+        return pids if self.backends is None else [pid for pid in pids if pid in self.backends]
 
     def start(self) -> None:
         if not self.available:
             return
-        self._postgres = set(_postgres_pids())
+        self._postgres = set(self._postgres_now())
         pids = [pid for pids in self._roles.values() for pid in pids] + sorted(self._postgres)
         self._start = {pid: cpu for pid in pids if (cpu := _cpu_s(pid)) is not None}
         self._last = dict(self._start)
@@ -67,7 +75,7 @@ class CpuWindow:
         """Reads every process now; call it while waiting for the end."""
         if not self.available:
             return
-        self._postgres.update(_postgres_pids())
+        self._postgres.update(self._postgres_now())
         for pid in [pid for pids in self._roles.values() for pid in pids] + sorted(self._postgres):
             if (cpu := _cpu_s(pid)) is not None:
                 self._last[pid] = cpu

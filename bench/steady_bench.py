@@ -11,7 +11,9 @@ CONSUMERS `bench.pgqueuer_worker` processes (continuous mode, the drain bench's 
 
 Reported per system and rate: completed/s (tasks finished over the time from the first scheduled
 submit to the last finish), the CPU per task of each process (scheduler, workers, PostgreSQL;
-bench._cpu; this load generator apart, its database backends in PostgreSQL's share), the
+bench._cpu; this load generator apart, its database backends in PostgreSQL's share; of
+PostgreSQL, the backends connected to the run's database, not the server's shared background
+processes nor other databases' work on a shared machine), the
 database's committed transactions per task, submit p50/p99 (from the moment a submit was due,
 so a late generator counts against the system, not for it), submit -> finished p50/p99 (the
 same start to the finish the system recorded: lowtide's finished_at, PgQueuer's log row), and
@@ -175,22 +177,41 @@ async def _offer(system: System, rate: int, cpu: CpuWindow) -> tuple[dict[int, f
     return due_at, latencies, failed
 
 
+async def _backends(conn: psycopg.AsyncConnection[Any]) -> set[int]:
+    """The PostgreSQL backends connected to the run's database now."""
+    cur = await conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+    return {int(r[0]) for r in await cur.fetchall()}
+
+
+async def _follow_backends(conn: psycopg.AsyncConnection[Any], cpu: CpuWindow) -> None:
+    """Adds the backends a system opens during the run (a pool growing) to those counted."""
+    assert cpu.backends is not None
+    while True:
+        await asyncio.sleep(0.5)
+        cpu.backends |= await _backends(conn)
+
+
 async def _run(name: str, database_url: str, rate: int) -> dict[str, Any]:
     async with SYSTEMS[name](database_url) as system:
         conn = system.conn
         await asyncio.sleep(STATS_FLUSH_S)
-        cpu = CpuWindow(system.roles)
+        # PostgreSQL's share is the run's own backends: the machine's other databases are not its.
+        cpu = CpuWindow(system.roles, await _backends(conn))
         commits = await committed(conn)
         cpu.start()
-        due_at, latencies, failed = await _offer(system, rate, cpu)
-        # Waits for every stored task to finish (or the grace to pass), reading every 0.2 s.
-        deadline = time.monotonic() + FINISH_GRACE_S
-        while True:
-            done = {i: t for i, t in await system.finished() if i in due_at}
-            if len(done) >= len(due_at) or time.monotonic() > deadline:
-                break
-            cpu.sample()
-            await asyncio.sleep(0.2)
+        follow = asyncio.create_task(_follow_backends(conn, cpu))
+        try:
+            due_at, latencies, failed = await _offer(system, rate, cpu)
+            # Waits for every stored task to finish (or the grace to pass), reading every 0.2 s.
+            deadline = time.monotonic() + FINISH_GRACE_S
+            while True:
+                done = {i: t for i, t in await system.finished() if i in due_at}
+                if len(done) >= len(due_at) or time.monotonic() > deadline:
+                    break
+                cpu.sample()
+                await asyncio.sleep(0.2)
+        finally:
+            follow.cancel()
         tasks = max(1, len(done))
         used = cpu.per_task(tasks)
         await asyncio.sleep(STATS_FLUSH_S)
