@@ -68,7 +68,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         self._store = store
         self._registry = registry
         self._dispatcher = dispatcher
-        self._submission = submission
+        self.submission = submission
         self._tasks = tasks
         self._waiters = waiters
         self.metrics = metrics
@@ -90,7 +90,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     ) -> list[Submitted]:
         who = self._who(context)
         try:
-            return await self._submission.submit(tasks, who.name if who else None, stored)
+            return await self.submission.submit(tasks, who.name if who else None, stored)
         except Refused as refused:
             raise conflict_error(refused, len(tasks) > 1) from None
 

@@ -33,6 +33,7 @@ from scheduler_service.holds.release_planning import ReleasePlanner
 from scheduler_service.observe.tracing import with_trace_context
 from scheduler_service.rows.tasks import TaskRow
 from scheduler_service.store import Store, SubmissionWrites
+from scheduler_service.tasks.submit_groups import SubmitGroups
 
 __all__ = ["Overload", "Submission", "Submitted", "store_tasks"]
 
@@ -62,7 +63,7 @@ async def store_tasks(
     """
     keys = [t.idempotency_key for t in tasks if t.idempotency_key]
     limited = {t.queue: overload[t.queue] for t in tasks if overload and t.queue in overload}
-    alone = not keys and not limited and not any(t.depends_on or t.fixed for t in tasks)
+    alone = not limited and all(plain(t) for t in tasks)
     async with store.submitting(alone=alone) as writes:
         existing = await writes.existing(keys, submitted_by) if keys else {}
         fresh = first_new(tasks, existing)
@@ -100,6 +101,12 @@ async def store_tasks(
         if dependent:
             await writes.link_dependencies(dependent)
     return out
+
+
+def plain(task: NewTask) -> bool:
+    """A task whose submission is its insert alone: nothing to read or lock first (its queue's
+    depth limit aside, which the caller knows)."""
+    return not (task.idempotency_key or task.depends_on or task.fixed)
 
 
 async def _dependencies(writes: SubmissionWrites, tasks: Sequence[NewTask]) -> list[int]:
@@ -153,6 +160,8 @@ class Submission:
         self._dispatcher = dispatcher
         self._fixed = fixed
         self._planner = planner
+        # Concurrent single submissions of plain tasks, stored a group at a time.
+        self._groups = SubmitGroups(self._store_group)
 
     def capacity(self, pool: str) -> int:
         """How many fixed-start reservations may overlap in the pool."""
@@ -172,14 +181,21 @@ class Submission:
     async def submit(
         self, tasks: Sequence[NewTask], submitted_by: str | None = None, stored: dict[int, TaskRow] | None = None
     ) -> list[Submitted]:
-        """Stores the tasks (see store_tasks, also for `stored`) and wakes what should look at them now."""
+        """Stores the tasks (see store_tasks, also for `stored`) and wakes what should look at them now.
+        A single plain task with `stored` (SubmitTask's) is stored with the others arriving
+        meanwhile (scheduler_service.submit_groups)."""
         planned = self._planner.plan_submitted(with_trace_context(tasks) if self._tracing else tasks)
+        overload = self.overload(planned)
+        if stored is not None and len(planned) == 1 and plain(planned[0]) and not overload:
+            one, row = await self._groups.submit(planned[0], submitted_by)
+            stored[one.id] = row
+            return [one]
         out = await store_tasks(
             self._store,
             planned,
             signal=self._dispatcher.holds.value,
             capacity=self.capacity,
-            overload=self.overload(planned),
+            overload=overload,
             submitted_by=submitted_by,
             origin=self._scheduler_id,
             stored=stored,
@@ -188,3 +204,19 @@ class Submission:
         if any(t.fixed for t in planned):
             self._fixed.refresh_now.set()
         return out
+
+    async def _store_group(
+        self, tasks: Sequence[NewTask], submitted_by: str | None
+    ) -> tuple[list[Submitted], dict[int, TaskRow]]:
+        """Stores a group of plain tasks (one insert, committed) and wakes dispatch for them."""
+        stored: dict[int, TaskRow] = {}
+        out = await store_tasks(
+            self._store,
+            tasks,
+            signal=self._dispatcher.holds.value,
+            submitted_by=submitted_by,
+            origin=self._scheduler_id,
+            stored=stored,
+        )
+        self._dispatcher.wake_for({(t.queue, t.activity_type) for t in tasks})
+        return out, stored

@@ -1,0 +1,106 @@
+"""Group commit of single submissions: concurrent SubmitTask calls of plain tasks stored together.
+
+A plain task (no idempotency key, dependency, fixed start or queue depth limit) is stored by one
+insert that commits on its own. Under a flow of single submits the statement, its commit and the
+wake-up of dispatch each cost more than the row: so while a group is being written the next one
+gathers, and each group is one insert, one commit and one wake-up, as the completer does with
+reports. At a trickle a group is a single task, written at once: nothing waits for company.
+Each caller is answered only once its group has committed (an acknowledged submit is durable),
+with its own task; a group the database refuses is tried task by task, so one task's error is
+its caller's alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from lowtide.errors import DatabaseUnavailable
+from scheduler_service.domain.model import NewTask
+from scheduler_service.domain.submission import Submitted
+from scheduler_service.rows.tasks import TaskRow
+
+# Groups written at once: a second group is written while the first waits for its commit.
+WRITERS = 2
+# The most tasks one insert stores; the rest wait for the next group.
+MAX_GROUP = 500
+
+# Stores plain tasks of one submitter (see scheduler_service.submission.store_tasks): each task's
+# id, and the tasks as stored, by id.
+Write = Callable[[Sequence[NewTask], str | None], Awaitable[tuple[list[Submitted], dict[int, TaskRow]]]]
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    task: NewTask
+    answer: asyncio.Future[tuple[Submitted, TaskRow]]
+
+
+class SubmitGroups:
+    """Gathers single plain submissions per submitter and writes them in groups."""
+
+    def __init__(self, write: Write) -> None:
+        self._write = write
+        # Per submitter (a task records who submitted it, one name per insert), in arrival order.
+        self._waiting: dict[str | None, list[_Waiting]] = {}
+        self._writers = 0
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def submit(self, task: NewTask, submitted_by: str | None) -> tuple[Submitted, TaskRow]:
+        """Stores the plain task with whatever else is waiting; its id and the task as stored,
+        once committed."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[tuple[Submitted, TaskRow]] = loop.create_future()
+        self._waiting.setdefault(submitted_by, []).append(_Waiting(task, answer))
+        if self._writers < WRITERS:
+            self._writers += 1
+            writer = loop.create_task(self._drain(), name="submit-group")
+            self._running.add(writer)
+            writer.add_done_callback(self._running.discard)
+        return await answer
+
+    async def _drain(self) -> None:
+        """Writes groups while any task waits."""
+        try:
+            while self._waiting:
+                submitted_by = next(iter(self._waiting))
+                waiting = self._waiting.pop(submitted_by)
+                if len(waiting) > MAX_GROUP:
+                    self._waiting[submitted_by] = waiting[MAX_GROUP:]
+                    waiting = waiting[:MAX_GROUP]
+                await self._store(waiting, submitted_by)
+        finally:
+            self._writers -= 1
+
+    async def _store(self, group: list[_Waiting], submitted_by: str | None) -> None:
+        # A caller gone (cancelled, its deadline passed) before the write was never answered:
+        # its task is not stored.
+        group = [w for w in group if not w.answer.done()]
+        if not group:
+            return
+        try:
+            out, rows = await self._write([w.task for w in group], submitted_by)
+        except DatabaseUnavailable as error:
+            _fail(group, error)
+            return
+        except Exception as error:
+            if len(group) == 1:
+                _fail(group, error)
+                return
+            # One task the database refuses must not fail the others: each is written alone.
+            for waiting in group:
+                await self._store([waiting], submitted_by)
+            return
+        except BaseException:
+            _fail(group, DatabaseUnavailable("the scheduler stopped before the task was stored"))
+            raise
+        for waiting, submitted in zip(group, out, strict=True):
+            if not waiting.answer.done():
+                waiting.answer.set_result((submitted, rows[submitted.id]))
+
+
+def _fail(group: list[_Waiting], error: BaseException) -> None:
+    for waiting in group:
+        if not waiting.answer.done():
+            waiting.answer.set_exception(error)
