@@ -54,3 +54,6 @@ def configure_logging(level: str | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel((level or os.environ.get("LOWTIDE_LOG_LEVEL") or "INFO").upper())
+    # httpx logs every request at INFO with its full URL, and the entsoe feed's security token is a
+    # query parameter: the feeds log their own failures, without it.
+    logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -1,9 +1,9 @@
-"""The signal service's metrics: each signal's value, high and stale flags, feed fetches and
-errors, and the number of subscribers. All are read at scrape time from memory."""
+"""The signal service's metrics: each signal's value, high and stale flags, each feed's fetches
+and errors (labelled by feed and signal), and the number of subscribers. All are read at scrape time from memory."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
@@ -14,7 +14,8 @@ from signal_service.feeds.runner import FeedStats
 
 # The 0/1 gauges have unit {state}, not "1": an OTLP -> Prometheus path appends `_ratio` to a
 # gauge of unit "1" (lowtide_signal_high_ratio), the Prometheus reader does not.
-def register_signal_metrics(metrics: Metrics, fanout: Fanout, stats: FeedStats, feed: str) -> None:
+def register_signal_metrics(metrics: Metrics, fanout: Fanout, feeds: Mapping[str, tuple[str, FeedStats]]) -> None:
+    """`feeds`: each polled signal's feed (its source name) and counts."""
     meter = metrics.meter
 
     def states() -> Iterable[tuple[dict[str, str], float | None, bool, bool]]:
@@ -42,11 +43,13 @@ def register_signal_metrics(metrics: Metrics, fanout: Fanout, stats: FeedStats, 
         yield Observation(fanout.subscriber_count)
 
     def fetches(options: CallbackOptions) -> Iterable[Observation]:
-        yield Observation(stats.fetches, {"feed": feed})
+        for signal, (feed, stats) in feeds.items():
+            yield Observation(stats.fetches, {"feed": feed, "signal": signal})
 
     def errors(options: CallbackOptions) -> Iterable[Observation]:
-        yield Observation(stats.errors, {"feed": feed, "kind": "value"})
-        yield Observation(stats.forecast_errors, {"feed": feed, "kind": "forecast"})
+        for signal, (feed, stats) in feeds.items():
+            yield Observation(stats.errors, {"feed": feed, "signal": signal, "kind": "value"})
+            yield Observation(stats.forecast_errors, {"feed": feed, "signal": signal, "kind": "forecast"})
 
     meter.create_observable_gauge("lowtide.signal.value", callbacks=[value], description="The signal's value")
     meter.create_observable_gauge("lowtide.signal.threshold", callbacks=[threshold], description="Above it: high")

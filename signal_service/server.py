@@ -9,6 +9,7 @@ import logging
 import signal
 import socket
 import uuid
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -32,11 +33,11 @@ from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.api import SignalApi
 from signal_service.fanout import Fanout
-from signal_service.feeds import Feed, feed_unit, make_feed
+from signal_service.feeds import Feed, FeedSettings, feed_settings, feed_unit, make_feed
 from signal_service.feeds.runner import FeedStats, run_feed
 from signal_service.metrics import register_signal_metrics
 from signal_service.signals import Signals, definitions
-from signal_service.store import SignalStore
+from signal_service.store import SignalStore, feed_lease
 
 log = logging.getLogger("lowtide.signal")
 
@@ -56,10 +57,16 @@ class SignalServer:
     health: health.aio.HealthServicer
     port: int
     replica_id: str
-    feed_stats: FeedStats
+    # Each polled signal's feed counts, by signal name.
+    feeds: dict[str, FeedStats]
     metrics: Metrics
     resources: contextlib.AsyncExitStack
     stopped: bool = False
+
+    @property
+    def feed_stats(self) -> FeedStats:
+        """The default signal's feed counts (all zero when it has no feed)."""
+        return self.feeds.get(self.signals.default) or FeedStats()
 
     @property
     def target(self) -> str:
@@ -111,20 +118,46 @@ def _tick(stale_after: timedelta, refresh: timedelta) -> float:
     return max(0.05, min(stale_after.total_seconds() / 10, refresh.total_seconds(), 5.0))
 
 
-async def _maintain(signals: Signals, *, stale_after: timedelta, refresh: timedelta) -> None:
-    """Marks stale the signals with no update for stale_after (any replica may; the mark is
-    stored once and announced by NOTIFY), and re-reads every state as a safety net."""
+def health_name(signal: str) -> str:
+    """The health-check service name that reports on one signal's feed."""
+    return f"{SERVICE}/{signal}"
+
+
+async def _report_health(servicer: health.aio.HealthServicer, signals: Signals, polled: Collection[str]) -> None:
+    """Each signal's own health: NOT_SERVING while stale, or while its feed has given no value
+    yet; the service's own stays SERVING, since the other signals are served meanwhile."""
+    for state in signals.fanout.all():
+        if state.name in signals.defined:
+            down = state.stale or (state.value is None and state.name in polled)
+            status = health_pb2.HealthCheckResponse.NOT_SERVING if down else health_pb2.HealthCheckResponse.SERVING
+            await servicer.set(health_name(state.name), status)
+
+
+async def _maintain(
+    signals: Signals,
+    *,
+    stale_after: timedelta,
+    refresh: timedelta,
+    per_signal: Mapping[str, timedelta],
+    report: Callable[[], Awaitable[None]],
+) -> None:
+    """Marks stale the signals with no update for stale_after, or their own (any replica may;
+    the mark is stored once and announced by NOTIFY), re-reads every state as a safety net, and
+    reports each signal's health."""
+    shortest = min([stale_after, *per_signal.values()])
     while True:
         try:
-            for name in await signals.store.mark_stale(stale_after):
-                log.warning("signal.stale", extra={"signal": name, "stale_after": str(stale_after)})
+            for name in await signals.store.mark_stale(stale_after, per_signal):
+                after = per_signal.get(name, stale_after)
+                log.warning("signal.stale", extra={"signal": name, "stale_after": str(after)})
             await signals.resync()
+            await report()
         except DatabaseUnavailable as error:
             log.warning("maintain.failed", extra={"error": str(error)})
         except Exception:
             # Keep going: without this loop nothing is ever marked stale again.
             log.exception("maintain.failed")
-        await asyncio.sleep(_tick(stale_after, refresh))
+        await asyncio.sleep(_tick(shortest, refresh))
 
 
 def _grpc_server(
@@ -146,46 +179,90 @@ def _grpc_server(
     return server, health_servicer, port
 
 
+@dataclass(frozen=True)
+class _Feeds:
+    """The replica's feeds by signal, with their settings and counts."""
+
+    running: dict[str, Feed]
+    settings: dict[str, FeedSettings]
+    stats: dict[str, FeedStats]
+
+    def units(self) -> dict[str, str]:
+        """Each signal's unit: the configured one, else its feed's."""
+        return {
+            name: s.options.unit or (self.running[name].unit if name in self.running else feed_unit(s.options))
+            for name, s in self.settings.items()
+        }
+
+    def stale_after(self) -> dict[str, timedelta]:
+        return {name: s.options.stale_after for name, s in self.settings.items()}
+
+
+def _build_feeds(config: Config, owner: contextlib.AsyncExitStack, feed: Feed | None) -> _Feeds:
+    """Every signal's feed, each closed by `owner` until its runner has it; `feed` replaces the
+    default signal's (tests pass adapters they built)."""
+    settings = feed_settings(config)
+    running: dict[str, Feed] = {}
+    if feed is not None:
+        owner.push_async_callback(feed.aclose)
+        running[config.cost.signal] = feed
+    for name, setting in settings.items():
+        if name in running:
+            continue
+        built = make_feed(setting.options, where=setting.where)
+        if built is not None:
+            owner.push_async_callback(built.aclose)
+            running[name] = built
+    return _Feeds(running, settings, {name: FeedStats() for name in running})
+
+
 def _background(
-    config: Config, db: Database, signals: Signals, *, feed: Feed | None, stats: FeedStats, replica_id: str
+    config: Config,
+    db: Database,
+    signals: Signals,
+    feeds: _Feeds,
+    *,
+    replica_id: str,
+    report: Callable[[], Awaitable[None]],
 ) -> list[asyncio.Task[None]]:
-    """The replica's loops: other replicas' changes, stale marks, and the feed (which the
+    """The replica's loops: other replicas' changes, stale marks, and one per feed (which the
     runner closes when it ends)."""
     cfg = config.signal
+    maintain = _maintain(
+        signals, stale_after=cfg.stale_after, refresh=cfg.refresh, per_signal=feeds.stale_after(), report=report
+    )
     background = [
         asyncio.create_task(_listen(db, signals), name="signal-listen"),
-        asyncio.create_task(
-            _maintain(signals, stale_after=cfg.stale_after, refresh=cfg.refresh), name="signal-maintain"
-        ),
+        asyncio.create_task(maintain, name="signal-maintain"),
     ]
-    if feed is not None:
-        refresh = cfg.refresh.total_seconds()
-        runner = run_feed(feed, signals, config.cost.signal, refresh=refresh, stats=stats, holder=replica_id)
-        background.append(asyncio.create_task(runner, name="signal-feed"))
+    for name, feed in feeds.running.items():
+        refresh = feeds.settings[name].options.refresh.total_seconds()
+        lease = feed_lease(name, default=config.cost.signal)
+        runner = run_feed(feed, signals, name, refresh=refresh, stats=feeds.stats[name], holder=replica_id, lease=lease)
+        background.append(asyncio.create_task(runner, name=f"signal-feed-{name}"))
     return background
 
 
 async def start_signal_service(
     config: Config, *, database_url: str | None = None, feed: Feed | None = None
 ) -> SignalServer:
-    """Starts a replica. `feed` replaces the configured one (tests pass adapters they built);
-    either way the replica owns it from here and closes it when it stops or fails to start.
-    Whatever is opened is entered on one exit stack, so a failure at any step (a ConfigError
-    included) closes everything opened before it."""
+    """Starts a replica. `feed` replaces the default signal's configured one (tests pass
+    adapters they built); either way the replica owns every feed from here and closes it when
+    it stops or fails to start. Whatever is opened is entered on one exit stack, so a failure
+    at any step (a ConfigError included) closes everything opened before it."""
     url = database_url or config.database.url
     if not url:
         raise ConfigError("no database URL: set LOWTIDE_DATABASE_URL or [database] url")
     cfg = config.signal
     async with contextlib.AsyncExitStack() as stack:
-        feed = feed or make_feed(cfg)
-        # Until the feed's runner has it (and closes it when it ends), the start closes it.
+        # Until the feeds' runners have them (and close them when they end), the start closes them.
         feed_owner = await stack.enter_async_context(contextlib.AsyncExitStack())
-        if feed is not None:
-            feed_owner.push_async_callback(feed.aclose)
+        feeds = _build_feeds(config, feed_owner, feed)
         db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
         stack.push_async_callback(db.close)
-        unit = feed.unit if feed else feed_unit(cfg)
-        signals = Signals(SignalStore(db), Fanout(), definitions(config, feed_unit=unit), default=config.cost.signal)
+        signals = Signals(
+            SignalStore(db), Fanout(), definitions(config, units=feeds.units()), default=config.cost.signal
+        )
         # Closed last: the spans of the calls the server ends while stopping are flushed too (in a
         # thread: the export must not stop the event loop, another service of this process may run on it).
         telemetry = start_telemetry("lowtide-signal", cfg.metrics_listen)
@@ -198,17 +275,24 @@ async def start_signal_service(
         await db.open()
         await signals.start()
         await server.start()
-        stats = FeedStats()
-        register_signal_metrics(metrics, signals.fanout, stats, cfg.feed)
+        register_signal_metrics(
+            metrics, signals.fanout, {name: (f.source, feeds.stats[name]) for name, f in feeds.running.items()}
+        )
         replica_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
-        background = _background(config, db, signals, feed=feed, stats=stats, replica_id=replica_id)
+
+        async def report() -> None:
+            await _report_health(health_servicer, signals, feeds.running.keys())
+
+        background = _background(config, db, signals, feeds, replica_id=replica_id, report=report)
         stack.push_async_callback(cancel_all, background)
         feed_owner.pop_all()
         for service in ("", SERVICE):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        await report()
         resources = stack.pop_all()
-    log.info("signal.started", extra={"listen": cfg.listen, "port": port, "feed": cfg.feed, "replica": replica_id})
-    return SignalServer(config, db, signals, server, health_servicer, port, replica_id, stats, metrics, resources)
+    polled = {name: f.source for name, f in feeds.running.items()}
+    log.info("signal.started", extra={"listen": cfg.listen, "port": port, "feeds": polled, "replica": replica_id})
+    return SignalServer(config, db, signals, server, health_servicer, port, replica_id, feeds.stats, metrics, resources)
 
 
 async def serve(config: Config, *, database_url: str | None = None) -> None:

@@ -25,12 +25,12 @@ class Definition:
     threshold: float
 
 
-def definitions(config: Config, *, feed_unit: str) -> dict[str, Definition]:
-    """The configured signals: the default one (`[cost]`, in the feed's unit unless `[signal]
-    unit` says otherwise) and every `[signals.NAME]`."""
+def definitions(config: Config, *, units: Mapping[str, str]) -> dict[str, Definition]:
+    """The configured signals, each in its unit (`units`: the configured one, else its feed's):
+    the default one (`[cost] signal`, with `[cost] defer_threshold`) and every `[signals.NAME]`."""
     default = config.cost.signal
-    found = {name: Definition(name, d.unit, d.threshold) for name, d in config.signals.items()}
-    found[default] = Definition(default, config.signal.unit or feed_unit, config.cost.defer_threshold)
+    found = {name: Definition(name, units[name], d.threshold) for name, d in config.signals.items()}
+    found[default] = Definition(default, units[default], config.cost.defer_threshold)
     return found
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,8 +18,14 @@ HISTORY_VERSIONS = 10_000
 HISTORY_AGE = timedelta(days=7)
 
 
-# The feed runs on one replica at a time: the holder of this lease.
+# Each feed runs on one replica at a time: the holder of its lease. The default signal's lease
+# keeps the name it had when a service ran one feed, so replicas of both kinds never both poll.
 FEED_LEASE = "signal-feed"
+
+
+def feed_lease(signal: str, *, default: str) -> str:
+    """The name of the lease of the feed that drives `signal`."""
+    return FEED_LEASE if signal == default else f"{FEED_LEASE}:{signal}"
 
 
 class SignalStore:
@@ -69,15 +75,21 @@ class SignalStore:
             await tx.execute(Q["notify_signal"], {"name": name})
         return row.state()
 
-    async def mark_stale(self, stale_after: timedelta) -> list[str]:
-        """Marks stale the signals with no update for stale_after (the rule is the domain's,
-        timed by the database's clock); returns their names. Any replica may run this: a
-        signal already marked, or updated meanwhile, is not marked (nor announced) again."""
+    async def touch(self, name: str, version: int) -> None:
+        """The feed confirmed the stored value: staleness counts from now (unless it changed)."""
+        await self.db.execute(Q["touch_signal"], {"name": name, "version": version})
+
+    async def mark_stale(self, stale_after: timedelta, per_signal: Mapping[str, timedelta] | None = None) -> list[str]:
+        """Marks stale the signals with no update for stale_after (or their own, in
+        `per_signal`; the rule is the domain's, timed by the database's clock); returns their
+        names. Any replica may run this: a signal already marked, or updated meanwhile, is not
+        marked (nor announced) again."""
+        own = per_signal or {}
         async with self.db.transaction() as tx:
             rows = await tx.fetch_as(FreshSignal, Q["fresh_signals"])
             marked = []
             for row in rows:
-                if not is_stale(row.updated_at, stale_after, row.now):
+                if not is_stale(row.updated_at, own.get(row.name, stale_after), row.now):
                     continue
                 if await tx.execute(Q["mark_stale"], {"name": row.name, "version": row.version}) > 0:
                     await tx.execute(Q["notify_signal"], {"name": row.name})
@@ -110,10 +122,10 @@ class SignalStore:
         row = await self.db.fetch_one_as(ForecastRow, Q["get_forecast"], {"name": name})
         return None if row is None else row.forecast()
 
-    async def hold_feed_lease(self, holder: str, ttl: timedelta) -> bool:
-        """Takes or renews the feed's lease; False while another replica holds it."""
-        params = {"name": FEED_LEASE, "holder": holder, "ttl": ttl}
+    async def hold_feed_lease(self, holder: str, ttl: timedelta, *, lease: str = FEED_LEASE) -> bool:
+        """Takes or renews a feed's lease; False while another replica holds it."""
+        params = {"name": lease, "holder": holder, "ttl": ttl}
         return await self.db.execute(Q["hold_feed_lease"], params) > 0
 
-    async def release_feed_lease(self, holder: str) -> None:
-        await self.db.execute(Q["release_feed_lease"], {"name": FEED_LEASE, "holder": holder})
+    async def release_feed_lease(self, holder: str, *, lease: str = FEED_LEASE) -> None:
+        await self.db.execute(Q["release_feed_lease"], {"name": lease, "holder": holder})

@@ -152,7 +152,7 @@ class QueueConfig:
 
 
 # The feeds signal_service.feeds.make_feed knows.
-FEEDS = ("static", "replay", "uk-carbon-intensity", "electricitymaps", "watttime")
+FEEDS = ("static", "replay", "uk-carbon-intensity", "electricitymaps", "watttime", "energy-charts", "entsoe")
 # Electricity Maps' emissionFactorType values; the first is the API's default and ours.
 EMISSION_FACTORS = ("lifecycle", "direct")
 # WattTime's signals: its index (a percentile, no forecast) or its marginal emissions (MOER, in
@@ -167,7 +167,8 @@ class SignalConfig:
     listen: str = key("127.0.0.1:50052", listen_address)
     # Prometheus /metrics (empty: not served).
     metrics_listen: str = key("127.0.0.1:9465", listen_address_or_off)
-    # static (SetSignal only), replay, uk-carbon-intensity, electricitymaps or watttime.
+    # static (SetSignal only), replay, uk-carbon-intensity, electricitymaps, watttime,
+    # energy-charts or entsoe (docs/how-to/feeds.md).
     feed: str = key("static", one_of(*FEEDS))
     # The default signal's unit; empty means the feed's own (gCO2/kWh; for watttime percentile,
     # or lbs/MWh with watttime_signal = "moer").
@@ -196,7 +197,8 @@ class SignalConfig:
     token: str = ""
     username: str = ""
     password: str = ""
-    # UK Carbon Intensity region id, Electricity Maps zone or WattTime region.
+    # UK Carbon Intensity region id, Electricity Maps zone, WattTime region, or the bidding zone
+    # of a price feed (DE-LU; for entsoe also its EIC code, 10Y1001A1001A82H).
     region: str = ""
     # Electricity Maps' emission factor (its emissionFactorType): lifecycle (construction and
     # fuel supply included, the API's default) or direct (combustion only).
@@ -228,10 +230,36 @@ class CostConfig:
 
 @dataclass(frozen=True)
 class SignalDefinition:
-    """A further named signal, from `[signals.NAME]`; set through SetSignal only."""
+    """A named signal, from `[signals.NAME]`: its threshold, and the feed that drives it with
+    that feed's options (the keys of `[signal]` of the same names). With no feed it is set
+    through SetSignal only; the default signal (`[cost] signal`) with no feed here takes
+    `[signal]`'s."""
 
-    unit: str = "gCO2/kWh"
+    # Empty: the feed's own unit (gCO2/kWh when set by hand only).
+    unit: str = ""
     threshold: float = key(400.0, finite)
+    # Empty: static here, or for the default signal the feed `[signal]` names.
+    feed: str = key("", one_of("", *FEEDS))
+    region: str = ""
+    base_url: str = ""
+    token: str = key("", secret=True)
+    username: str = ""
+    password: str = key("", secret=True)
+    emission_factor: str = key(EMISSION_FACTORS[0], one_of(*EMISSION_FACTORS))
+    watttime_signal: str = key(WATTTIME_SIGNALS[0], one_of(*WATTTIME_SIGNALS))
+    replay_file: str = ""
+    replay_start: str = ""
+    replay_speed: float = key(1440.0, within(0.0, 1e9, above=True))
+    replay_loop: bool = True
+    # Unset: `[signal]`'s. A day-ahead price changes once an hour (or every 15 minutes): a
+    # stale_after shorter than that marks it stale between two prices.
+    refresh: timedelta | None = key(None, within(100 * MS, 1 * DAY))
+    timeout: timedelta | None = key(None, within(100 * MS, 10 * MIN))
+    stale_after: timedelta | None = key(None, within(1 * S, LONGEST))
+
+    @property
+    def has_feed(self) -> bool:
+        return self.feed not in ("", "static")
 
 
 @dataclass(frozen=True)

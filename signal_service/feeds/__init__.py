@@ -1,32 +1,110 @@
-"""Feeds: small adapters that read the signal from a grid-data API or a trace, and the loop
-that stores what they read. `make_feed(config)` picks the one `[signal] feed` names."""
+"""Feeds: small adapters that read a signal from a grid-data or power-price API or a trace, and
+the loop that stores what they read. Every signal may have its own feed (`[signals.NAME] feed`);
+the default signal's may also be named by `[signal] feed`. `feed_settings(config)` says which
+signal has which, `make_feed` builds one."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from datetime import datetime
 
-from lowtide.config import SignalConfig
+from lowtide.config import Config, SignalConfig
 from lowtide.errors import ConfigError
 from lowtide.forecast_error import ErrorModel, model_named
-from signal_service.feeds import electricitymaps, uk_carbon_intensity, watttime
+from signal_service.feeds import electricitymaps, energy_charts, entsoe, uk_carbon_intensity, watttime
 from signal_service.feeds.base import Feed, FeedError, HttpJson
 from signal_service.feeds.electricitymaps import ElectricityMaps
+from signal_service.feeds.energy_charts import EnergyCharts
+from signal_service.feeds.entsoe import Entsoe
+from signal_service.feeds.prices import UNIT as PRICE_UNIT
 from signal_service.feeds.replay import Replay, load_trace
 from signal_service.feeds.uk_carbon_intensity import UkCarbonIntensity
 from signal_service.feeds.watttime import WattTime
 
-FEEDS = ("static", "replay", "uk-carbon-intensity", "electricitymaps", "watttime")
+FEEDS = ("static", "replay", "uk-carbon-intensity", "electricitymaps", "watttime", "energy-charts", "entsoe")
 
-__all__ = ["FEEDS", "Feed", "FeedError", "feed_unit", "make_feed"]
+__all__ = ["FEEDS", "Feed", "FeedError", "FeedSettings", "feed_settings", "feed_unit", "make_feed"]
+
+# The `[signals.NAME]` keys that configure its feed, named as `[signal]`'s.
+_FEED_KEYS = (
+    "region",
+    "base_url",
+    "token",
+    "username",
+    "password",
+    "emission_factor",
+    "watttime_signal",
+    "replay_file",
+    "replay_start",
+    "replay_speed",
+    "replay_loop",
+)
+
+
+@dataclass(frozen=True)
+class FeedSettings:
+    """One signal's feed: its options (`[signal]`'s keys) and the section they came from."""
+
+    signal: str
+    options: SignalConfig
+    where: str
+
+    @property
+    def feed(self) -> str:
+        return self.options.feed
+
+
+def feed_settings(config: Config) -> dict[str, FeedSettings]:
+    """Every configured signal's feed settings, the default signal's first. A `[signals.NAME]`
+    with a feed takes its options from its own section, the rest (refresh, timeout, stale_after
+    unless it sets them; the replay's forecast model) from `[signal]`; the default signal with
+    no feed of its own takes `[signal]`'s. Naming a feed in both is refused."""
+    default = config.cost.signal
+    found: dict[str, FeedSettings] = {}
+    own = config.signals.get(default)
+    if own is not None and own.has_feed and config.signal.feed != "static":
+        raise ConfigError(
+            f"[signals.{default}] feed: the default signal's feed is also named by [signal] feed "
+            f"({config.signal.feed!r}); name it in one place"
+        )
+    if own is None or not own.has_feed:
+        found[default] = FeedSettings(default, config.signal, "[signal]")
+    for name, definition in config.signals.items():
+        if name == default and name in found:
+            continue
+        base = config.signal
+        options = replace(
+            base,
+            feed=definition.feed or "static",
+            unit=definition.unit,
+            refresh=definition.refresh or base.refresh,
+            timeout=definition.timeout or base.timeout,
+            stale_after=definition.stale_after or base.stale_after,
+            **{key: getattr(definition, key) for key in _FEED_KEYS},
+        )
+        found[name] = FeedSettings(name, options, f"[signals.{name}]")
+    return found
 
 
 def feed_unit(config: SignalConfig) -> str:
-    """The unit of the values the configured feed gives (the default signal's unit)."""
-    return watttime.UNITS[config.watttime_signal] if config.feed == "watttime" else "gCO2/kWh"
+    """The unit of the values the configured feed gives."""
+    if config.feed == "watttime":
+        return watttime.UNITS[config.watttime_signal]
+    if config.feed in ("energy-charts", "entsoe"):
+        return PRICE_UNIT
+    return "gCO2/kWh"
 
 
-def make_feed(config: SignalConfig) -> Feed | None:
-    """The configured feed; None for `static`, where only SetSignal changes the value."""
+def make_feed(config: SignalConfig, *, where: str = "[signal]") -> Feed | None:
+    """The configured feed; None for `static`, where only SetSignal changes the value. A key the
+    feed refuses is named in `where`, the section it came from."""
+    try:
+        return _make_feed(config)
+    except ConfigError as error:
+        raise ConfigError(str(error).replace("[signal]", where)) from None
+
+
+def _make_feed(config: SignalConfig) -> Feed | None:
     timeout = config.timeout.total_seconds()
     if config.feed == "static":
         return None
@@ -59,6 +137,12 @@ def make_feed(config: SignalConfig) -> Feed | None:
             region=config.region,
             signal=config.watttime_signal,
         )
+    if config.feed == "energy-charts":
+        http = HttpJson(config.base_url or energy_charts.PUBLIC_URL, timeout=timeout)
+        return EnergyCharts(http, zone=config.region)
+    if config.feed == "entsoe":
+        http = HttpJson(config.base_url or entsoe.PUBLIC_URL, timeout=timeout)
+        return Entsoe(http, zone=config.region, token=config.token)
     raise ConfigError(f"[signal] feed: {config.feed!r} is not one of {', '.join(FEEDS)}")
 
 

@@ -42,11 +42,13 @@ class FeedError(LowtideError):
 
 
 class HttpStatusError(FeedError):
-    """The API answered with an error status."""
+    """The API answered with an error status; `body` is the answer (bounded), for a feed whose
+    API explains the error in it."""
 
-    def __init__(self, message: str, *, status: int) -> None:
+    def __init__(self, message: str, *, status: int, body: bytes = b"") -> None:
         super().__init__(message)
         self.status = status
+        self.body = body
 
 
 class Unauthorized(HttpStatusError):
@@ -131,10 +133,10 @@ def _now() -> datetime:
 
 
 class HttpJson:
-    """GETs JSON from one base URL. Timeouts, connection errors and 429/5xx are retried with
-    jittered exponential backoff (so replicas polling the same API do not retry in lockstep);
-    anything else, a body that is not JSON and a body over `max_bytes` fail at once with
-    FeedError.
+    """GETs JSON (or, with get_bytes, any body) from one base URL. Timeouts, connection errors
+    and 429/5xx are retried with jittered exponential backoff (so replicas polling the same API
+    do not retry in lockstep); anything else, a body that is not JSON and a body over
+    `max_bytes` fail at once with FeedError.
 
     A 429 or 503 with Retry-After is obeyed: no request leaves before that time. A wait no
     longer than the backoff's maximum is slept within the call and the request retried; a
@@ -178,6 +180,22 @@ class HttpJson:
         headers: Mapping[str, str] | None = None,
         auth: httpx.Auth | None = None,
     ) -> Any:
+        """The answer's JSON."""
+        body = await self.get_bytes(path, params=params, headers=headers, auth=auth)
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise FeedError(f"GET {path}: malformed JSON: {_text(body)!r}") from None
+
+    async def get_bytes(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        auth: httpx.Auth | None = None,
+    ) -> bytes:
+        """The answer's body as sent (at most max_bytes), for an API that does not speak JSON."""
         if (left := self.blocked_for()) > 0:
             raise Waiting(f"GET {path}: not sent; the API asked to wait another {left:.0f}s (Retry-After)")
         backoff = Backoff(initial=self._backoff[0], maximum=self._backoff[1])
@@ -198,12 +216,9 @@ class HttpJson:
                     if status in _RETRY_AFTER_STATUSES:
                         wait = self._obey_retry_after(path, status, response_headers.get("retry-after"))
                 elif status >= 400:
-                    raise HttpStatusError(f"GET {path}: HTTP {status}: {_text(body)}", status=status)
+                    raise HttpStatusError(f"GET {path}: HTTP {status}: {_text(body)}", status=status, body=body)
                 else:
-                    try:
-                        return json.loads(body)
-                    except ValueError:
-                        raise FeedError(f"GET {path}: malformed JSON: {_text(body)!r}") from None
+                    return body
             if wait and (wait > self._backoff[1] or attempt == self._attempts):
                 raise RateLimited(
                     f"GET {path}: {problem}, asked to wait {wait:g}s (Retry-After)", until=self._not_before

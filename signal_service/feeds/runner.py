@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from lowtide.errors import DatabaseUnavailable, InvalidArgument
-from signal_service.domain import Reading
+from signal_service.domain import Reading, SignalState
 from signal_service.feeds.base import Feed, FeedError, ForecastUnavailable, Waiting
 from signal_service.signals import Signals
+from signal_service.store import FEED_LEASE
 
 log = logging.getLogger("lowtide.signal.feed")
 
@@ -44,17 +45,20 @@ class FeedStats:
     forecast_available: bool = True
 
 
-def _repeats(signals: Signals, name: str, reading: Reading, source: str) -> bool:
-    """An API polled more often than it publishes answers the same observation again; storing
-    it again would only pad the history. A stale signal is stored anyway, to clear the mark."""
+def _repeated(signals: Signals, name: str, reading: Reading, source: str) -> SignalState | None:
+    """The stored state, when the reading is what it holds: an API polled more often than it
+    publishes answers the same observation again, and storing it again would only pad the
+    history. A stale signal is stored anyway, to clear the mark."""
     latest = signals.fanout.latest(name)
-    return (
+    if (
         latest is not None
         and not latest.stale
         and latest.source == source
         and latest.value == reading.value
         and latest.observed_at == reading.observed_at
-    )
+    ):
+        return latest
+    return None
 
 
 async def poll_once(feed: Feed, signals: Signals, name: str, stats: FeedStats) -> bool:
@@ -62,25 +66,30 @@ async def poll_once(feed: Feed, signals: Signals, name: str, stats: FeedStats) -
     try:
         stats.fetches += 1
         reading = await feed.current()
-        if _repeats(signals, name, reading, feed.source):
+        if (latest := _repeated(signals, name, reading, feed.source)) is not None:
+            # The feed answers, with what is stored (a day-ahead price holds for an hour): the
+            # signal is fresh, and is not marked stale while its feed keeps answering.
+            await signals.store.touch(name, latest.version)
             return False
         await signals.set(name, reading.value, unit=reading.unit, observed_at=reading.observed_at, source=feed.source)
         return True
     except Waiting as waiting:
         # Nothing was asked: not a poll, and not a failure.
         stats.fetches -= 1
-        log.debug("feed.waiting", extra={"feed": feed.source, "error": str(waiting)})
+        log.debug("feed.waiting", extra={"feed": feed.source, "signal": name, "error": str(waiting)})
     except (FeedError, InvalidArgument) as error:
         stats.errors += 1
-        log.warning("feed.bad_answer", extra={"feed": feed.source, "error": str(error), "errors": stats.errors})
+        log.warning(
+            "feed.bad_answer", extra={"feed": feed.source, "signal": name, "error": str(error), "errors": stats.errors}
+        )
     except DatabaseUnavailable as error:
         stats.errors += 1
-        log.warning("feed.store_failed", extra={"feed": feed.source, "error": str(error)})
+        log.warning("feed.store_failed", extra={"feed": feed.source, "signal": name, "error": str(error)})
     except Exception:
         # A fault in an adapter must not end the loop: the signal would silently freeze (until
         # marked stale) instead of recovering at the next poll.
         stats.errors += 1
-        log.exception("feed.failed", extra={"feed": feed.source})
+        log.exception("feed.failed", extra={"feed": feed.source, "signal": name})
     return False
 
 
@@ -91,24 +100,28 @@ async def refresh_forecast(feed: Feed, signals: Signals, name: str, stats: FeedS
         await signals.set_forecast(name, points, source=feed.source)
         if not stats.forecast_available:
             stats.forecast_available = True
-            log.info("feed.forecast_available", extra={"feed": feed.source})
+            log.info("feed.forecast_available", extra={"feed": feed.source, "signal": name})
     except Waiting as waiting:
-        log.debug("feed.waiting", extra={"feed": feed.source, "error": str(waiting)})
+        log.debug("feed.waiting", extra={"feed": feed.source, "signal": name, "error": str(waiting)})
     except ForecastUnavailable as error:
         stats.forecast_errors += 1
         # Once, loudly; the daily tries after it only at debug.
         level = logging.WARNING if stats.forecast_available else logging.DEBUG
         stats.forecast_available = False
         retry = f"asked again in {FORECAST_UNAVAILABLE_RETRY / 3600:g}h; planned release falls back to the threshold"
-        log.log(level, "feed.forecast_unavailable", extra={"feed": feed.source, "error": str(error), "retry": retry})
+        log.log(
+            level,
+            "feed.forecast_unavailable",
+            extra={"feed": feed.source, "signal": name, "error": str(error), "retry": retry},
+        )
         return False
     except (FeedError, InvalidArgument, DatabaseUnavailable) as error:
         # Some plans have no forecast; the current value matters far more, so this is quieter.
         stats.forecast_errors += 1
-        log.info("feed.forecast_failed", extra={"feed": feed.source, "error": str(error)})
+        log.info("feed.forecast_failed", extra={"feed": feed.source, "signal": name, "error": str(error)})
     except Exception:
         stats.forecast_errors += 1
-        log.exception("feed.forecast_failed", extra={"feed": feed.source})
+        log.exception("feed.forecast_failed", extra={"feed": feed.source, "signal": name})
     return True
 
 
@@ -117,23 +130,27 @@ def lease_ttl(interval: float) -> timedelta:
     return timedelta(seconds=max(3 * interval, 2.0))
 
 
-async def _leading(signals: Signals, holder: str, ttl: timedelta) -> bool:
+async def _leading(signals: Signals, holder: str, ttl: timedelta, lease: str) -> bool:
     try:
-        return await signals.store.hold_feed_lease(holder, ttl)
+        return await signals.store.hold_feed_lease(holder, ttl, lease=lease)
     except DatabaseUnavailable:
         return False
 
 
-async def run_feed(feed: Feed, signals: Signals, name: str, *, refresh: float, stats: FeedStats, holder: str) -> None:
+async def run_feed(
+    feed: Feed, signals: Signals, name: str, *, refresh: float, stats: FeedStats, holder: str, lease: str = FEED_LEASE
+) -> None:
     """Polls while this replica holds the feed's lease, until cancelled; the forecast is
-    refreshed at most once per `refresh` (once a day while the feed's plan has none)."""
+    refreshed at most once per `refresh` (once a day while the feed's plan has none). Each
+    signal's feed runs in a loop of its own, under a lease of its own: one feed waiting on a
+    slow API, or failing, never delays another."""
     loop = asyncio.get_running_loop()
     forecast_due = loop.time()
     leading = False
     try:
         while True:
             interval = feed.interval(refresh)
-            now_leading = await _leading(signals, holder, lease_ttl(interval))
+            now_leading = await _leading(signals, holder, lease_ttl(interval), lease)
             if now_leading != leading:
                 leading = now_leading
                 log.info("feed.leading" if leading else "feed.following", extra={"feed": feed.source, "signal": name})
@@ -147,10 +164,10 @@ async def run_feed(feed: Feed, signals: Signals, name: str, *, refresh: float, s
                 # The API asked for a longer wait (Retry-After): the lease is kept through it and
                 # the poll after it, so no other replica asks in this one's place meanwhile, and
                 # one takes over as soon as ever if this one dies.
-                await _leading(signals, holder, timedelta(seconds=wait) + lease_ttl(interval))
+                await _leading(signals, holder, timedelta(seconds=wait) + lease_ttl(interval), lease)
             await asyncio.sleep(wait)
     finally:
         if leading:
             with contextlib.suppress(DatabaseUnavailable):
-                await signals.store.release_feed_lease(holder)
+                await signals.store.release_feed_lease(holder, lease=lease)
         await feed.aclose()

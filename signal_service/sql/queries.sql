@@ -40,6 +40,12 @@ DELETE FROM lowtide.signal_history
 WHERE name = %(name)s
   AND (version <= %(version)s::bigint - %(keep_versions)s::bigint OR recorded_at < now() - %(keep_age)s::interval)
 
+-- touch_signal --
+-- A feed answered again with the value stored (a price for the hour, polled every few minutes):
+-- fresh, since staleness counts from here, and not stored again; nothing if it changed meanwhile.
+UPDATE lowtide.signals SET updated_at = now()
+WHERE name = %(name)s AND version = %(version)s AND NOT stale
+
 -- fresh_signals --
 -- Signals with a value and no stale mark, with the database's clock (the one clock all replicas share).
 SELECT name, version, updated_at, now() AS now

@@ -20,7 +20,7 @@ def test_defaults() -> None:
     assert (config.cost.signal, config.cost.defer_threshold) == ("grid", 400.0)
     assert config.signal.emission_factor == "lifecycle"
     assert config.signal.watttime_signal == "index"
-    assert definitions(config, feed_unit="gCO2/kWh") == {"grid": Definition("grid", "gCO2/kWh", 400.0)}
+    assert definitions(config, units={"grid": "gCO2/kWh"}) == {"grid": Definition("grid", "gCO2/kWh", 400.0)}
 
 
 def test_toml_and_environment(tmp_path: Path) -> None:
@@ -39,7 +39,7 @@ def test_toml_and_environment(tmp_path: Path) -> None:
     assert moer.signal.watttime_signal == "moer"
     assert feed_unit(moer.signal) == "lbs/MWh"
     assert feed_unit(config.signal) == "percentile"
-    assert definitions(config, feed_unit="percentile") == {
+    assert definitions(config, units={"carbon": "percentile", "price": "EUR/MWh"}) == {
         "carbon": Definition("carbon", "percentile", 70.0),
         "price": Definition("price", "EUR/MWh", 120.0),
     }
