@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: up test lint typecheck proto proto-check pytest docs docs-serve bench clean
+.PHONY: up test lint typecheck proto proto-check schema pytest docs docs-serve bench clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ proto: $(STAMP)
 
 proto-check: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py --check
+
+# lowtide/db/schema.sql from the migrations (needs LOWTIDE_DATABASE_URL: a server to make a scratch database on).
+schema: $(STAMP)
+	$(BIN)/python scripts/schema_snapshot.py
 
 # Two processes, a test file each at a time: most tests wait on the services and the database they
 # start, so two take about half the time one does on 2 cores. PYTEST_ARGS="" runs it in one.

@@ -3,6 +3,7 @@ saying what the query does, as in Procrastinate's queries.sql. Loaded once into 
 
 A block whose name starts with `_` is a fragment, not a query: text that several queries share
 (what a claim sets, say), written once and put in place of `{{_name}}` when the file is loaded.
+A package's files share their fragments: a query of one file may use a fragment of another.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ _FRAGMENT = re.compile(r"\{\{(_[a-z0-9_]+)\}\}")
 _COMMENT_LINE = re.compile(r"^\s*--.*\n", re.MULTILINE)
 
 
-def parse_queries(text: str) -> dict[str, str]:
+def _blocks(text: str) -> dict[str, str]:
     parts = _HEADER.split(text)
     blocks: dict[str, str] = {}
     # parts = [preamble, name1, body1, name2, body2, ...]
@@ -26,8 +27,13 @@ def parse_queries(text: str) -> dict[str, str]:
         if not sql:
             raise ValueError(f"query {name!r} is empty")
         blocks[name] = sql
+    return blocks
+
+
+def _resolve(queries: dict[str, str], every: dict[str, str]) -> dict[str, str]:
+    """The queries (fragments left out) with each `{{_name}}` replaced by that fragment of `every`."""
     # A fragment goes in without its comment lines (the query says what it does).
-    fragments = {name: _COMMENT_LINE.sub("", sql + "\n").strip() for name, sql in blocks.items() if name[0] == "_"}
+    fragments = {name: _COMMENT_LINE.sub("", sql + "\n").strip() for name, sql in every.items() if name[0] == "_"}
 
     def fragment(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -35,8 +41,27 @@ def parse_queries(text: str) -> dict[str, str]:
             raise ValueError(f"no fragment {name!r} (a block named -- {name} --)")
         return fragments[name]
 
-    return {name: _FRAGMENT.sub(fragment, sql) for name, sql in blocks.items() if name[0] != "_"}
+    return {name: _FRAGMENT.sub(fragment, sql) for name, sql in queries.items() if name[0] != "_"}
 
 
-def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
-    return parse_queries(resources.files(package).joinpath(filename).read_text())
+def parse_queries(text: str) -> dict[str, str]:
+    blocks = _blocks(text)
+    return _resolve(blocks, blocks)
+
+
+def load_queries(package: str, filename: str | None = None) -> dict[str, str]:
+    """The queries of one `.sql` file of the package, or of all its files (no filename): a file per
+    concern, its fragments shared with the package's other files."""
+    files = resources.files(package)
+    by_file = {entry.name: _blocks(entry.read_text()) for entry in files.iterdir() if entry.name.endswith(".sql")}
+    every: dict[str, str] = {}
+    for name, blocks in sorted(by_file.items()):
+        twice = every.keys() & blocks.keys()
+        if twice:
+            raise ValueError(f"{package}/{name}: {sorted(twice)} defined in another file too")
+        every |= blocks
+    if filename is None:
+        return _resolve(every, every)
+    if filename not in by_file:
+        raise FileNotFoundError(f"no {filename} in {package}")
+    return _resolve(by_file[filename], every)

@@ -31,7 +31,7 @@ class GroupKey:
 def rotated(free: Sequence[tuple[str, int]], start: int = 0) -> list[tuple[str, int]]:
     """The workers with a free slot, from the `start`-th on (and round): the order `hand_out`
     gives each turn. A claim passes its slots in this order (`take_slots`), not one entry per
-    slot; the SQL expands them the same way (queries.sql, _claim_slots)."""
+    slot; the SQL expands them the same way (sql/claims.sql, _claim_slots)."""
     live = [(worker, slots) for worker, slots in free if slots > 0]
     if not live:
         return []

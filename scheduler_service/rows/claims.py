@@ -1,7 +1,7 @@
 """The claims' rows: each attempt a claim started, with the worker it was recorded for.
 
 Every claim (regular work, due fixed starts, work that needs resources) returns the same columns,
-the `_started_attempt` fragment of queries.sql.
+the `_started_attempt` fragment of sql/claims.sql.
 """
 
 from __future__ import annotations

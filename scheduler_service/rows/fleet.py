@@ -1,5 +1,5 @@
 """The rows of the fleet: queues and their backlog, workers and pools, fixed starts' reservations
-and misses, release planning, and the database's clock (sql/queries.sql)."""
+and misses, release planning, and the database's clock (sql/workers.sql, queues.sql, fixed.sql)."""
 
 from __future__ import annotations
 

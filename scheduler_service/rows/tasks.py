@@ -2,7 +2,7 @@
 small rows of a submission's and a settlement's statements.
 
 `TaskRow` is the one whole task (get_task, list_tasks, cancel_task select the same column list,
-the `_task_row` fragment of queries.sql); a task column is a field here and a name there. The
+the `_task_row` fragment of sql/tasks.sql); a task column is a field here and a name there. The
 other classes are the few columns one statement returns.
 """
 

@@ -1,4 +1,4 @@
-"""The scheduler's storage adapter: domain values in, rows out, every query from sql/queries.sql.
+"""The scheduler's storage adapter: domain values in, rows out, every query from sql/ (one file per module).
 
 Every hot-path call works on a batch: one statement stores many submits, claims up to a worker's
 free slots, or finishes many attempts. Each concern lives in its own module; Store joins them.

@@ -28,7 +28,7 @@ class ClaimStore(StoreBase):
         of domain.dispatch.take_slots: rows go to them as domain.dispatch.hand_out says) in one
         statement: claim_pair for one open (queue, type) and nothing held, which locks rows as it
         reads them off the index; claim_tasks otherwise, whose candidates are planned for twice the
-        slots so that a claim meeting another still fills its slots (see both in queries.sql).
+        slots so that a claim meeting another still fills its slots (see both in sql/claims.sql).
 
         Types with a concurrency limit are locked and counted inside the same transaction, so
         replicas claiming at once never overshoot a limit together. Claims run on the connections
@@ -168,7 +168,7 @@ def _claim_params(slots: Sequence[tuple[str, int]], plan: ClaimPlan, signal: flo
 
 
 def _slot_params(slots: Sequence[tuple[str, int]]) -> dict[str, str]:
-    """The workers and their free slots as _claim_slots (queries.sql) takes them: one string each."""
+    """The workers and their free slots as _claim_slots (sql/claims.sql) takes them: one string each."""
     return {
         "workers": SEPARATOR.join(worker for worker, _ in slots),
         "free": ",".join(str(free) for _, free in slots),

@@ -10,6 +10,7 @@ import re
 import sys
 import uuid
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 
 import psycopg
@@ -100,11 +101,11 @@ def numbered(sql: str) -> tuple[str, int]:
 
 
 # Every named query of both services: a renamed column fails here rather than in production.
-QUERY_FILES = (
-    ("scheduler_service.sql", "queries.sql"),
-    ("scheduler_service.sql", "schedules.sql"),
-    ("scheduler_service.sql", "adaptive.sql"),
-    ("signal_service.sql", "queries.sql"),
+QUERY_FILES = tuple(
+    (package, entry.name)
+    for package in ("scheduler_service.sql", "signal_service.sql")
+    for entry in sorted(resources.files(package).iterdir(), key=lambda entry: entry.name)
+    if entry.name.endswith(".sql")
 )
 QUERIES = {
     f"{package}/{filename}:{name}": sql

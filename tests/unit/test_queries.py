@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from lowtide.db import load_queries
 from lowtide.db.queries import parse_queries
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SQL = """
 -- _columns --
@@ -33,3 +38,19 @@ def test_an_unknown_fragment_or_a_name_used_twice_is_an_error() -> None:
         parse_queries("-- one --\n-- The first.\nSELECT {{_rows}}\n")
     with pytest.raises(ValueError, match="defined twice"):
         parse_queries("-- one --\nSELECT 1\n-- one --\nSELECT 2\n")
+
+
+def test_the_files_of_a_package_share_their_fragments_and_no_name() -> None:
+    # finished_among (waits.sql) uses _finished, which workers.sql defines.
+    waits = load_queries("scheduler_service.sql", "waits.sql")
+    assert set(waits) == {"finished_among", "notify_finished"}
+    assert "{{" not in waits["finished_among"] and "'completed'" in waits["finished_among"]
+    every = load_queries("scheduler_service.sql")
+    assert waits.items() <= every.items()
+    assert {"claim_tasks", "finish_attempts", "upsert_worker"} <= every.keys()
+
+
+def test_no_query_file_is_over_400_lines() -> None:
+    files = [p for package in ("scheduler_service", "signal_service") for p in (ROOT / package / "sql").glob("*.sql")]
+    assert files
+    assert [f"{p.relative_to(ROOT)}: {n}" for p in files if (n := len(p.read_text().splitlines())) > 400] == []

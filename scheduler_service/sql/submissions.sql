@@ -1,0 +1,161 @@
+-- Submits: tasks, their dependencies and reservations stored, overload shed (store/submissions.py).
+-- Fragments ({{_name}}) are shared by every file of this folder.
+
+-- _insert_tasks --
+-- A batch of tasks inserted, but a row whose idempotency key the same submitter used already.
+INSERT INTO lowtide.tasks (
+    queue, kind, activity_type, payload, priority, idempotency_key,
+    max_attempts, initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable_error_types,
+    schedule_to_start_ms, start_to_close_ms, heartbeat_ms, schedule_to_start_deadline,
+    max_defer_ms, hold_deadline, signal_at_submit,
+    pool, start_at, start_tolerance_ms, on_miss, estimated_duration_ms, run_at, deps_pending, resources,
+    latest_start, planned_release_at, planned_intensity, plan_reason, submitted_by, headers
+)
+SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_key,
+       n.max_attempts, n.initial_backoff_ms, n.backoff_coefficient, n.max_backoff_ms,
+       string_to_array(n.non_retryable, E'\x1f'),
+       n.schedule_to_start_ms, n.start_to_close_ms, n.heartbeat_ms,
+       -- A task waiting for dependencies is not due, and its start deadline waits too.
+       CASE WHEN n.deps_pending = 0
+            THEN COALESCE(n.start_at, now()) + n.schedule_to_start_ms * interval '1 millisecond' END,
+       n.max_defer_ms,
+       -- Fixed starts are never held: their start was promised at admission. A latest start
+       -- releases the task a scheduling step (release_lead) before it, so it starts by then.
+       CASE WHEN n.kind = 'activity' AND n.start_at IS NULL
+            THEN LEAST(n.latest_start - %(release_lead)s::interval, n.planned_release_at) END,
+       %(signal)s::float8,
+       n.pool, n.start_at, n.start_tolerance_ms, n.on_miss, n.estimated_duration_ms,
+       CASE WHEN n.deps_pending > 0 THEN '9999-01-01 00:00:00+00'::timestamptz
+            ELSE COALESCE(n.start_at, GREATEST(n.planned_release_at, now()), now()) END,
+       n.deps_pending, n.resources::jsonb,
+       n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason, %(submitted_by)s::text,
+       n.headers::jsonb
+FROM unnest(
+    %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
+    %(priorities)s::int[], %(idempotency_keys)s::text[], %(max_attempts)s::int[],
+    %(initial_backoff_ms)s::bigint[], %(backoff_coefficients)s::float8[], %(max_backoff_ms)s::bigint[],
+    %(non_retryable)s::text[], %(schedule_to_start_ms)s::bigint[], %(start_to_close_ms)s::bigint[],
+    %(heartbeat_ms)s::bigint[], %(max_defer_ms)s::bigint[], %(pools)s::text[],
+    %(start_ats)s::timestamptz[], %(start_tolerance_ms)s::bigint[], %(on_miss)s::text[],
+    %(estimated_duration_ms)s::bigint[], %(deps_pending)s::int[], %(resources)s::text[],
+    %(latest_starts)s::timestamptz[], %(planned_release_ats)s::timestamptz[], %(planned_intensities)s::float8[],
+    %(plan_reasons)s::text[], %(headers)s::text[]
+) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, idempotency_key, max_attempts,
+                      initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable,
+                      schedule_to_start_ms, start_to_close_ms, heartbeat_ms, max_defer_ms, pool,
+                      start_at, start_tolerance_ms, on_miss, estimated_duration_ms, deps_pending, resources,
+                      latest_start, planned_release_at, planned_intensity, plan_reason, headers, ord)
+ORDER BY n.ord
+ON CONFLICT (idempotency_key, submitted_by) WHERE idempotency_key IS NOT NULL DO NOTHING
+
+-- _wake_if_stored --
+-- Wakes every replica's dispatch at commit (as notify_wake) when the statement stored any task.
+woken AS (
+    SELECT pg_notify('lowtide_wake', %(wake)s) FROM (SELECT FROM inserted LIMIT 1) AS stored
+)
+
+-- insert_tasks --
+-- Stores a batch of tasks (the id and key of each one stored), and wakes every replica's dispatch
+-- in the same statement: a submission of plain tasks is this one statement, without a transaction.
+WITH inserted AS (
+    {{_insert_tasks}}
+    RETURNING id, idempotency_key
+),
+{{_wake_if_stored}}
+SELECT id, idempotency_key FROM inserted LEFT JOIN woken ON true
+
+-- insert_tasks_whole --
+-- insert_tasks for a submission that answers with the tasks as stored (SubmitTask): each whole,
+-- so nothing is read back after.
+WITH inserted AS (
+    {{_insert_tasks}}
+    RETURNING *
+),
+{{_wake_if_stored}}
+SELECT {{_task_row}}, t.payload, t.result, t.heartbeat_details FROM inserted t LEFT JOIN woken ON true
+
+-- tasks_by_idempotency_key --
+-- The ids of this submitter's existing tasks with these idempotency keys (NULL: auth off).
+SELECT id, idempotency_key FROM lowtide.tasks
+WHERE idempotency_key = ANY(%(keys)s::text[]) AND submitted_by IS NOT DISTINCT FROM %(submitted_by)s::text
+
+-- register_queues --
+-- Records the queues new tasks go to (once per queue), so an idle queue keeps its metrics.
+INSERT INTO lowtide.queues (name)
+SELECT DISTINCT q FROM unnest(%(queues)s::text[]) AS q
+ON CONFLICT (name) DO NOTHING
+
+-- lock_pools --
+-- Serialises admission per pool across replicas, until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtext('lowtide.pool:' || p)) FROM unnest(%(pools)s::text[]) AS p ORDER BY p
+
+-- overlapping_reservations --
+-- Reservations of live fixed-start tasks in a pool that overlap a window.
+SELECT r.task_id, r.window_start, r.window_end
+FROM lowtide.reservations r
+JOIN lowtide.tasks t ON t.id = r.task_id AND t.state IN ('pending', 'running')
+WHERE r.pool = %(pool)s AND r.window_start < %(window_end)s AND r.window_end > %(window_start)s
+
+-- insert_reservations --
+-- Books the windows of newly admitted fixed starts.
+INSERT INTO lowtide.reservations (task_id, pool, window_start, window_end)
+SELECT * FROM unnest(%(task_ids)s::bigint[], %(pools)s::text[], %(starts)s::timestamptz[], %(ends)s::timestamptz[])
+
+-- lock_dependencies --
+-- The tasks a submission depends on, locked against finishing until it commits (so none can
+-- finish unseen between this check and the dependency rows being written).
+SELECT id, state FROM lowtide.tasks WHERE id = ANY(%(ids)s::bigint[]) FOR SHARE
+
+-- insert_dependencies --
+-- Records what new tasks depend on, and marks the tasks depended on.
+WITH rows AS (
+    INSERT INTO lowtide.task_dependencies (task_id, depends_on)
+    SELECT * FROM unnest(%(task_ids)s::bigint[], %(depends_on)s::bigint[])
+    RETURNING depends_on
+)
+UPDATE lowtide.tasks SET has_dependents = true WHERE id IN (SELECT depends_on FROM rows)
+
+-- lock_queues --
+-- Serialises submits to queues with a max_depth, until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtext('lowtide.queue:' || q)) FROM unnest(%(queues)s::text[]) AS q ORDER BY q
+
+-- claimable_depth --
+-- Pending tasks of a queue that count against max_depth: not fixed starts, not held. Counted in
+-- two parts, each on the claim index that holds it (regular work; work that needs resources), so
+-- a submit to a limited queue reads that queue's pending tasks, not the table: one condition for
+-- both, which no index matched, read every pending task or the whole table (250 ms a submit, under
+-- the queue's lock, with 2,300,000 tasks kept).
+SELECT ((SELECT count(*) FROM lowtide.tasks
+         WHERE queue = %(queue)s AND state = 'pending' AND start_at IS NULL AND resources IS NULL
+           AND NOT (activity_type = ANY(%(held)s::text[]) AND kind = 'activity'))
+      + (SELECT count(*) FROM lowtide.tasks
+         WHERE queue = %(queue)s AND state = 'pending' AND start_at IS NULL AND resources IS NOT NULL
+           AND NOT (activity_type = ANY(%(held)s::text[]) AND kind = 'activity')))::int AS depth
+
+-- shed_lowest --
+-- Sheds the lowest-priority claimable pending tasks of a queue (newest first among equals).
+UPDATE lowtide.tasks t
+SET state = 'shed', finished_at = now(), shed_reason = %(reason)s, schedule_to_start_deadline = NULL
+WHERE t.id IN (
+    SELECT id FROM lowtide.tasks
+    WHERE queue = %(queue)s AND state = 'pending' AND start_at IS NULL
+      AND NOT (activity_type = ANY(%(held)s::text[]) AND kind = 'activity')
+    ORDER BY priority ASC, created_at DESC, id DESC
+    LIMIT %(count)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING t.id, t.state, t.has_dependents
+
+-- shed_oldest --
+-- Sheds the oldest claimable pending tasks of a queue.
+UPDATE lowtide.tasks t
+SET state = 'shed', finished_at = now(), shed_reason = %(reason)s, schedule_to_start_deadline = NULL
+WHERE t.id IN (
+    SELECT id FROM lowtide.tasks
+    WHERE queue = %(queue)s AND state = 'pending' AND start_at IS NULL
+      AND NOT (activity_type = ANY(%(held)s::text[]) AND kind = 'activity')
+    ORDER BY created_at ASC, id ASC
+    LIMIT %(count)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING t.id, t.state, t.has_dependents
