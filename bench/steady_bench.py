@@ -24,6 +24,7 @@ finished, and submit p99 at most KEPT_P99_MS.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -36,7 +37,7 @@ import psycopg
 from pgqueuer import AsyncpgDriver, AsyncpgPoolDriver, Queries
 
 from bench import _fleet, pgqueuer_bench
-from bench._cpu import CpuWindow
+from bench._cpu import CpuWindow, cpu_seconds
 from bench._pg import committed, throwaway_database
 from bench.lowtide_run import SLOTS, _percentile, _services, _start_workers, _wait_for
 from bench.pgqueuer_worker import ENTRYPOINT
@@ -199,6 +200,7 @@ async def _run(name: str, database_url: str, rate: int) -> dict[str, Any]:
         cpu = CpuWindow(system.roles, await _backends(conn))
         commits = await committed(conn)
         cpu.start()
+        generator = cpu_seconds(os.getpid())
         follow = asyncio.create_task(_follow_backends(conn, cpu))
         try:
             due_at, latencies, failed = await _offer(system, rate, cpu)
@@ -214,6 +216,7 @@ async def _run(name: str, database_url: str, rate: int) -> dict[str, Any]:
             follow.cancel()
         tasks = max(1, len(done))
         used = cpu.per_task(tasks)
+        generator = cpu_seconds(os.getpid()) - generator
         await asyncio.sleep(STATS_FLUSH_S)
         # This side's own reads (the first count, the polls, this one) are a few of many thousands.
         commits = await committed(conn) - commits
@@ -229,6 +232,8 @@ async def _run(name: str, database_url: str, rate: int) -> dict[str, Any]:
         "finished": len(done),
         "completed_per_s": round(len(done) / span, 1) if span > 0 else None,
         "cpu_us_per_task": used,
+        # Not in the system's figures: what firing and timing the submits cost this process.
+        "load_generator_cpu_us_per_task": round(generator / tasks * 1e6, 1),
         "commits_per_task": round(commits / tasks, 2),
         "submit_ms": {"p50": _percentile(latencies, 0.5), "p99": p99} if latencies else None,
         "submit_to_finished_ms": (
