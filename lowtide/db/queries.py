@@ -4,6 +4,11 @@ saying what the query does, as in Procrastinate's queries.sql. Loaded once into 
 A block whose name starts with `_` is a fragment, not a query: text that several queries share
 (what a claim sets, say), written once and put in place of `{{_name}}` when the file is loaded.
 A package's files share their fragments: a query of one file may use a fragment of another.
+
+A query is kept without its comment lines, indentation and runs of blanks (line breaks stay, so a
+comment at the end of a line still ends there): psycopg parses a statement's text once and
+remembers it only when it is at most 4 KB, and a longer one (the insert that answers SubmitTask, the
+claim of a group of several types) was parsed again on every execution.
 """
 
 from __future__ import annotations
@@ -14,6 +19,14 @@ from importlib import resources
 _HEADER = re.compile(r"^-- ([a-z0-9_]+) --\s*$", re.MULTILINE)
 _FRAGMENT = re.compile(r"\{\{(_[a-z0-9_]+)\}\}")
 _COMMENT_LINE = re.compile(r"^\s*--.*\n", re.MULTILINE)
+_INDENT = re.compile(r"^[ \t]+", re.MULTILINE)
+_BLANKS = re.compile(r"[ \t]{2,}")
+
+
+def _compact(sql: str) -> str:
+    """The statement without comment lines, indentation or runs of blanks (none of the queries
+    has a string literal they would change)."""
+    return _BLANKS.sub(" ", _INDENT.sub("", _COMMENT_LINE.sub("", sql + "\n"))).strip()
 
 
 def _blocks(text: str) -> dict[str, str]:
@@ -33,7 +46,7 @@ def _blocks(text: str) -> dict[str, str]:
 def _resolve(queries: dict[str, str], every: dict[str, str]) -> dict[str, str]:
     """The queries (fragments left out) with each `{{_name}}` replaced by that fragment of `every`."""
     # A fragment goes in without its comment lines (the query says what it does).
-    fragments = {name: _COMMENT_LINE.sub("", sql + "\n").strip() for name, sql in every.items() if name[0] == "_"}
+    fragments = {name: _compact(sql) for name, sql in every.items() if name[0] == "_"}
 
     def fragment(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -41,7 +54,7 @@ def _resolve(queries: dict[str, str], every: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"no fragment {name!r} (a block named -- {name} --)")
         return fragments[name]
 
-    return {name: _FRAGMENT.sub(fragment, sql) for name, sql in queries.items() if name[0] != "_"}
+    return {name: _compact(_FRAGMENT.sub(fragment, sql)) for name, sql in queries.items() if name[0] != "_"}
 
 
 def parse_queries(text: str) -> dict[str, str]:

@@ -33,6 +33,15 @@ def test_fragments_are_put_in_place_without_their_comments_and_are_no_queries() 
     assert queries["two"].endswith("RETURNING id, state")
 
 
+def test_a_query_is_kept_without_comment_lines_indentation_or_runs_of_blanks() -> None:
+    # psycopg parses a statement once only when its text is at most 4 KB: what the server does
+    # not need is not sent, nor parsed again.
+    queries = parse_queries(
+        "-- one --\n-- The first.\nSELECT id,   state\n    -- a note\n    FROM t  -- the table\n    WHERE id = %(id)s\n"
+    )
+    assert queries["one"] == "SELECT id, state\nFROM t -- the table\nWHERE id = %(id)s"
+
+
 def test_an_unknown_fragment_or_a_name_used_twice_is_an_error() -> None:
     with pytest.raises(ValueError, match="no fragment '_rows'"):
         parse_queries("-- one --\n-- The first.\nSELECT {{_rows}}\n")
