@@ -21,7 +21,7 @@ from tests.deploy import go_toolchain
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Go is installed once, after collection and before any test (its minutes are not counted
     against a test's timeout), only when the Go worker's test is to run."""
-    if any(item.path.name == "test_go_worker.py" for item in items):
+    if any(item.path.name in ("test_go_worker.py", "test_go_tutorial.py") for item in items):
         go_toolchain.ensure()
 
 
