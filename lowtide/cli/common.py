@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import math
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
@@ -117,6 +118,24 @@ def security() -> dict[str, Any]:
     token; LOWTIDE_CA turns TLS on; LOWTIDE_CERT and LOWTIDE_KEY add a client certificate."""
     names = {"token": "LOWTIDE_TOKEN", "ca": "LOWTIDE_CA", "cert": "LOWTIDE_CERT", "key": "LOWTIDE_KEY"}
     return {option: os.environ[name] for option, name in names.items() if os.environ.get(name)}
+
+
+# The services plug their `serve(config)` in under this entry-point group (pyproject.toml), so that
+# the kernel and the CLI import none of them: the arrows point from the services to lowtide.
+SERVICES = "lowtide.services"
+
+
+async def serve_service(name: str, config: Config) -> int:
+    """Runs the named service (`scheduler`, `signal`) until it is stopped."""
+    found = importlib.metadata.entry_points(group=SERVICES, name=name)
+    if not found:
+        raise LowtideError(
+            f"the {name} service is not installed with this lowtide (no {name!r} in the {SERVICES} entry points):"
+            " reinstall lowtide (pip install lowtide; in a checkout, make .venv/.installed-dev)"
+        )
+    serve: Callable[[Config], Awaitable[None]] = next(iter(found)).load()
+    await serve(config)
+    return 0
 
 
 def show(args: argparse.Namespace, message: Any, human: str) -> None:

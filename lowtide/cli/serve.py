@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lowtide.cli.common import Commands, Parents
+from lowtide.cli.common import Commands, Parents, serve_service
 from lowtide.config import Config
 
 
@@ -15,10 +15,7 @@ async def _up(args: argparse.Namespace, config: Config) -> int:
 
 
 async def _scheduler_serve(args: argparse.Namespace, config: Config) -> int:
-    from scheduler_service.server import serve
-
-    await serve(config)
-    return 0
+    return await serve_service("scheduler", config)
 
 
 async def _console(args: argparse.Namespace, config: Config) -> int:

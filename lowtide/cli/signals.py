@@ -7,16 +7,13 @@ import json
 from typing import Any
 
 from lowtide import output
-from lowtide.cli.common import Commands, Parents, finite, security
+from lowtide.cli.common import Commands, Parents, finite, security, serve_service
 from lowtide.config import Config
 from lowtide_client import SignalClient
 
 
 async def _signal_serve(args: argparse.Namespace, config: Config) -> int:
-    from signal_service.server import serve
-
-    await serve(config)
-    return 0
+    return await serve_service("signal", config)
 
 
 def _signal_client(args: argparse.Namespace, config: Config) -> SignalClient:

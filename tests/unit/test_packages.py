@@ -9,6 +9,9 @@ from __future__ import annotations
 import ast
 import email
 import email.message
+import importlib
+import importlib.metadata
+import inspect
 import re
 import subprocess
 import sys
@@ -93,6 +96,27 @@ def test_domain_imports_nothing_of_the_service_and_wire_only_domain_and_rows() -
         if package in allowed and target not in allowed[package]
     }
     assert foreign == set()
+
+
+def test_the_kernel_and_the_cli_import_no_service() -> None:
+    services = {"scheduler_service", "signal_service"}
+    upward = {
+        f"{path.relative_to(_REPO)}: {name}"
+        for path in _python_files(_REPO / "lowtide")
+        for name in _imports(path)
+        if name.split(".")[0] in services
+    }
+    assert upward == set()
+
+
+def test_each_service_plugs_its_serve_into_the_cli() -> None:
+    declared = tomllib.loads((_REPO / "pyproject.toml").read_text())["project"]["entry-points"]["lowtide.services"]
+    assert declared == {"scheduler": "scheduler_service.server:serve", "signal": "signal_service.server:serve"}
+    installed = {e.name: e.value for e in importlib.metadata.entry_points(group="lowtide.services")}
+    assert installed == declared, "the venv's lowtide is older than pyproject.toml: make .venv/.installed-dev"
+    for value in declared.values():
+        module, _, name = value.partition(":")
+        assert inspect.iscoroutinefunction(getattr(importlib.import_module(module), name))
 
 
 def _requirements(pyproject: Path) -> set[str]:
