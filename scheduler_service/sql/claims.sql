@@ -195,6 +195,14 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(worker_ids)s::text[]) AS u
 WHERE t.id = u.id AND t.attempt = u.attempt AND t.state IS NOT DISTINCT FROM 'running'
   AND t.worker_id = u.worker_id
 
+-- _fixed_claimable --
+-- A fixed start (t) may be claimed: a retry, a late run its miss policy allowed, or a first
+-- attempt still within start + tolerance. One past it waits for the leader to mark it missed,
+-- which applies its on_miss (skip, or run late) and says why: claimed as if on time (while the
+-- leader was away, or between its ticks), a skip ran late and nothing said it was missed.
+(t.attempt > 0 OR t.missed
+ OR t.start_at + GREATEST(t.start_tolerance_ms, 50) * interval '1 millisecond' >= now())
+
 -- claim_fixed_due --
 -- Takes due fixed-start tasks of a pool (at their start, retries, late runs) for the workers of
 -- one dispatch group, earliest first, ahead of regular work, each recorded for the worker of its
@@ -205,7 +213,7 @@ due AS (
     SELECT t.id, t.run_at
     FROM lowtide.tasks t
     WHERE t.state = 'pending' AND t.start_at IS NOT NULL AND t.pool = %(pool)s AND t.run_at <= now()
-      AND t.resources IS NULL
+      AND t.resources IS NULL AND {{_fixed_claimable}}
       AND EXISTS (SELECT 1 FROM live)
       AND t.queue = ANY(%(queues)s::text[]) AND t.activity_type = ANY(%(types)s::text[])
       AND t.queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
@@ -241,7 +249,7 @@ FROM lowtide.tasks t
 WHERE t.state = 'pending' AND t.resources IS NOT NULL AND t.run_at <= now()
   AND t.queue = ANY(%(queues)s::text[]) AND t.activity_type = ANY(%(types)s::text[])
   AND t.queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
-  AND (t.start_at IS NOT NULL AND t.pool = %(pool)s
+  AND (t.start_at IS NOT NULL AND t.pool = %(pool)s AND {{_fixed_claimable}}
        OR t.start_at IS NULL
           AND NOT (t.kind = 'activity' AND (t.queue || E'\x1f' || t.activity_type) = ANY(%(held)s::text[])))
 ORDER BY (t.start_at IS NOT NULL) DESC, t.priority DESC, t.run_at, t.id

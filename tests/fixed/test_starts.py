@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
+
+import psycopg
 
 from lowtide.config import CostConfig
 from lowtide_client import Client, Task, TaskState, Worker, task_spec
@@ -156,6 +158,54 @@ async def test_run_late_runs_a_missed_start_as_soon_as_it_can(fixed_scheduler: S
 
 async def _missed(client: Client, task_id: int) -> bool:
     return (await client.get(task_id)).missed
+
+
+async def test_a_start_past_its_tolerance_is_not_run_as_if_on_time_while_no_leader_marks_it(database_url: str) -> None:
+    # Another replica holds the maintenance lease and is silent (frozen, or between its ticks):
+    # nobody marks the miss yet. A free worker of the pool must not take the start as if on time,
+    # or a skip runs late with nothing saying it was missed (found by the soak: start_hit false,
+    # missed false).
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute(
+            "INSERT INTO lowtide.leader (name, holder, expires_at) "
+            "VALUES ('scheduler.maintenance', 'a-frozen-replica', now() + interval '1 hour')"
+        )
+    scheduler = await start_scheduler(fixed_config(), database_url=database_url)
+    calls: list[str] = []
+    try:
+        async with Client(scheduler.target) as client:
+            late = await client.submit(
+                "work",
+                "late",
+                pool="two",
+                start_in=timedelta(milliseconds=300),
+                start_tolerance=timedelta(milliseconds=200),
+                on_miss="skip",
+                estimated_duration=timedelta(seconds=1),
+            )
+            past = late.start_at.ToDatetime(tzinfo=UTC) + timedelta(milliseconds=300) - datetime.now(UTC)
+            await asyncio.sleep(max(0.0, past.total_seconds()))  # until start + tolerance has passed
+            async with pool_worker(scheduler, "two", calls=calls):
+                # Due fixed starts are claimed ahead of regular work: once this one ran, the late
+                # start would have been taken had it been claimable.
+                marker = await client.submit("work", "marker")
+                await client.wait(marker.id, timeout=timedelta(seconds=15))
+                # And the replica's polls, which ask every group for due fixed starts, went by.
+                polls = scheduler.dispatcher.polls
+
+                async def polled() -> bool:
+                    return scheduler.dispatcher.polls >= polls + 3
+
+                await eventually(polled, within=30)
+                assert (await client.get(late.id)).state == PENDING and calls == ["marker"]
+                async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+                    await conn.execute("DELETE FROM lowtide.leader WHERE holder = 'a-frozen-replica'")
+                done = await client.wait(late.id, timeout=timedelta(seconds=20))
+    finally:
+        await scheduler.stop(grace=0.5)
+    assert (done.state, done.missed, done.attempt) == (SKIPPED, True, 0)
+    assert done.miss_reason
+    assert calls == ["marker"]
 
 
 async def test_a_retried_attempt_goes_ahead_of_regular_work(fixed_scheduler: Scheduler) -> None:
