@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: up test lint typecheck proto proto-check schema pytest docs docs-serve bench clean
+.PHONY: up test lint typecheck proto proto-check schema pytest docs docs-serve bench soak clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,3 +64,8 @@ bench: $(BENCH_STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build/site
+
+# Faults drawn from a seed under a load of every kind of work, every promise checked:
+# make soak ARGS="--duration 30m --seed 7" (docs/explanation/soak.md).
+soak: $(STAMP)
+	$(BIN)/python -m soak $(ARGS)
