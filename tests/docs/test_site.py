@@ -105,6 +105,15 @@ def test_a_broken_anchor_fails_the_build(tmp_path: Path) -> None:
     assert "no-such-heading" in built.stderr
 
 
+def test_every_link_of_the_readme_leads_somewhere() -> None:
+    # GitHub shows the README, not the site: its relative links must name files that exist.
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [t for t in targets if "://" not in t]
+    assert local, "the README links into the docs"
+    assert [t for t in local if not (ROOT / t).exists()] == []
+
+
 def test_the_readme_is_a_front_door() -> None:
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= README_MAX_LINES
