@@ -49,7 +49,7 @@ def _title(path: Path) -> str:
 
 
 def navigation(docs: Path) -> list[Any]:
-    nav: list[Any] = ["index.md"]
+    nav: list[Any] = [{"Home": "index.md"}]
     for title, folder, first in SECTIONS:
         pages = sorted((docs / folder).glob("*.md"))
         lead = [name for name in first if (docs / folder / name).exists()]
