@@ -88,6 +88,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the carbon evaluation's trace: a CSV `Time,Carbon Intensity` (default: the bundled GB 2020 one)",
     )
     parser.add_argument(
+        "--forecasts",
+        default="",
+        help="with --actuals: the carbon evaluation on recorded forecasts, a CSV `issued_at,target,forecast`",
+    )
+    parser.add_argument("--actuals", default="", help="with --forecasts: the values that came, a CSV `target,actual`")
+    parser.add_argument(
         "--only",
         type=_names,
         default=list(BENCHMARKS),
@@ -164,6 +170,10 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
 
         return await steady(args.database_url)
     if name == "carbon":
+        if args.forecasts or args.actuals:
+            from bench.recorded_bench import recorded_evaluation
+
+            return recorded_evaluation(args.forecasts, args.actuals)
         from bench.carbon_bench import carbon_evaluation
 
         return carbon_evaluation(args.trace)

@@ -28,12 +28,13 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
+from lowtide.forecast_calibration import Calibration, Issued, Record
 from lowtide.forecast_error import ErrorModel
 from scheduler_service.domain.demand import LOOKBACK, Submitted, expected_arrivals
 from scheduler_service.domain.planning import CAUTION, Capacity, Commitment, Forecast, PlanTask, plan
@@ -51,25 +52,117 @@ class Rows:
 
 class Forecasts:
     """The forecast issued on each row under one error model, drawn once (seeded by row) and
-    shared by every policy, slack and pool, so they are compared on the same forecasts."""
+    shared by every policy, slack and pool, so they are compared on the same forecasts. Each
+    point states the model's expected error (`stated`), or none (`blind`: what real feeds give)."""
 
-    def __init__(self, rows: Rows, model: ErrorModel, seed: str) -> None:
+    def __init__(self, rows: Rows, model: ErrorModel, seed: str, *, stated: bool = True) -> None:
         self._rows, self._model, self._seed = rows, model, seed
         self._cache: dict[int, Forecast] = {}
-        self._errors = [model.stddev(i * ROW) for i in range(HORIZON_ROWS + 1)]
+        self._drawn: dict[int, list[float]] = {}
+        self._errors = [model.stddev(i * ROW) if stated else 0.0 for i in range(HORIZON_ROWS + 1)]
+
+    def blind(self) -> Forecasts:
+        """The same forecasts, stating no error."""
+        other = Forecasts(self._rows, self._model, self._seed, stated=False)
+        other._drawn = self._drawn
+        return other
+
+    def drawn(self, k: int) -> list[float]:
+        """The values issued on row k (the first is row k's, known)."""
+        got = self._drawn.get(k)
+        if got is None:
+            last = min(len(self._rows.values) - 1, k + HORIZON_ROWS)
+            truth = self._rows.values[k : last + 1]
+            got = self._drawn[k] = self._model.perturb(truth, ROW, random.Random(f"{self._seed}:{k}"))
+        return got
 
     def at(self, k: int) -> Forecast:
         cached = self._cache.get(k)
         if cached is not None:
             return cached
-        times, values = self._rows.times, self._rows.values
-        last = min(len(values) - 1, k + HORIZON_ROWS)
-        truth = values[k : last + 1]
-        noisy = self._model.perturb(truth, ROW, random.Random(f"{self._seed}:{k}"))
-        points = [(times[k + i], noisy[i], self._errors[i]) for i in range(len(truth))]
-        forecast = Forecast.of(points, end=times[last] + ROW)
+        times = self._rows.times
+        noisy = self.drawn(k)
+        points = [(times[k + i], noisy[i], self._errors[i]) for i in range(len(noisy))]
+        forecast = Forecast.of(points, end=times[k + len(noisy) - 1] + ROW)
         self._cache[k] = forecast
         return forecast
+
+    def caution(self, k: int) -> float:
+        return CAUTION
+
+    def newest(self, k: int) -> Issued:
+        times, drawn = self._rows.times, self.drawn(k)
+        return Issued(times[k], tuple((times[k + i], drawn[i]) for i in range(1, len(drawn))))
+
+    def issued_on(self, k: int) -> Sequence[Issued]:
+        return [self.newest(k)]
+
+
+class Learned:
+    """The forecasts of `source` issued bare, each point given the bias and error the project's
+    calibration (lowtide.forecast_calibration) learned from the forecasts issued before it and
+    the values that came, and planned with the caution it found to pay: production's path, with
+    no look at the model. The record starts `history` rows before the first plan (a deployment
+    has its past), and is learned again every `every` rows."""
+
+    def __init__(self, rows: Rows, source: Issuing, start: int, *, history: int, every: int = 48) -> None:
+        self._rows, self._source, self._start, self._every = rows, source, start, every
+        self._record = Record()
+        self._fed = max(0, start - history)
+        self._learned: dict[int, Calibration] = {}
+        self._cache: dict[int, Forecast] = {}
+
+    def _calibrated(self, k: int) -> Calibration:
+        """The calibration learned at the last learning row at or before k (from what was known
+        there: `Record.learn` reads nothing after its `now`)."""
+        anchor = k - (k - self._start) % self._every
+        learned = self._learned.get(anchor)
+        if learned is not None:
+            return learned
+        times, values = self._rows.times, self._rows.values
+        while self._fed < anchor:
+            # Row `fed` is over: its value came, and its forecasts were issued.
+            j = self._fed
+            self._record.add_actual(times[j], values[j])
+            for issued in self._source.issued_on(j):
+                self._record.add_forecast(issued)
+            self._fed += 1
+        self._record.add_actual(times[anchor], values[anchor])
+        learned = self._learned[anchor] = self._record.learn(times[anchor])
+        return learned
+
+    def at(self, k: int) -> Forecast:
+        cached = self._cache.get(k)
+        if cached is not None:
+            return cached
+        calibration = self._calibrated(k)
+        now = self._rows.times[k]
+        issued = self._source.newest(k)
+        actual = self._rows.values[k]
+        anchored = calibration.correct(issued.issued_at, issued.points, now=now, actual=actual)
+        points = [(now, actual, 0.0), *(p for p in anchored if p[0] > now)]
+        forecast = Forecast.of(points, end=issued.points[-1][0] + ROW)
+        self._cache[k] = forecast
+        return forecast
+
+    def caution(self, k: int) -> float:
+        return self._calibrated(k).caution
+
+
+class Issuing(Protocol):
+    def newest(self, k: int) -> Issued:
+        """The newest forecast issued by row k's time, as issued (no error stated)."""
+        ...
+
+    def issued_on(self, k: int) -> Sequence[Issued]:
+        """The forecasts issued during row k."""
+        ...
+
+
+class ForecastSource(Protocol):
+    def at(self, k: int) -> Forecast: ...
+
+    def caution(self, k: int) -> float: ...
 
 
 def replanned(
@@ -77,9 +170,8 @@ def replanned(
     arrivals: range,
     slack: int,
     slots: int | None,
-    forecasts: Forecasts,
+    forecasts: ForecastSource,
     *,
-    caution: float = CAUTION,
     sticky: bool = True,
 ) -> list[int]:
     times = rows.times
@@ -104,7 +196,7 @@ def replanned(
             times[k],
             signal_low=False,
             resolution=ROW,
-            caution=caution,
+            caution=forecasts.caution(k),
             expected=expected,
         )
         previous = {p.task_id: p.release_at for p in plans}
@@ -119,9 +211,7 @@ def replanned(
     return [started[a] for a in arrivals]
 
 
-def planned_once(
-    rows: Rows, arrivals: range, slack: int, slots: int | None, forecasts: Forecasts, *, caution: float = CAUTION
-) -> list[int]:
+def planned_once(rows: Rows, arrivals: range, slack: int, slots: int | None, forecasts: ForecastSource) -> list[int]:
     times = rows.times
     pool = slots or UNBOUNDED
     lookback = LOOKBACK // ROW
@@ -139,7 +229,7 @@ def planned_once(
             times[a],
             signal_low=False,
             resolution=ROW,
-            caution=caution,
+            caution=forecasts.caution(a),
             expected=expected_arrivals(recent, times[a]) if slots else [],
         )
         start = bisect.bisect_left(times, p.release_at)

@@ -28,12 +28,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC
+from datetime import UTC, timedelta
 from typing import Any
 
 from bench._carbon_sim import (
     ROW,
     Forecasts,
+    ForecastSource,
+    Learned,
     Rows,
     costs,
     oracle_pool,
@@ -47,7 +49,18 @@ from signal_service.feeds.replay import load_trace
 
 SLACKS_H = (4, 8, 24)
 POOLS: tuple[int | None, ...] = (2, 4, None)
-MODELS: dict[str, ErrorModel] = {"iid_5pct": IidError(0.05), "iid_15pct": IidError(0.15), "horizon": HorizonError()}
+MODELS: dict[str, ErrorModel] = {
+    "iid_5pct": IidError(0.05),
+    "iid_15pct": IidError(0.15),
+    "horizon": HorizonError(),
+    "horizon_ar1": HorizonError(shift_at_24h=timedelta(0)),
+}
+# Each policy and what its forecasts state: the model's error (`planned_once`, `replanned`),
+# none (`replanned_blind`: what real feeds give), or what the calibration learned from the
+# forecasts issued before (`replanned_learned`).
+MODES = ("planned_once", "replanned", "replanned_blind", "replanned_learned")
+# The calibration's record starts this long before each block's first plan.
+HISTORY_ROWS = 14 * 48
 PERCENTILES = (10, 30, 50)
 SEED = 2020
 # The sample: this many blocks of consecutive days, spread evenly over the trace (after a week
@@ -93,10 +106,17 @@ def carbon_evaluation(trace_file: str = "", *, blocks: int = BLOCKS, days: int =
     arrivals = sample(rows, blocks, days)
     jobs = sum(len(r) for r in arrivals)
     baseline = sum(costs(rows, r) for r in arrivals)
-    forecasts = {
+    stated = {
         name: [Forecasts(rows, model, f"{SEED}:{name}:{i}") for i in range(len(arrivals))]
         for name, model in MODELS.items()
     }
+    sources: dict[tuple[str, str], list[ForecastSource]] = {}
+    for name, per_block in stated.items():
+        sources[name, "planned_once"] = sources[name, "replanned"] = list(per_block)
+        sources[name, "replanned_blind"] = [f.blind() for f in per_block]
+        sources[name, "replanned_learned"] = [
+            Learned(rows, f, block.start, history=HISTORY_ROWS) for f, block in zip(per_block, arrivals, strict=True)
+        ]
 
     def run(policy: Callable[[range, int], list[int]], slack: int) -> tuple[float, list[int]]:
         waits: list[int] = []
@@ -130,19 +150,22 @@ def carbon_evaluation(trace_file: str = "", *, blocks: int = BLOCKS, days: int =
             entry[f"oracle_{key}_saving_pct"] = round(100 * got, 2)
         for name in MODELS:
             cells: dict[str, Any] = {}
-            for mode, policy in (("planned_once", planned_once), ("replanned", replanned)):
+            for mode in MODES:
+                policy = planned_once if mode == "planned_once" else replanned
                 for pool in POOLS:
                     key = f"pool_{pool}" if pool else "unbounded"
 
-                    def one(b: range, s: int, p: int | None = pool, f: Any = policy, n: str = name) -> list[int]:
-                        return list(f(rows, b, s, p, forecasts[n][arrivals.index(b)]))
+                    def one(
+                        b: range, s: int, p: int | None = pool, f: Any = policy, m: Any = (name, mode)
+                    ) -> list[int]:
+                        return list(f(rows, b, s, p, sources[m][arrivals.index(b)]))
 
                     got, (late, *waits) = run(one, slack)
-                    cells[f"{mode}_{key}"] = _figures(got, oracles[key], late, waits)
+                    cells[f"{mode}_{key}"] = figures(got, oracles[key], late, waits)
             entry[name] = cells
         for p in PERCENTILES:
             got, (late, *waits) = run(functools.partial(threshold, rows, percentile=p), slack)
-            entry[f"threshold_p{p}"] = _figures(got, oracles["unbounded"], late, waits)
+            entry[f"threshold_p{p}"] = figures(got, oracles["unbounded"], late, waits)
         results[f"slack_{slack_h}h"] = entry
         print(f"[carbon] slack {slack_h} h done after {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
     results["elapsed_s"] = round(time.perf_counter() - began, 2)
@@ -153,7 +176,7 @@ def _blockwise(oracle: Callable[..., list[int]], rows: Rows, block: range, slack
     return oracle(rows, block, slack, pool)
 
 
-def _figures(saving: float, best: float, late: int, waits: list[int]) -> dict[str, Any]:
+def figures(saving: float, best: float, late: int, waits: list[int]) -> dict[str, Any]:
     ordered = sorted(waits)
     p99 = ordered[min(len(ordered) - 1, -(-99 * len(ordered) // 100) - 1)]
     return {

@@ -1,0 +1,342 @@
+"""A feed's forecast error, learned from its own record: the forecasts it issued and the values
+that came (see docs/explanation/forecast-error.md).
+
+From the pairs (forecast point, actual value) of a rolling window it learns, by lead time: the
+bias (the median of actual / forecast - 1) and the spread around it (1.4826 x the median absolute
+deviation, a standard deviation robust to outliers), each blended toward a prior while there are
+few forecasts to learn from. Then it learns how much caution pays on this feed: it re-plays the
+window's jobs (one start chosen in a window, re-planned on each issued forecast, as the planner
+scores starts) under each caution, and keeps the one whose starts were cheapest in fact.
+
+Nothing here does I/O or reads a clock: the signal service and the carbon bench feed it the same
+way, with only what was known at `now`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from lowtide.forecast_error import ErrorModel, HorizonError
+
+_HOUR = timedelta(hours=1)
+WINDOW = timedelta(days=14)
+# Lead-time buckets (hours; the last is open): finer near, where the error changes fastest.
+BUCKET_EDGES_H = (0.0, 0.5, 1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 30, 36, 42, 48)
+# How many issued forecasts the prior weighs as: a bucket learned from that many has the data's
+# figures and the prior's at half weight each.
+PRIOR_FORECASTS = 8
+# The planner's default caution, and the ones tried on the record.
+PRIOR_CAUTION = 1.0
+CAUTIONS = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0)
+# The jobs re-played to choose a caution: one every `JOB_STRIDE`, for each of these windows, over
+# the last `CAUTION_WINDOW` (all of it known); fewer than MIN_JOBS and the prior's caution holds.
+JOB_SLACKS = (timedelta(hours=4), timedelta(hours=8), timedelta(hours=24))
+JOB_STRIDE = timedelta(hours=1)
+CAUTION_WINDOW = timedelta(days=7)
+MIN_JOBS = 24
+_CLEARLY = 2.0
+_MAD_TO_SIGMA = 1.4826
+# The leads a plan made on a forecast issued earlier sees as its present (feeds issue one every
+# half hour to few hours), and at most one forecast per `ANCHOR_STRIDE` for learning how errors
+# persist (each weighs 12 x 96 pairs).
+ANCHOR_LEAD = timedelta(hours=6)
+ANCHOR_STRIDE = timedelta(hours=1)
+# A relative error beyond this is a bad value (a zero actual, a units slip), not a forecast's error.
+_WILD = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Issued:
+    """One forecast as its feed issued it: (target time, value) points, in time order."""
+
+    issued_at: datetime
+    points: tuple[tuple[datetime, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    lo_h: float
+    hi_h: float
+    forecasts: int
+    samples: int
+    bias: float
+    stddev: float
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """What the record taught at `at`: per lead bucket the bias and error (blended with the
+    prior), and the caution that paid (`caution_jobs` re-played; 0 when the prior's was kept)."""
+
+    at: datetime
+    buckets: tuple[Bucket, ...]
+    caution: float = PRIOR_CAUTION
+    caution_jobs: int = 0
+    days: float = 0.0
+    # How much of a forecast's error now is still there `BUCKET_EDGES_H[i]` hours later (the
+    # regression of the later error on the earlier; 0 without a record).
+    persistence: tuple[float, ...] = ()
+
+    def _bucket(self, lead: timedelta) -> Bucket:
+        hours = max(0.0, lead / _HOUR)
+        return self.buckets[max(0, bisect.bisect_right(BUCKET_EDGES_H, hours) - 1)]
+
+    def stddev(self, lead: timedelta) -> float:
+        return self._bucket(lead).stddev if lead > timedelta(0) else 0.0
+
+    def bias(self, lead: timedelta) -> float:
+        return self._bucket(lead).bias if lead > timedelta(0) else 0.0
+
+    def samples(self, lead: timedelta) -> int:
+        return self._bucket(lead).samples
+
+    def learned(self, lead: timedelta) -> bool:
+        """Whether the figures at this lead come mostly from the record (else from the prior)."""
+        return self._bucket(lead).forecasts >= PRIOR_FORECASTS
+
+    def persists(self, later: timedelta) -> float:
+        if not self.persistence:
+            return 0.0
+        hours = max(0.0, later / _HOUR)
+        return self.persistence[max(0, bisect.bisect_right(BUCKET_EDGES_H, hours) - 1)]
+
+    def correct(
+        self,
+        issued_at: datetime,
+        points: Iterable[tuple[datetime, float]],
+        *,
+        now: datetime | None = None,
+        actual: float | None = None,
+    ) -> list[tuple[datetime, float, float]]:
+        """The points with their bias taken out and the error learned for their lead:
+        (time, value, relative error). Given the value `actual` at `now` and a point of the
+        forecast at or before it, the error the forecast makes now is known, and the later
+        points are moved by as much of it as the record says persists."""
+        listed = sorted(points)
+        out = [(at, value * (1 + self.bias(at - issued_at)), self.stddev(at - issued_at)) for at, value in listed]
+        if now is None or actual is None:
+            return out
+        current = bisect.bisect_right(listed, (now, float("inf"))) - 1
+        if current < 0 or out[current][1] <= 0:
+            return out
+        error = actual / out[current][1] - 1
+        return [(at, v * (1 + self.persists(at - now) * error) if at > now else v, e) for at, v, e in out]
+
+
+def prior_calibration(at: datetime, prior: ErrorModel | None = None) -> Calibration:
+    model = prior or HorizonError()
+    buckets = []
+    for i, lo in enumerate(BUCKET_EDGES_H):
+        hi = BUCKET_EDGES_H[i + 1] if i + 1 < len(BUCKET_EDGES_H) else float("inf")
+        mid = lo + 0.5 if hi == float("inf") else (lo + hi) / 2
+        buckets.append(Bucket(lo, hi, 0, 0, 0.0, model.stddev(mid * _HOUR)))
+    return Calibration(at, tuple(buckets))
+
+
+@dataclass
+class Record:
+    """The forecasts a feed issued and the values that came, over a rolling window."""
+
+    window: timedelta = WINDOW
+    issued: list[Issued] = field(default_factory=list)
+    actuals: dict[datetime, float] = field(default_factory=dict)
+
+    def add_forecast(self, forecast: Issued) -> None:
+        if self.issued and forecast.issued_at <= self.issued[-1].issued_at:
+            if forecast.issued_at == self.issued[-1].issued_at:
+                self.issued[-1] = forecast
+                return
+            at = bisect.bisect_left([f.issued_at for f in self.issued], forecast.issued_at)
+            if at < len(self.issued) and self.issued[at].issued_at == forecast.issued_at:
+                self.issued[at] = forecast
+            else:
+                self.issued.insert(at, forecast)
+            return
+        self.issued.append(forecast)
+
+    def add_actual(self, at: datetime, value: float) -> None:
+        self.actuals[at] = value
+
+    def forget_before(self, start: datetime) -> None:
+        self.issued = [f for f in self.issued if f.issued_at >= start]
+        self.actuals = {t: v for t, v in self.actuals.items() if t >= start}
+
+    def learn(self, now: datetime, prior: ErrorModel | None = None) -> Calibration:
+        """What the record up to `now` teaches (nothing after `now` is read)."""
+        start = now - self.window
+        base = prior_calibration(now, prior)
+        errors: list[list[float]] = [[] for _ in BUCKET_EDGES_H]
+        issues: list[set[datetime]] = [set() for _ in BUCKET_EDGES_H]
+        first: datetime | None = None
+        for forecast in self.issued:
+            if not (start <= forecast.issued_at <= now):
+                continue
+            for at, value in forecast.points:
+                actual = self.actuals.get(at)
+                if actual is None or at > now or value <= 0 or actual <= 0:
+                    continue
+                error = actual / value - 1
+                if abs(error) > _WILD:
+                    continue
+                b = max(0, bisect.bisect_right(BUCKET_EDGES_H, max(0.0, (at - forecast.issued_at) / _HOUR)) - 1)
+                errors[b].append(error)
+                issues[b].add(forecast.issued_at)
+                first = forecast.issued_at if first is None else min(first, forecast.issued_at)
+        buckets = tuple(
+            _blend(prior_b, sample, len(seen))
+            for prior_b, sample, seen in zip(base.buckets, errors, issues, strict=True)
+        )
+        days = (now - first) / timedelta(days=1) if first else 0.0
+        persistence = self._persistence(Calibration(now, buckets), start, now)
+        calibration = Calibration(now, buckets, days=days, persistence=persistence)
+        caution, jobs = self._caution(calibration, now)
+        return Calibration(now, buckets, caution, jobs, days, persistence)
+
+    def _persistence(self, calibration: Calibration, start: datetime, now: datetime) -> tuple[float, ...]:
+        """Per bucket of time later, the regression of a forecast's error then on its error at a
+        point of lead up to `ANCHOR_LEAD` (the leads a plan sees as the present), bias taken out;
+        in [0, 1], blended toward 0 as the errors are toward the prior."""
+        products = [0.0] * len(BUCKET_EDGES_H)
+        squares = [0.0] * len(BUCKET_EDGES_H)
+        seen: list[set[datetime]] = [set() for _ in BUCKET_EDGES_H]
+        last: datetime | None = None
+        for forecast in self.issued:
+            if not (start <= forecast.issued_at <= now) or (last and forecast.issued_at - last < ANCHOR_STRIDE):
+                continue
+            last = forecast.issued_at
+            errors = []
+            for at, value, _ in calibration.correct(forecast.issued_at, forecast.points):
+                actual = self.actuals.get(at)
+                if actual is not None and at <= now and value > 0 and abs(actual / value - 1) <= _WILD:
+                    errors.append((at, actual / value - 1))
+            for i, (at, error) in enumerate(errors):
+                if at - forecast.issued_at > ANCHOR_LEAD:
+                    break
+                for later, other in errors[i + 1 :]:
+                    b = max(0, bisect.bisect_right(BUCKET_EDGES_H, (later - at) / _HOUR) - 1)
+                    products[b] += error * other
+                    squares[b] += error * error
+                    seen[b].add(forecast.issued_at)
+        out = []
+        for p, q, issues in zip(products, squares, seen, strict=True):
+            slope = min(1.0, max(0.0, p / q)) if q > 0 else 0.0
+            out.append(slope * len(issues) / (len(issues) + PRIOR_FORECASTS))
+        return tuple(out)
+
+    def _caution(self, calibration: Calibration, now: datetime) -> tuple[float, int]:
+        """The caution under which the window's jobs, re-played, started cheapest."""
+        times = sorted(t for t in self.actuals if now - CAUTION_WINDOW <= t <= now)
+        if len(times) < 2:
+            return PRIOR_CAUTION, 0
+        # The forecasts issued from the newest one at the first arrival on (the older ones are
+        # never the newest at a re-played step).
+        issued = [f for f in self.issued if f.issued_at <= now]
+        first = max(0, bisect.bisect_right([f.issued_at for f in issued], times[0]) - 1)
+        issued = issued[first:]
+        if not issued:
+            return PRIOR_CAUTION, 0
+        stamps = [f.issued_at for f in issued]
+        seen = _Seen(issued, calibration, self.actuals)
+        costs: list[list[float]] = []
+        last_job: datetime | None = None
+        for i, arrival in enumerate(times):
+            if last_job is not None and arrival - last_job < JOB_STRIDE:
+                continue
+            if bisect.bisect_right(stamps, arrival) == 0:
+                continue
+            last_job = arrival
+            for slack in JOB_SLACKS:
+                steps = times[i : bisect.bisect_right(times, arrival + slack)]
+                if steps[-1] >= arrival + slack:
+                    costs.append([_replay(steps, self.actuals, seen, c) for c in CAUTIONS])
+        return _paying(costs), len(costs)
+
+
+class _Corrected:
+    """An issued forecast as a plan at some moment saw it: bias taken out, moved by the error it
+    made then, each point's spread (value x learned error)."""
+
+    __slots__ = ("spreads", "times", "values")
+
+    def __init__(self, points: Sequence[tuple[datetime, float, float]]) -> None:
+        self.times = [at for at, _, _ in points]
+        self.values = [v for _, v, _ in points]
+        self.spreads = [v * e for _, v, e in points]
+
+
+class _Seen:
+    """The newest forecast at each moment, as `_Corrected`, computed once per moment."""
+
+    def __init__(self, issued: Sequence[Issued], calibration: Calibration, actuals: dict[datetime, float]) -> None:
+        self._issued, self._calibration, self._actuals = issued, calibration, actuals
+        self._stamps = [f.issued_at for f in issued]
+        self._seen: dict[datetime, _Corrected] = {}
+
+    def at(self, now: datetime) -> _Corrected:
+        got = self._seen.get(now)
+        if got is None:
+            f = self._issued[bisect.bisect_right(self._stamps, now) - 1]
+            points = self._calibration.correct(f.issued_at, f.points, now=now, actual=self._actuals[now])
+            got = self._seen[now] = _Corrected(points)
+        return got
+
+
+def _replay(steps: Sequence[datetime], actuals: dict[datetime, float], seen: _Seen, caution: float) -> float:
+    """The actual value at the start a job (arriving at steps[0], to start by steps[-1]) gets when
+    re-planned at each step on the newest forecast, scored as the planner does: now at its known
+    value, a later start at value + caution x spread, the start planned before at value - that."""
+    latest = steps[-1]
+    planned: datetime | None = None
+    for now in steps[:-1]:
+        f = seen.at(now)
+        best_score, best_at = actuals[now], now
+        lo = bisect.bisect_right(f.times, now)
+        hi = bisect.bisect_right(f.times, latest)
+        for j in range(lo, hi):
+            at = f.times[j]
+            sign = -caution if at == planned else caution
+            score = f.values[j] + sign * f.spreads[j]
+            if score < best_score:
+                best_score, best_at = score, at
+        if best_at == now:
+            return actuals[now]
+        planned = best_at
+    return actuals[latest]
+
+
+def _paying(costs: Sequence[Sequence[float]]) -> float:
+    """The caution whose jobs started cheapest, if clearly so: the prior's holds unless another
+    saves on average more than `_CLEARLY` standard errors of the jobs' paired differences (the
+    record is short and its jobs overlap, so small differences are noise)."""
+    if len(costs) < MIN_JOBS:
+        return PRIOR_CAUTION
+    base = CAUTIONS.index(PRIOR_CAUTION)
+    best, best_mean = PRIOR_CAUTION, 0.0
+    for c, caution in enumerate(CAUTIONS):
+        diffs = [job[c] - job[base] for job in costs]
+        mean = statistics.fmean(diffs)
+        error = statistics.stdev(diffs) / math.sqrt(len(diffs))
+        if mean < best_mean and mean < -_CLEARLY * error:
+            best, best_mean = caution, mean
+    return best
+
+
+def _blend(prior: Bucket, errors: list[float], forecasts: int) -> Bucket:
+    if not errors:
+        return prior
+    bias = statistics.median(errors)
+    spread = _MAD_TO_SIGMA * statistics.median(abs(e - bias) for e in errors) / (1 + bias)
+    weight = forecasts / (forecasts + PRIOR_FORECASTS)
+    return Bucket(
+        prior.lo_h,
+        prior.hi_h,
+        forecasts,
+        len(errors),
+        weight * bias,
+        weight * spread + (1 - weight) * prior.stddev,
+    )

@@ -1,0 +1,102 @@
+"""The forecast calibration: it learns a feed's error by lead, its bias and how its errors
+persist from the forecasts issued and the values that came, reads nothing after `now`, and
+starts from the prior."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from lowtide.forecast_calibration import PRIOR_CAUTION, Issued, Record, prior_calibration
+from lowtide.forecast_error import ErrorModel, HorizonError, IidError
+
+STEP = timedelta(minutes=30)
+START = datetime(2024, 3, 1, tzinfo=UTC)
+
+
+def _truth(i: int) -> float:
+    return 200 + 80 * math.sin(2 * math.pi * i / 48) + 30 * math.sin(2 * math.pi * i / 173)
+
+
+def _record(model: ErrorModel, days: int, *, bias: float = 0.0, seed: int = 7) -> Record:
+    """A feed issuing a 48 h forecast every half hour for `days`, drawn from `model` (and too
+    high by `bias`), and the values that came."""
+    record = Record()
+    rows = days * 48
+    for k in range(rows):
+        truth = [_truth(k + i) for i in range(97)]
+        drawn = model.perturb(truth, STEP, random.Random(f"{seed}:{k}"))
+        points = tuple((START + (k + i) * STEP, v * (1 + bias)) for i, v in enumerate(drawn) if i)
+        record.add_forecast(Issued(START + k * STEP, points))
+        record.add_actual(START + k * STEP, _truth(k))
+    return record
+
+
+@pytest.mark.parametrize("model", [HorizonError(shift_at_24h=timedelta(0)), IidError(0.15)])
+def test_the_error_learned_by_lead_is_the_models(model: ErrorModel) -> None:
+    record = _record(model, 10)
+    learned = record.learn(START + 10 * 48 * STEP)
+    for hours in (1, 6, 24):
+        lead = timedelta(hours=hours)
+        assert learned.stddev(lead) == pytest.approx(model.stddev(lead), rel=0.25), hours
+        assert learned.learned(lead)
+        assert abs(learned.bias(lead)) < 0.03
+
+
+def test_a_bias_is_learned_and_taken_out() -> None:
+    learned = _record(IidError(0.05), 6, bias=0.10).learn(START + 6 * 48 * STEP)
+    # Forecasts 10 % too high: the actual is 1 / 1.1 of them.
+    assert learned.bias(timedelta(hours=6)) == pytest.approx(1 / 1.1 - 1, abs=0.02)
+    ((_, value, error),) = learned.correct(START, [(START + timedelta(hours=6), 110.0)])
+    assert value == pytest.approx(100.0, rel=0.03)
+    assert error == pytest.approx(0.05, rel=0.25)
+
+
+def test_without_a_record_the_prior_holds() -> None:
+    now = START + timedelta(days=1)
+    learned = Record().learn(now)
+    prior = prior_calibration(now, HorizonError())
+    assert learned.buckets == prior.buckets
+    assert learned.caution == PRIOR_CAUTION
+    assert not learned.learned(timedelta(hours=6))
+    # The prior at the middle of the bucket (24 to 30 h).
+    assert learned.stddev(timedelta(hours=24)) == pytest.approx(HorizonError().stddev(timedelta(hours=27)))
+
+
+def test_nothing_after_now_is_read() -> None:
+    record = _record(HorizonError(), 8)
+    now = START + 4 * 48 * STEP
+    early = record.learn(now)
+    # The same record cut at `now` teaches the same.
+    cut = Record()
+    for f in record.issued:
+        if f.issued_at <= now:
+            cut.add_forecast(f)
+    for at, value in record.actuals.items():
+        if at <= now:
+            cut.add_actual(at, value)
+    assert cut.learn(now) == early
+
+
+def test_a_persistent_error_moves_the_later_points() -> None:
+    # Errors correlated along the horizon (AR(1), rho 0.9 per half hour): the error a forecast
+    # makes now says much of the next hour's, little of tomorrow's.
+    learned = _record(HorizonError(0.15, 0.15, shift_at_24h=timedelta(0)), 6).learn(START + 6 * 48 * STEP)
+    assert learned.persists(timedelta(hours=0.5)) > 0.6
+    assert learned.persists(timedelta(hours=24)) < 0.2
+    now = START + timedelta(hours=2)
+    points = [(now, 100.0), (now + STEP, 100.0), (now + timedelta(hours=30), 100.0)]
+    # The value now came in 20 % under the forecast: the next half hour is expected lower too.
+    moved = learned.correct(START, points, now=now, actual=80.0)
+    assert moved[1][1] < 92
+    assert moved[2][1] > 96
+    unmoved = learned.correct(START, points)
+    assert [v for _, v, _ in unmoved] == pytest.approx([100.0] * 3, rel=0.03)
+
+
+def test_iid_noise_does_not_persist() -> None:
+    learned = _record(IidError(0.15), 6).learn(START + 6 * 48 * STEP)
+    assert learned.persists(timedelta(hours=1)) < 0.15
