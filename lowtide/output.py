@@ -54,6 +54,21 @@ def _tidy(message: Message, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def id_ranges(ids: list[int], *, most: int = 10) -> str:
+    """Task ids as ranges, `1-5000, 5003, 5007-10002`; past `most` ranges, how many more (a
+    summary line stays one line; `--json` lists every id)."""
+    spans: list[tuple[int, int]] = []
+    for task_id in sorted(ids):
+        if spans and task_id == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], task_id)
+        else:
+            spans.append((task_id, task_id))
+    shown = [str(a) if a == b else f"{a}-{b}" for a, b in spans[:most]]
+    if len(spans) > most:
+        shown.append(f"and {len(spans) - most:,} more ranges")
+    return ", ".join(shown)
+
+
 def dumps(message: Message) -> str:
     return json.dumps(to_dict(message), sort_keys=False)
 

@@ -17,6 +17,7 @@ from google.protobuf import duration_pb2
 
 from lowtide.config import RetryConfig, TypeConfig
 from lowtide.errors import InvalidArgument, TooLarge
+from lowtide_proto.durations import format_duration
 from lowtide_proto.lowtide.v1 import task_pb2
 from scheduler_service.domain.fixed import FixedStart, MissPolicy
 from scheduler_service.domain.model import Kind, NewTask, RetryPolicy, State
@@ -151,6 +152,9 @@ def latest_start(
             if not 0 <= stamp.nanos < 1_000_000_000 or not 0 < stamp.seconds < 253402300800:
                 raise InvalidArgument(field_name, "is not a valid timestamp")
             latest = stamp.ToDatetime(tzinfo=UTC)
+            if latest < now:
+                # Named first: no estimate of the run time makes a past deadline possible.
+                raise InvalidArgument(field_name, f"{latest.isoformat()} is in the past")
             if field_name == "deadline":
                 if duration is None:
                     raise InvalidArgument("estimated_duration", "is required with a deadline (the latest finish)")
@@ -293,7 +297,7 @@ def new_task(
         retry=retry_policy(spec.retry_policy if spec.HasField("retry_policy") else None, defaults),
         schedule_to_start=schedule_to_start,
         start_to_close=optional_duration("", spec, "start_to_close_timeout"),
-        heartbeat=optional_duration("", spec, "heartbeat_timeout"),
+        heartbeat=heartbeat_timeout(spec),
         max_defer=max_defer,
         pool=name("pool", spec.pool, default="default"),
         fixed=fixed,
@@ -303,6 +307,22 @@ def new_task(
         duration=duration,
         headers=headers(spec.headers),
     )
+
+
+# Workers beat every third of a heartbeat timeout (at most every 50 ms) and the scheduler writes
+# the beats of a 100 ms window at once: a shorter timeout than this would lose live attempts.
+MIN_HEARTBEAT_TIMEOUT = timedelta(seconds=1)
+
+
+def heartbeat_timeout(spec: task_pb2.TaskSpec) -> timedelta | None:
+    timeout = optional_duration("", spec, "heartbeat_timeout")
+    if timeout is not None and timeout < MIN_HEARTBEAT_TIMEOUT:
+        raise InvalidArgument(
+            "heartbeat_timeout",
+            f"must be at least {MIN_HEARTBEAT_TIMEOUT.total_seconds():g}s, not {format_duration(timeout)}: a worker "
+            "heartbeats every third of it, and a shorter one would time out attempts whose worker is alive",
+        )
+    return timeout
 
 
 def optional_name(field: str, value: str) -> str | None:

@@ -366,6 +366,10 @@ def good_values(name: str) -> st.SearchStrategy[Any]:
         return st.sampled_from([0, 1, 2])
     if name == "payload":
         return st.integers(0, 64) | st.integers(MIB - 2, MIB)
+    if name == "heartbeat_timeout":  # at least 1s
+        return st.none() | st.builds(
+            duration_pb2.Duration, seconds=st.integers(1, MAX_SECONDS), nanos=st.integers(0, 10**9 - 1)
+        )
     return (
         st.none()
         | st.builds(duration_pb2.Duration, seconds=st.integers(1, MAX_SECONDS), nanos=st.integers(0, 10**9 - 1))

@@ -102,17 +102,25 @@ async def test_a_start_at_the_end_of_year_9999_is_invalid_argument_naming_start_
     assert await stored(scheduler.target) == []
 
 
-async def test_count_submits_that_many(scheduler: Scheduler) -> None:
+async def test_count_submits_that_many_and_sums_them_up_in_one_line(scheduler: Scheduler) -> None:
     run = await lowtide("task", "submit", "echo", "--count", "3", "--target", scheduler.target)
-    assert run.code == 0 and run.out.count("submitted") == 3
-    assert len(await stored(scheduler.target)) == 3
+    ids = sorted(await stored(scheduler.target))
+    assert len(ids) == 3
+    assert (run.code, run.out) == (0, f"submitted 3 task(s) of type echo: ids {ids[0]}-{ids[-1]}\n")
+    # With --json, one object per task, as every streaming command prints.
+    run = await lowtide("task", "submit", "echo", "--count", "3", "--target", scheduler.target, "--json")
+    lines = [json.loads(line) for line in run.out.splitlines()]
+    assert [(line["created"], line["id"] > ids[-1]) for line in lines] == [(True, True)] * 3
 
 
 async def test_count_shows_a_progress_bar_on_a_terminal_and_nothing_on_a_pipe(scheduler: Scheduler) -> None:
     args = ["task", "submit", "echo", "--count", "1500", "--no-wait", "--target", scheduler.target]
     piped = await lowtide(*args)
-    assert piped.code == 0 and piped.out.count("submitted") == 1500
-    assert piped.err == ""
+    assert piped.code == 0 and piped.out.count("submitted") == 1 and piped.out.startswith("submitted 1,500 task(s)")
+    # No progress bar: only why the tasks wait (nothing runs echo here).
+    assert piped.err.splitlines() == [
+        "lowtide: tasks of type echo are pending: no connected worker runs activity type echo on queue default"
+    ]
     # stderr a terminal (the pty's other end), stdout still a pipe.
     controller, terminal = pty.openpty()
     try:
@@ -121,7 +129,7 @@ async def test_count_shows_a_progress_bar_on_a_terminal_and_nothing_on_a_pipe(sc
         )
         os.close(terminal)
         out, _ = await asyncio.wait_for(process.communicate(), 60)
-        assert process.returncode == 0 and out.decode().count("submitted") == 1500
+        assert process.returncode == 0 and out.decode().startswith("submitted 1,500 task(s) of type echo: ids ")
         screen = b""
         while select.select([controller], [], [], 0)[0]:
             try:
@@ -135,7 +143,9 @@ async def test_count_shows_a_progress_bar_on_a_terminal_and_nothing_on_a_pipe(sc
         os.close(controller)
     frames = screen.decode().replace("\r\n", "\n").split("\r")
     assert "1000/1500 submitted" in frames[-2]
-    assert frames[-1].endswith("] 1500/1500 submitted\n") and "[" + "#" * 10 in frames[-1]
+    bar, notice = frames[-1].split("\n", 1)
+    assert bar.endswith("] 1500/1500 submitted") and "[" + "#" * 10 in bar
+    assert notice.startswith("lowtide: tasks of type echo are pending: no connected worker")
 
 
 def _script(shell: str) -> str:
