@@ -204,3 +204,10 @@ def test_without_a_database_or_with_keda_alone_the_chart_says_what_to_set() -> N
         render({})
     with pytest.raises(helm.HelmError, match=r"workers\.enabled"):
         render({**REQUIRED, "keda": {"enabled": True}})
+
+
+def test_helm_lint_finds_nothing_to_warn_about() -> None:
+    for values in (REQUIRED, EVERYTHING):
+        report = helm.lint(CHART, values=values, strict=True, kube_version="v1.27.0")
+        problems = [m for m in report["messages"] if m["severity"] >= 2]
+        assert (report["errors"], problems) == ([], [])
