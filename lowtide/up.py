@@ -21,11 +21,12 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from lowtide.auth import check_listen, is_loopback
-from lowtide.config import Config
+from lowtide.config import Config, DatabaseConfig
 from lowtide.db import apply_migrations
 from lowtide.db.embedded import NOT_INSTALLED, is_initialized, is_installed, start_embedded
 from lowtide.demo import demo_env, demo_worker_args, generate, show
@@ -106,6 +107,8 @@ async def run_up(config: Config, *, demo: bool = False) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
+    if demo:
+        config = replace(config, database=demo_database(config.database))
     database = await _start_database(config, stopping)
     if database is None:
         return 0
@@ -133,6 +136,15 @@ async def run_up(config: Config, *, demo: bool = False) -> int:
     if failure is not None:
         return EXIT_CONFIG if failure.code == EXIT_CONFIG else 1
     return 0
+
+
+def demo_database(database: DatabaseConfig) -> DatabaseConfig:
+    """The demo's embedded database lives in a folder of its own (`demo` in the data folder): its
+    generated tasks and replayed signal never mix with the ones of `lowtide up`, nor theirs with
+    the demo's. A database named by URL is the user's choice, and used as it is."""
+    if database.url:
+        return database
+    return replace(database, data_dir=str(Path(database.data_dir).expanduser() / "demo"))
 
 
 async def _start_database(config: Config, stopping: asyncio.Event) -> tuple[str, str] | None:

@@ -244,11 +244,15 @@ def test_up_demo_shows_held_work_while_the_replayed_signal_is_high(tmp_path: Pat
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        pid = postmaster_pid(data_dir)
+        pid = postmaster_pid(data_dir / "demo")
         if pid is not None:
             os.kill(pid, signal.SIGQUIT)
-    assert postmaster_pid(data_dir) is None, "the embedded PostgreSQL outlived `lowtide up`"
+    assert postmaster_pid(data_dir / "demo") is None, "the embedded PostgreSQL outlived `lowtide up`"
     text = "".join(lines)
+    # The demo's database is its own: `demo` in the data folder, and nothing in the folder of
+    # `lowtide up` (whose tasks and signal would otherwise show up in the demo, and the demo's in it).
+    assert f"creating its database in {data_dir / 'demo'} ..." in text
+    assert not (data_dir / "pgdata").exists()
     assert "lowtide is up" in text and "feed: replay" in text
     assert "low  - releasing" in text
     assert f"console:   http://{env['LOWTIDE_CONSOLE_LISTEN']}/" in text
