@@ -10,7 +10,8 @@ from lowtide.db import Database
 from lowtide.telemetry import Telemetry
 from scheduler_service.api.scheduler import SchedulerApi
 from scheduler_service.dispatch.adaptive import AdaptiveLimits, adaptive_gauges, adaptive_settings
-from scheduler_service.dispatch.dispatcher import Dispatcher, Parked
+from scheduler_service.dispatch.dispatcher import Dispatcher
+from scheduler_service.dispatch.wakeups import Parked
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale
 from scheduler_service.fleet.leadership import Leadership
 from scheduler_service.fleet.leases import Leases
@@ -147,7 +148,6 @@ def _dispatch_core(
 
 def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
     """The API, the worker stream with its completer and leases, and maintenance."""
-    cfg = config.scheduler
     store, registry, dispatcher, metrics, fixed = core.store, core.registry, core.dispatcher, core.metrics, core.fixed
     submission = Submission(
         config=config,
@@ -178,47 +178,8 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         on_freed=dispatcher.freed,
         on_retry=dispatcher.wake_at,
     )
-    leases = Leases(
-        store,
-        registry,
-        scheduler_id=scheduler_id,
-        lease_timeout=cfg.lease_timeout,
-        heartbeat_interval=cfg.heartbeat_interval,
-        idle_heartbeat_interval=cfg.idle_heartbeat_interval,
-    )
-    stream = WorkerStream(
-        store=store,
-        registry=registry,
-        dispatcher=dispatcher,
-        completer=completer,
-        beats=leases.beats,
-        scheduler_id=scheduler_id,
-        heartbeat_interval=cfg.heartbeat_interval,
-        idle_heartbeat_interval=cfg.idle_heartbeat_interval,
-        lease_timeout=cfg.lease_timeout,
-        fixed=fixed,
-        metrics=metrics,
-        reconnect_grace=cfg.reconnect_grace,
-        auth=config.auth,
-    )
-    maintenance = Maintenance(
-        store,
-        registry,
-        holder=scheduler_id,
-        interval=cfg.maintenance_interval,
-        lease=cfg.leader_lease,
-        retention=cfg.retention,
-        kept_queues=frozenset({DEFAULT_QUEUE, *config.queues}),
-        on_requeued=registry.wake_all,
-        on_retry=dispatcher.wake_at,
-        on_replicas=waiters.others_running,
-        fixed=fixed,
-        metrics=metrics,
-        schedules=ScheduleMaterializer(store, config),
-        planner=core.planner,
-        adaptive=core.adaptive,
-        leadership=core.leadership,
-    )
+    leases, stream = _worker_stream(config, core, completer, scheduler_id)
+    maintenance = _maintenance(config, core, waiters, scheduler_id)
     return Parts(
         store,
         registry,
@@ -234,4 +195,56 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         waiters,
         maintenance,
         core.adaptive,
+    )
+
+
+def _worker_stream(config: Config, core: _Core, completer: Completer, scheduler_id: str) -> tuple[Leases, WorkerStream]:
+    """The worker leases (with their heartbeat writer) and WorkerService.Connect."""
+    cfg = config.scheduler
+    leases = Leases(
+        core.store,
+        core.registry,
+        scheduler_id=scheduler_id,
+        lease_timeout=cfg.lease_timeout,
+        heartbeat_interval=cfg.heartbeat_interval,
+        idle_heartbeat_interval=cfg.idle_heartbeat_interval,
+    )
+    stream = WorkerStream(
+        store=core.store,
+        registry=core.registry,
+        dispatcher=core.dispatcher,
+        completer=completer,
+        beats=leases.beats,
+        scheduler_id=scheduler_id,
+        heartbeat_interval=cfg.heartbeat_interval,
+        idle_heartbeat_interval=cfg.idle_heartbeat_interval,
+        lease_timeout=cfg.lease_timeout,
+        fixed=core.fixed,
+        metrics=core.metrics,
+        reconnect_grace=cfg.reconnect_grace,
+        auth=config.auth,
+    )
+    return leases, stream
+
+
+def _maintenance(config: Config, core: _Core, waiters: Waiters, scheduler_id: str) -> Maintenance:
+    """The leader's maintenance (every replica runs it; the lease holder does the leader's part)."""
+    cfg = config.scheduler
+    return Maintenance(
+        core.store,
+        core.registry,
+        holder=scheduler_id,
+        interval=cfg.maintenance_interval,
+        lease=cfg.leader_lease,
+        retention=cfg.retention,
+        kept_queues=frozenset({DEFAULT_QUEUE, *config.queues}),
+        on_requeued=core.registry.wake_all,
+        on_retry=core.dispatcher.wake_at,
+        on_replicas=waiters.others_running,
+        fixed=core.fixed,
+        metrics=core.metrics,
+        schedules=ScheduleMaterializer(core.store, config),
+        planner=core.planner,
+        adaptive=core.adaptive,
+        leadership=core.leadership,
     )

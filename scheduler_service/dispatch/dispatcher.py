@@ -20,18 +20,18 @@ import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import worker_pb2
+from scheduler_service.dispatch.wakeups import Parked, WakeTimers
 from scheduler_service.domain.dispatch import GroupKey, hand_out, take_slots
 from scheduler_service.domain.skiplist import effective_limits
-from scheduler_service.domain.timings import Timings
 from scheduler_service.fleet.sessions import Group, Registry, WorkerSession
 from scheduler_service.holds.cost import CostHolds
-from scheduler_service.observe.tracing import TaskTraces, now_ns, task_context
+from scheduler_service.observe.tracing import TaskTraces, now_ns
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.tasks import FinishedRow
 from scheduler_service.store import Store, attempt_of
@@ -58,26 +58,6 @@ PROBE_SLOTS = 32
 
 # A claim's slots: the sessions it fills and how many of each one's slots (domain.dispatch.take_slots).
 Slots = list[tuple[WorkerSession, int]]
-
-
-class Parked:
-    """Dispatch references (wake-ups naming new tasks) that named only held types, per worker:
-    each is rechecked after hold_recheck, or released at once when the hold ends. Made before
-    the cost hold (which releases them) and the dispatcher (which parks them)."""
-
-    def __init__(self, registry: Registry) -> None:
-        self._registry = registry
-        self.entries: dict[str, tuple[asyncio.TimerHandle, set[tuple[str, str]]]] = {}
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def release(self) -> None:
-        """The hold ended: every parked reference goes back at once, and every group is woken."""
-        for handle, _ in self.entries.values():
-            handle.cancel()
-        self.entries.clear()
-        self._registry.wake_all()
 
 
 class Dispatcher:
@@ -108,8 +88,7 @@ class Dispatcher:
         self._hold_recheck = hold_recheck.total_seconds()
         self.parked = parked
         self.metrics = metrics
-        # The wake-up timers by 10 ms bucket, with the pairs each wakes for (None: every group).
-        self._wake_timers: dict[int, set[tuple[str, str]] | None] = {}
+        self._timers = WakeTimers(registry, self.wake_for)
         self.fixed = fixed
         # Capacities of named resources ([resources]); empty: no task can ask for any.
         self.resources = dict(resources)
@@ -156,55 +135,15 @@ class Dispatcher:
             held = self.held_map(key)
             if all(t in held.get(q, frozenset()) for q, t in runnable):
                 for session in list(group.members.values()):
-                    self._park(session, runnable)
+                    self.parked.park(session, runnable, self._hold_recheck, self.held_map)
             else:
                 self._registry.want_group(group)
-
-    def _park(self, session: WorkerSession, pairs: list[tuple[str, str]]) -> None:
-        parked = self.parked.entries.get(session.worker_id)
-        if parked is not None:
-            parked[1].update(pairs)
-            return
-        loop = asyncio.get_running_loop()
-        handle = loop.call_later(self._hold_recheck, self._recheck, session)
-        self.parked.entries[session.worker_id] = (handle, set(pairs))
-
-    def _recheck(self, session: WorkerSession) -> None:
-        """hold_recheck passed: the reference goes back to dispatch (which also takes held tasks
-        past their max_defer); if its types are still held it is parked again."""
-        _, pairs = self.parked.entries.pop(session.worker_id, (None, set()))
-        if session.closed:
-            return
-        session.wake.set()
-        held = self.held_map(session.key())
-        if pairs and all(t in held.get(q, frozenset()) for q, t in pairs):
-            self._park(session, sorted(pairs))
 
     def wake_at(self, when: datetime, pairs: Iterable[tuple[str, str]] | None = None) -> None:
         """Wakes the groups that may run the (queue, type) `pairs` at `when` (every group when
         None: a planned release or a latest start; a retry names its own), so the work due then
-        is claimed on time rather than at the next poll. Timers are shared per 10 ms."""
-        bucket = int(when.timestamp() * 100)
-        if bucket in self._wake_timers:
-            named = self._wake_timers[bucket]
-            if named is not None:
-                if pairs is None:
-                    self._wake_timers[bucket] = None
-                else:
-                    named.update(pairs)
-            return
-        delay = max(0.0, (when - datetime.now(UTC)).total_seconds())
-        loop = asyncio.get_running_loop()
-
-        def fire() -> None:
-            named = self._wake_timers.pop(bucket, None)
-            if named is None:
-                self._registry.wake_all()
-            else:
-                self.wake_for(named)
-
-        self._wake_timers[bucket] = None if pairs is None else set(pairs)
-        loop.call_later(delay, fire)
+        is claimed on time rather than at the next poll."""
+        self._timers.wake_at(when, pairs)
 
     async def run(self) -> None:
         """The replica's dispatch loop, until cancelled: a group that asks for a claim (and has
@@ -402,27 +341,14 @@ class Dispatcher:
         timings = self.metrics.tasks.sent(sent)
         self.carbon.dispatched(row for _, claimed in sent for row in claimed)
         if self.traces is not None:
+            # Their contexts stay with the session for their results.
             for (session, claimed), figures in zip(sent, timings, strict=True):
-                self._trace(session, claimed, figures, claimed_ns)
+                session.traces.update(self.traces.sent(claimed, figures, claimed_ns))
         if back:
             await self._store.unclaim(back)
             self._registry.wake_all()
             return False
         return True
-
-    def _trace(self, session: WorkerSession, rows: list[ClaimedRow], figures: list[Timings], claimed_ns: int) -> None:
-        """The spans of the traced rows just sent to the session: how long each waited on a hold
-        (if it did: the time-held histogram's figure) and its dispatch. Their contexts stay with
-        the session for their results."""
-        assert self.traces is not None
-        for row, timing in zip(rows, figures, strict=True):
-            context = task_context(row.headers)
-            if context is None:
-                continue
-            session.traces[row.id] = context
-            if timing.held is not None and timing.held_between is not None:
-                self.traces.held(context, row, timing.held[0], *timing.held_between)
-            self.traces.dispatched(context, row, claimed_ns)
 
 
 def _ask_again(group: Group, *, polled: bool, woken: bool) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from lowtide.config import Config
 from lowtide.errors import DatabaseUnavailable
@@ -115,6 +115,11 @@ class SchedulerMetrics:
             description="Worker reports refused, by reason: not_held (not this stream's attempt), no_outcome "
             "(a result with neither success nor failure), no_longer_held (the attempt ended meanwhile)",
         )
+        self._gauges(meter)
+
+    def _gauges(self, meter: Meter) -> None:
+        """The observable gauges, read from the latest snapshot (and the hold, the sessions) when
+        the exporter collects."""
         gauges = [
             ("lowtide.queue.depth", "{task}", "Pending tasks a worker could claim now (held ones apart)", "depth"),
             ("lowtide.queue.oldest_pending_age", "s", "Age of the oldest claimable pending task", "oldest_pending_age"),

@@ -24,6 +24,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from scheduler_service.domain.model import NewTask, Outcome
+from scheduler_service.domain.timings import Timings
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.wire.inbound import MAX_HEADERS, MAX_HEADERS_BYTES
 
@@ -100,6 +101,20 @@ class TaskTraces:
             },
         )
         span.end()
+
+    def sent(self, rows: Sequence[ClaimedRow], figures: Sequence[Timings], claimed_ns: int) -> dict[int, Context]:
+        """The spans of the traced rows just sent to a worker: how long each waited on a hold (if
+        it did: the time-held histogram's figure) and its dispatch. Their contexts, by task id."""
+        contexts = {}
+        for row, timing in zip(rows, figures, strict=True):
+            context = task_context(row.headers)
+            if context is None:
+                continue
+            contexts[row.id] = context
+            if timing.held is not None and timing.held_between is not None:
+                self.held(context, row, timing.held[0], *timing.held_between)
+            self.dispatched(context, row, claimed_ns)
+        return contexts
 
     def recorded(self, context: Context, outcome: Outcome, received_ns: int) -> None:
         """The worker's report, received at `received_ns`, is written now."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 from collections.abc import Mapping
 from concurrent.futures import Executor
@@ -33,6 +32,7 @@ from lowtide_client._activities import Activity
 from lowtide_client._attempts import Attempts
 from lowtide_client._holds import CostHold, held_now
 from lowtide_client._log import log_event
+from lowtide_client._stream_tasks import Outgoing, Signal, close_when_drained, heartbeat_loop, hold_loop, write_results
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.durations import format_duration
 from lowtide_proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
@@ -51,14 +51,6 @@ _CLOSE_TIMEOUT = 10.0
 # How long a stopping worker waits for the scheduler to answer its SlotUpdate(0) (a round trip,
 # normally): past it, a scheduler that does not answer is not waited for any longer.
 _ANSWER_TIMEOUT = 5.0
-
-
-class _Signal(enum.Enum):
-    FLUSH = "flush"  # write every waiting result now
-    END = "end"  # write every waiting result, then close the request side
-
-
-_Outgoing = worker_pb2.WorkerMessage | _Signal
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +106,7 @@ class Runtime:
         self._answered = False  # the current stream's scheduler answers SlotUpdates
         self._connecting = False  # a stream's Hello is sent and its Welcome not yet read
         # The current stream's outgoing queue; None while disconnected.
-        self._outgoing: asyncio.Queue[_Outgoing] | None = None
+        self._outgoing: asyncio.Queue[Outgoing] | None = None
         self._flush_queued = False
 
     async def serve(self, channel: Any) -> None:
@@ -173,7 +165,7 @@ class Runtime:
         if self._attempts.running and not connection.done():
             await self._attempts.abandon_all("shutdown grace passed")
 
-    def _ask_for_no_slots(self, queue: asyncio.Queue[_Outgoing] | None) -> None:
+    def _ask_for_no_slots(self, queue: asyncio.Queue[Outgoing] | None) -> None:
         """Tells the scheduler to send nothing more (SlotUpdate(0)), asking it to answer once it has
         taken that in: until the answer, work it sent before may still be on its way, and runs."""
         if queue is None:
@@ -192,7 +184,7 @@ class Runtime:
         self._closing = True
         self._closing_event.set()
         if self._outgoing is not None:
-            self._outgoing.put_nowait(_Signal.END)
+            self._outgoing.put_nowait(Signal.END)
 
     async def _connection_loop(self, channel: Any) -> None:
         backoff = Backoff(initial=_RECONNECT_INITIAL, maximum=_RECONNECT_MAX)
@@ -248,7 +240,7 @@ class Runtime:
             if lease > 0:
                 # Reconnect well within the lease, or the scheduler gives our attempts away.
                 backoff.cap(min(_RECONNECT_MAX, lease / 4))
-            queue: asyncio.Queue[_Outgoing] = asyncio.Queue()
+            queue: asyncio.Queue[Outgoing] = asyncio.Queue()
             self._outgoing = queue
             self._connecting = False
             self._flush_queued = False
@@ -257,17 +249,18 @@ class Runtime:
             if self._attempts.unsent:
                 self._queue_flush()
             if self._closing:
-                queue.put_nowait(_Signal.END)
+                queue.put_nowait(Signal.END)
             sender = asyncio.create_task(self._send_loop(call, queue))
             reader = asyncio.create_task(self._read_loop(call))
             helpers = [
                 sender,
                 reader,
-                asyncio.create_task(self._heartbeat_loop(queue, interval, idle_interval)),
-                asyncio.create_task(self._close_when_drained(queue)),
+                asyncio.create_task(heartbeat_loop(self._attempts, queue, interval, idle_interval)),
+                asyncio.create_task(close_when_drained(self._drained, self._attempts, queue)),
             ]
             if self._settings.cost_holds:
-                helpers.append(asyncio.create_task(self._hold_loop(queue)))
+                holds = hold_loop(self._settings.cost_holds, self._settings.hold_check_interval, queue)
+                helpers.append(asyncio.create_task(holds))
             await asyncio.wait({sender, reader}, return_when=asyncio.FIRST_COMPLETED)
             if sender.done() and sender.exception() is None:
                 # All written and the request side closed; the scheduler now ends the stream.
@@ -338,30 +331,21 @@ class Runtime:
         )
         return interval, idle
 
-    async def _send_loop(self, call: Any, queue: asyncio.Queue[_Outgoing]) -> None:
+    async def _send_loop(self, call: Any, queue: asyncio.Queue[Outgoing]) -> None:
         """The stream's only writer: queued messages go out in order, results in batches."""
         while True:
             item = await queue.get()
-            if item is _Signal.FLUSH:
+            if item is Signal.FLUSH:
                 # Cleared before writing, so results finishing meanwhile queue another flush.
                 self._flush_queued = False
-                await self._write_results(call)
-            elif item is _Signal.END:
-                await self._write_results(call)
+                await write_results(call, self._attempts, self._settings.max_result_batch)
+            elif item is Signal.END:
+                await write_results(call, self._attempts, self._settings.max_result_batch)
                 await call.done_writing()
                 log_event(logging.INFO, "worker.stream_closing", worker_id=self.worker_id)
                 return
             else:
                 await call.write(item)
-
-    async def _write_results(self, call: Any) -> None:
-        # Everything waiting goes out together, max_result_batch per message. A batch leaves
-        # the list only once written, so after a failed write the next stream sends it again.
-        while self._attempts.unsent:
-            batch = self._attempts.unsent[: self._settings.max_result_batch]
-            await call.write(worker_pb2.WorkerMessage(results=worker_pb2.Results(results=batch)))
-            self._attempts.mark_sent(batch)
-            log_event(logging.DEBUG, "worker.results_sent", count=len(batch))
 
     async def _read_loop(self, call: Any) -> None:
         while True:
@@ -370,53 +354,6 @@ class Runtime:
                 return
             self._handle(message)
 
-    async def _close_when_drained(self, queue: asyncio.Queue[_Outgoing]) -> None:
-        """After a Drain: once every running attempt has finished, send the results and close
-        the stream. Cancelled with the stream when the scheduler ends it first (at the drain's
-        deadline): the attempts keep running and the next Hello lists them."""
-        await self._drained.wait()
-        while self._attempts.running:
-            await asyncio.wait(self._attempts.tasks(), return_when=asyncio.FIRST_COMPLETED)
-        queue.put_nowait(_Signal.END)
-
-    async def _heartbeat_loop(
-        self, queue: asyncio.Queue[_Outgoing], interval: float, idle_interval: float | None
-    ) -> None:
-        """Beats every `interval` while attempts run (more often for short heartbeat timeouts),
-        every `idle_interval` while nothing does; an attempt starting wakes it to beat on time."""
-        loop = asyncio.get_running_loop()
-        last = loop.time()
-        while True:
-            due = last + self._attempts.heartbeat_period(interval, idle_interval) - loop.time()
-            if due <= 0:
-                heartbeat = worker_pb2.Heartbeat(
-                    running=self._attempts.running_refs(), details=self._attempts.take_details()
-                )
-                queue.put_nowait(worker_pb2.WorkerMessage(heartbeat=heartbeat))
-                last = loop.time()
-                continue
-            # A new attempt with a short heartbeat timeout (or the first after an idle wait)
-            # wakes us to shorten the wait.
-            self._attempts.beat_at = loop.time() + due
-            self._attempts.busy_period = interval
-            self._attempts.started.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._attempts.started.wait(), due)
-
-    async def _hold_loop(self, queue: asyncio.Queue[_Outgoing]) -> None:
-        """Evaluates the worker's own holds and tells the scheduler each change (and, on a new
-        stream, the current set at once: the Hello named it already, but a scheduler older than
-        Hello.held_types learns it only from this HoldUpdate)."""
-        sent: frozenset[str] | None = None
-        while True:
-            held = held_now(self._settings.cost_holds)
-            if held != sent:
-                update = worker_pb2.HoldUpdate(held_types=sorted(held))
-                queue.put_nowait(worker_pb2.WorkerMessage(hold_update=update))
-                log_event(logging.INFO, "worker.hold_changed", held=",".join(sorted(held)) or "-")
-                sent = held
-            await asyncio.sleep(self._settings.hold_check_interval)
-
     def _send(self, message: worker_pb2.WorkerMessage) -> None:
         if self._outgoing is not None:
             self._outgoing.put_nowait(message)
@@ -424,7 +361,7 @@ class Runtime:
     def _queue_flush(self) -> None:
         if self._outgoing is not None and not self._flush_queued:
             self._flush_queued = True
-            self._outgoing.put_nowait(_Signal.FLUSH)
+            self._outgoing.put_nowait(Signal.FLUSH)
 
     def _handle(self, message: worker_pb2.SchedulerMessage) -> None:
         kind = message.WhichOneof("message")
