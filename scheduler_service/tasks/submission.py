@@ -67,7 +67,13 @@ async def store_tasks(
     async with store.submitting(alone=alone) as writes:
         existing = await writes.existing(keys, submitted_by) if keys else {}
         fresh = first_new(tasks, existing)
-        deps_pending = await _dependencies(writes, tasks) if any(t.depends_on for t in tasks) else [0] * len(tasks)
+        # Only what this submission creates is checked: a re-submit of a task stored before
+        # answers that task, whatever its dependencies have done since.
+        deps_pending = [0] * len(tasks)
+        if any(tasks[i].depends_on for i in fresh):
+            pending = await _dependencies(writes, [tasks[i] for i in fresh])
+            for index, count in zip(fresh, pending, strict=True):
+                deps_pending[index] = count
         if any(tasks[i].fixed for i in fresh):
             await _admit(writes, [(i, tasks[i]) for i in fresh if tasks[i].fixed], capacity)
         depths = await writes.queue_depths(limited) if limited else {}

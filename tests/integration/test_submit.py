@@ -76,6 +76,24 @@ async def test_same_idempotency_key_returns_the_first_task(scheduler: Scheduler)
     assert len(listed.tasks) == 2
 
 
+async def test_a_resubmit_answers_the_stored_task_after_its_dependency_ended(scheduler: Scheduler) -> None:
+    # A client resending a submit whose answer it lost, once the task's dependency has failed
+    # or been cancelled meanwhile, gets its task back: the refusal a new task would get (it
+    # could never run) is not for the one stored under the key.
+    async with Client(scheduler.target) as client:
+        parent = await client.submit("echo", b"parent")
+        spec = task_spec("echo", b"child", depends_on=[parent.id], idempotency_key="child-of-parent")
+        [first] = await client.submit_many([spec])
+        await client.cancel(parent.id)
+        [again] = await client.submit_many([spec])
+        alone = await client.submit("echo", b"child", depends_on=[parent.id], idempotency_key="child-of-parent")
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await client.submit("echo", b"new", depends_on=[parent.id], idempotency_key="a-new-child")
+    assert (again.id, again.created) == (first.id, False)
+    assert alone.id == first.id
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
 async def test_cancel_pending_task_ends_it(scheduler: Scheduler) -> None:
     async with Client(scheduler.target) as client:
         task = await client.submit("echo")
