@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 from tests.debian import install
@@ -49,3 +50,9 @@ def why_not() -> str | None:
     tried = f"; installing them failed: {_NOT_INSTALLED[0]}" if _NOT_INSTALLED else ""
     advice = "on Debian: apt-get install " + " ".join(PACKAGES)
     return f"the Go toolchain is not installed (missing: {', '.join(absent)}){tried}; {advice}"
+
+
+def build_env() -> dict[str, str]:
+    """The environment build.sh runs in: Debian's tools, and one Go build cache for every build
+    of a run (the worker's and the Go tutorial's compile the same packages)."""
+    return {"PATH": "/usr/bin:/bin", "GOCACHE": str(Path(tempfile.gettempdir()) / "lowtide-go-build-cache")}

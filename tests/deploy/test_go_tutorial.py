@@ -45,7 +45,7 @@ async def test_the_go_tutorial_activities_build_and_run(scheduler: Scheduler, tm
     main_go = (ROOT / "clients" / "go" / "worker" / "main.go").read_text()
     (go / "worker" / "main.go").write_text(with_the_tutorials_activities(main_go))
     code, out, err = await run_bounded(
-        str(go / "build.sh"), "./my-worker", cwd=go, env={"PATH": "/usr/bin:/bin"}, within=300
+        str(go / "build.sh"), "./my-worker", cwd=go, env=go_toolchain.build_env(), within=300
     )
     assert code == 0, f"build.sh failed ({code}):\n{out}\n{err}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOWTIDE_")}

@@ -57,7 +57,7 @@ async def test_the_go_worker_runs_echo_and_a_typed_activity(scheduler: Scheduler
     _toolchain_or_skip()
     binary = tmp_path / "lowtide-go-worker"
     code, out, err = await run_bounded(
-        str(GO_DIR / "build.sh"), str(binary), cwd=GO_DIR, env={"PATH": "/usr/bin:/bin"}, within=300
+        str(GO_DIR / "build.sh"), str(binary), cwd=GO_DIR, env=go_toolchain.build_env(), within=300
     )
     assert code == 0, f"build.sh failed ({code}):\n{out}\n{err}"
     worker = await asyncio.create_subprocess_exec(
