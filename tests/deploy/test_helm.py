@@ -167,6 +167,10 @@ def test_the_environment_names_only_real_settings_and_the_configuration_loads(
         if "tls" in values:
             assert loaded.tls.cert == "/etc/lowtide/tls/tls.crt" or not name.endswith(("-scheduler", "-signal"))
             assert mounts["/etc/lowtide/tls"] == "tls"
+            # Mutual TLS at the scheduler only: the scheduler's own Subscribe to the signal service
+            # presents no certificate, so demanding one there would cut every cost hold off.
+            demands = bool(loaded.tls.client_ca)
+            assert demands == name.endswith("-scheduler"), name
 
 
 def test_keda_scales_the_workers_on_the_scheduler() -> None:

@@ -71,14 +71,16 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end -}}
 
-{{/* A serving service's TLS: its certificate, and the client CA under mutual TLS. */}}
+{{/* A serving service's TLS: its certificate, and the client CA under mutual TLS. Include with
+(list $ demandClientCertificates). */}}
 {{- define "lowtide.serverTlsEnv" -}}
-{{- if .Values.tls.enabled }}
+{{- $ := index . 0 -}}
+{{- if $.Values.tls.enabled }}
 - name: LOWTIDE_TLS_CERT
   value: /etc/lowtide/tls/tls.crt
 - name: LOWTIDE_TLS_KEY
   value: /etc/lowtide/tls/tls.key
-{{- if .Values.tls.mutual }}
+{{- if and $.Values.tls.mutual (index . 1) }}
 - name: LOWTIDE_TLS_CLIENT_CA
   value: /etc/lowtide/tls/ca.crt
 {{- end }}
