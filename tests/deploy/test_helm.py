@@ -23,7 +23,12 @@ CHART = REPO / "deploy" / "helm" / "lowtide"
 RELEASE, NAMESPACE = "prod", "queues"
 # The oldest Kubernetes the chart says it supports (Chart.yaml kubeVersion) and the newest schemas.
 VERSIONS = ("1.27.0", kubernetes_validate.utils.latest_version())
-REQUIRED = {"database": {"existingSecret": "lowtide-database"}}
+TOKENS = (
+    '[[auth.tokens]]\nname = "ops"\nrole = "admin"\n'
+    'sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"\n'
+)
+# What an install must give: its database, and the tokens auth (on by default) accepts.
+REQUIRED = {"database": {"existingSecret": "lowtide-database"}, "config": {"toml": TOKENS}}
 EVERYTHING = {
     **REQUIRED,
     "scheduler": {"replicas": 3},
@@ -38,7 +43,7 @@ EVERYTHING = {
         "tokenSecret": {"secretName": "lowtide-worker-token"},
     },
     "keda": {"enabled": True, "maxReplicas": 50},
-    "config": {"toml": '[cost]\ndeferrable_activities = ["train"]\n\n[pools.batch]\nmax_workers = 50\n'},
+    "config": {"toml": '[cost]\ndeferrable_activities = ["train"]\n\n[pools.batch]\nmax_workers = 50\n\n' + TOKENS},
 }
 
 
@@ -203,9 +208,14 @@ def test_keda_scales_the_workers_on_the_scheduler() -> None:
     assert env_of(container)["LOWTIDE_TOKEN"] == {"secretKeyRef": {"name": "lowtide-worker-token", "key": "token"}}
 
 
-def test_without_a_database_or_with_keda_alone_the_chart_says_what_to_set() -> None:
+def test_without_a_database_tokens_or_workers_for_keda_the_chart_says_what_to_set() -> None:
     with pytest.raises(helm.HelmError, match=r"database\.existingSecret"):
-        render({})
+        render({"config": {"toml": TOKENS}})
+    with pytest.raises(helm.HelmError, match=r"no \[\[auth\.tokens\]\]"):
+        render({"database": REQUIRED["database"]})
+    # Off, or in a Secret of the user's own, the chart has nothing to check.
+    render({"database": REQUIRED["database"], "auth": {"enabled": False}})
+    render({"database": REQUIRED["database"], "config": {"existingSecret": "my-lowtide-config"}})
     with pytest.raises(helm.HelmError, match=r"workers\.enabled"):
         render({**REQUIRED, "keda": {"enabled": True}})
 
