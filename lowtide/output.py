@@ -104,13 +104,20 @@ def _show(raw: bytes) -> str:
         return f"<{len(raw)} bytes>"
 
 
+def _hold_line(hold: Any, named_types: bool) -> str:
+    value = f"{hold.value:g}" if hold.HasField("value") else "no value yet"
+    types = f" for {', '.join(hold.types) or 'no configured type'}" if named_types else ""
+    return (
+        f"cost hold{types}: {'ACTIVE' if hold.active else 'off'} (signal {hold.signal}: {value}, "
+        f"threshold {hold.threshold:g}{', stale' if hold.stale else ''}) - {hold.reason}"
+    )
+
+
 def status_text(status: Any) -> str:
     """`lowtide status` for people: the hold, then queues, pools, adaptive limits and carbon."""
-    hold = status.hold
-    value = f"{hold.value:g}" if hold.HasField("value") else "no value yet"
-    lines = [
-        f"cost hold: {'ACTIVE' if hold.active else 'off'} (signal {hold.signal}: {value}, threshold {hold.threshold:g}"
-        f"{', stale' if hold.stale else ''}) - {hold.reason}",
+    # One line per signal some work follows (a scheduler from before that sends only `hold`).
+    lines = [_hold_line(hold, len(status.holds) > 1) for hold in (status.holds or [status.hold])]
+    lines += [
         "",
         f"{'queue':<16}{'paused':>8}{'depth':>8}{'oldest':>9}{'held':>8}{'oldest held':>13}{'running':>9}  held types",
     ]

@@ -4,6 +4,7 @@ apart from starting and stopping them (scheduler_service.server)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from lowtide.config import Config
 from lowtide.db import Database
@@ -19,6 +20,7 @@ from scheduler_service.fleet.sessions import Registry
 from scheduler_service.holds.cost import CostHolds
 from scheduler_service.holds.fixed_starts import DuePools, FixedStarts
 from scheduler_service.holds.release_planning import ReleasePlanner
+from scheduler_service.holds.signals import SignalHolds
 from scheduler_service.maintenance import Maintenance
 from scheduler_service.observe.carbon_totals import CarbonTotals
 from scheduler_service.observe.metrics import DEFAULT as DEFAULT_QUEUE
@@ -39,7 +41,7 @@ class Parts:
 
     store: Store
     registry: Registry
-    holds: CostHolds
+    holds: SignalHolds
     fixed: FixedStarts
     metrics: SchedulerMetrics
     dispatcher: Dispatcher
@@ -59,7 +61,7 @@ class _Core:
 
     store: Store
     registry: Registry
-    holds: CostHolds
+    holds: SignalHolds
     fixed: FixedStarts
     metrics: SchedulerMetrics
     dispatcher: Dispatcher
@@ -69,21 +71,34 @@ class _Core:
     leadership: Leadership
 
 
-def _cost_holds(config: Config, hold_config: HoldConfig, parked: Parked) -> CostHolds:
-    return CostHolds(
-        target=config.scheduler.signal_target,
-        signal=config.cost.signal,
-        policy=HoldPolicy(
-            release_below=config.cost.release_below,
-            min_hold=config.cost.min_hold,
-            on_stale=OnStale(config.cost.on_stale),
-        ),
-        config=hold_config,
-        on_release=parked.release,
-        stale_after=config.signal.stale_after,
-        token=config.auth.signal_token or None,
-        ca=config.tls.signal_ca or None,
-    )
+def _cost_holds(config: Config, hold_config: HoldConfig, parked: Parked) -> SignalHolds:
+    """One subscription per signal some work follows. release_below is in the default signal's
+    unit, so only its hold has it; min_hold and on_stale apply to every hold."""
+    default = config.cost.signal
+    by_signal = {
+        name: CostHolds(
+            target=config.scheduler.signal_target,
+            signal=name,
+            policy=HoldPolicy(
+                release_below=config.cost.release_below if name == default else None,
+                min_hold=config.cost.min_hold,
+                on_stale=OnStale(config.cost.on_stale),
+            ),
+            config=hold_config,
+            on_release=parked.release,
+            stale_after=_stale_after(config, name),
+            token=config.auth.signal_token or None,
+            ca=config.tls.signal_ca or None,
+        )
+        for name in sorted(hold_config.signals(default))
+    }
+    return SignalHolds(by_signal, default=default, config=hold_config)
+
+
+def _stale_after(config: Config, signal: str) -> timedelta:
+    """The signal's own stale_after where its section sets one, else [signal]'s."""
+    own = config.signals.get(signal)
+    return (own.stale_after if own is not None else None) or config.signal.stale_after
 
 
 def build_parts(

@@ -109,7 +109,13 @@ def check_cost_config(config: Config) -> HoldConfig:
     """Refuses a hold that names a local activity; warns about held types with a
     schedule_to_start default (that deadline keeps running during a hold)."""
     per_queue = {q: frozenset(c.deferrable_activities) for q, c in config.queues.items()}
-    holds = HoldConfig(frozenset(config.cost.deferrable_activities), per_queue)
+    holds = HoldConfig(
+        frozenset(config.cost.deferrable_activities),
+        per_queue,
+        type_signals={t: c.signal for t, c in config.types.items() if c.signal},
+        queue_signals={q: c.signal for q, c in config.queues.items() if c.signal},
+    )
+    _warn_unknown_signals(config, holds)
     every_held = holds.deferrable.union(*per_queue.values())
     local = {name for name, t in config.types.items() if t.local}
     conflicts = local_conflicts(every_held, local)
@@ -129,6 +135,20 @@ def check_cost_config(config: Config) -> HoldConfig:
                 },
             )
     return holds
+
+
+def _warn_unknown_signals(config: Config, holds: HoldConfig) -> None:
+    """A signal some work follows that this configuration does not define may be defined by the
+    signal service's own; if not, that work stays held (a signal holds until its first value)."""
+    known = {config.cost.signal, *config.signals}
+    for name in sorted(holds.signals(config.cost.signal) - known):
+        log.warning(
+            "cost_hold.unknown_signal",
+            extra={
+                "signal": name,
+                "detail": "no [signals.NAME] defines it here; its work stays held until the signal service has it",
+            },
+        )
 
 
 async def _listen(

@@ -120,6 +120,9 @@ class TypeConfig:
     local: bool = False
     # A cost hold defers tasks of this type at most this long (unless the task sets its own).
     max_defer: timedelta | None = key(None, within(timedelta(0), LONGEST, above=True))
+    # The signal whose hold holds this type where it is deferrable (`[signals.NAME]`, with its
+    # threshold); empty: its queue's signal, else the default one ([cost] signal).
+    signal: str = ""
     # A default the submitter's own schedule_to_start overrides; on a held type it warns.
     schedule_to_start: timedelta | None = key(None, within(timedelta(0), LONGEST, above=True))
     # For fixed starts that do not give their own estimated_duration.
@@ -145,6 +148,9 @@ class QueueConfig:
 
     # Held while the cost signal is high, on this queue only (beside [cost] deferrable_activities).
     deferrable_activities: tuple[str, ...] = ()
+    # The signal whose hold holds the deferrable types on this queue that name none of their own
+    # (`[types.NAME] signal`); empty: the default one ([cost] signal).
+    signal: str = ""
     # Overload: at most this many claimable pending tasks (held work and fixed starts not
     # counted); beyond it `overflow` applies: reject, shed_lowest or shed_oldest.
     max_depth: int | None = key(None, within(1, 2**62))

@@ -25,7 +25,7 @@ from lowtide_proto.externalscaler import externalscaler_pb2, externalscaler_pb2_
 from scheduler_service.domain.capacity import desired_workers
 from scheduler_service.domain.pacing import paced
 from scheduler_service.fleet.sessions import Registry
-from scheduler_service.holds.cost import CostHolds
+from scheduler_service.holds.signals import SignalHolds
 from scheduler_service.observe.metrics import held
 from scheduler_service.store import Store
 
@@ -82,7 +82,7 @@ class KedaScaler(externalscaler_pb2_grpc.ExternalScalerServicer):
         *,
         store: Store,
         registry: Registry,
-        holds: CostHolds,
+        holds: SignalHolds,
         reserved: Reserved,
         stream_interval: float = 1.0,
     ) -> None:
@@ -172,7 +172,7 @@ def add_keda_scaler(
     *,
     store: Store,
     registry: Registry,
-    holds: CostHolds,
+    holds: SignalHolds,
     reserved: Reserved,
     stream_interval: float = 1.0,
 ) -> KedaScaler:

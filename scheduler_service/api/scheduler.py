@@ -28,6 +28,7 @@ from scheduler_service.domain.fixed import Refused
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.submission import Submitted
 from scheduler_service.fleet.sessions import Registry
+from scheduler_service.holds.cost import CostHolds
 from scheduler_service.rows.fleet import PendingGroup
 from scheduler_service.rows.tasks import TaskRow
 from scheduler_service.store import Store
@@ -272,7 +273,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
                     name=name,
                     paused=name in paused,
                     running=running.get(name, 0),
-                    cost_hold=holds.state.active and bool(holds.config.for_queue(name)),
+                    cost_hold=holds.active_on(name),
                     held_types=sorted(held),
                 )
             return queues[name]
@@ -294,18 +295,8 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         self, request: scheduler_pb2.GetStatusRequest, context: Context
     ) -> scheduler_pb2.GetStatusResponse:
         holds = self._dispatcher.holds
-        signal = holds.signal
-        hold = scheduler_pb2.HoldStatus(
-            signal=holds.signal_name,
-            active=holds.state.active,
-            threshold=signal.threshold if signal else self._config.cost.defer_threshold,
-            stale=bool(signal and signal.stale),
-            reason=holds.state.reason,
-        )
-        if signal is not None and signal.value is not None:
-            hold.value = signal.value
-        if holds.state.since is not None:
-            hold.since.FromDatetime(holds.state.since)
+        every = [self._hold_status(name, hold, holds.types_following(name)) for name, hold in holds.by_signal.items()]
+        hold = next(h for h in every if h.signal == holds.default)
         # One read of the backlog serves the queues and the pools.
         pending, running = await self._store.pending_by_queue_and_type(), await self._store.running_by_queue()
         pools = await self.metrics.pool_status(pending, running)
@@ -326,8 +317,29 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         queues = await self._queues(pending, running)
         adaptive = await adaptive_status(self._dispatcher.adaptive, self._store)
         return scheduler_pb2.GetStatusResponse(
-            queues=queues, pools=pools, hold=hold, carbon=carbon, adaptive_limits=adaptive
+            queues=queues, pools=pools, hold=hold, carbon=carbon, adaptive_limits=adaptive, holds=every
         )
+
+    def _hold_status(self, name: str, holds: CostHolds, types: list[str]) -> scheduler_pb2.HoldStatus:
+        signal = holds.signal
+        # Until the signal service has told its threshold: the configured one.
+        configured = self._config.signals.get(name)
+        threshold = self._config.cost.defer_threshold
+        if configured is not None and name != self._config.cost.signal:
+            threshold = configured.threshold
+        hold = scheduler_pb2.HoldStatus(
+            signal=name,
+            active=holds.state.active,
+            threshold=signal.threshold if signal else threshold,
+            stale=bool(signal and signal.stale),
+            reason=holds.state.reason,
+            types=types,
+        )
+        if signal is not None and signal.value is not None:
+            hold.value = signal.value
+        if holds.state.since is not None:
+            hold.since.FromDatetime(holds.state.since)
+        return hold
 
 
 def conflict_error(refused: Refused, batch: bool) -> errors.ReservationConflict:

@@ -30,7 +30,7 @@ from scheduler_service.dispatch.wakeups import Parked, WakeTimers
 from scheduler_service.domain.dispatch import GroupKey, hand_out, take_slots
 from scheduler_service.domain.skiplist import effective_limits
 from scheduler_service.fleet.sessions import Group, Registry, WorkerSession
-from scheduler_service.holds.cost import CostHolds
+from scheduler_service.holds.signals import SignalHolds
 from scheduler_service.observe.tracing import TaskTraces, now_ns
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.tasks import FinishedRow
@@ -68,7 +68,7 @@ class Dispatcher:
         *,
         poll_interval: timedelta,
         limits: Mapping[str, int],
-        holds: CostHolds,
+        holds: SignalHolds,
         hold_recheck: timedelta,
         parked: Parked,
         fixed: FixedStarts,

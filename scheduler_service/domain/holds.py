@@ -97,14 +97,26 @@ def _show(signal: SignalView) -> str:
 
 @dataclass(frozen=True, slots=True)
 class HoldConfig:
-    """Which types a cost hold holds: everywhere, per queue, and per worker."""
+    """Which types a cost hold holds (everywhere, per queue, and per worker), and which signal
+    holds them: a type's own (`[types.NAME] signal`), else its queue's (`[queues.NAME] signal`),
+    else the default signal."""
 
     deferrable: frozenset[str] = frozenset()
     per_queue: Mapping[str, frozenset[str]] | None = None
+    type_signals: Mapping[str, str] | None = None
+    queue_signals: Mapping[str, str] | None = None
 
     def for_queue(self, queue: str) -> frozenset[str]:
         extra = (self.per_queue or {}).get(queue, frozenset())
         return self.deferrable | extra
+
+    def signal_for(self, queue: str, activity_type: str, default: str) -> str:
+        """The signal whose hold holds `activity_type` on `queue`."""
+        return (self.type_signals or {}).get(activity_type) or (self.queue_signals or {}).get(queue) or default
+
+    def signals(self, default: str) -> frozenset[str]:
+        """Every signal some work follows, the default among them."""
+        return frozenset({default, *(self.type_signals or {}).values(), *(self.queue_signals or {}).values()})
 
 
 def held_types(
@@ -124,6 +136,27 @@ def held_types(
     if hold.active:
         held |= config.for_queue(queue) | frozenset(worker_deferrable)
     return held
+
+
+def held_types_by_signal(
+    queue: str,
+    *,
+    holds: Mapping[str, HoldState],
+    default: str,
+    config: HoldConfig,
+    worker_deferrable: Iterable[str] = (),
+    worker_held: Iterable[str] = (),
+) -> frozenset[str]:
+    """`held_types` where each type follows its own signal's hold (`config.signal_for`): a type
+    waiting for cheap power is held while the price is high, one waiting for clean power while
+    the carbon intensity is. A signal with no hold in `holds` (never heard of) holds its types,
+    as a signal holds until its first value arrives."""
+    held = set(worker_held)
+    for activity_type in config.for_queue(queue) | frozenset(worker_deferrable):
+        hold = holds.get(config.signal_for(queue, activity_type, default))
+        if hold is None or hold.active:
+            held.add(activity_type)
+    return frozenset(held)
 
 
 def local_conflicts(held: Iterable[str], local: Iterable[str]) -> frozenset[str]:

@@ -31,6 +31,8 @@ from scheduler_service.domain.planning import (
 )
 from scheduler_service.fleet.sessions import Registry
 from scheduler_service.holds.cost import CostHolds
+from scheduler_service.holds.signals import SignalHolds
+from scheduler_service.rows.fleet import PlannableTask
 from scheduler_service.store import Store
 
 log = logging.getLogger("lowtide.scheduler.planning")
@@ -63,7 +65,7 @@ def release_time(release: Plan) -> datetime | None:
     return None if release.kind is PlanKind.THRESHOLD else release.release_at
 
 
-def deferrable(holds: CostHolds, queue: str, activity_type: str, kind: str) -> bool:
+def deferrable(holds: SignalHolds, queue: str, activity_type: str, kind: str) -> bool:
     return kind == "activity" and activity_type in holds.config.for_queue(queue)
 
 
@@ -72,7 +74,7 @@ class ReleasePlanner:
         self,
         store: Store,
         registry: Registry,
-        holds: CostHolds,
+        holds: SignalHolds,
         config: Config,
         *,
         wake_at: Callable[[datetime], None],
@@ -100,17 +102,18 @@ class ReleasePlanner:
     def plan_submitted(self, tasks: Sequence[NewTask]) -> list[NewTask]:
         """Plans the release of each new task that may wait for a cheaper window, on its own
         (the leader plans them all together, with the pool's capacity, on the next forecast)."""
-        holds = self._holds
         out = []
         for index, task in enumerate(tasks):
             if task.latest_start is not None:
                 # A held task runs by its latest start: be awake then, not a poll later.
                 self.wake_at(release_by(task.latest_start))
+            # Planned on the forecast of the signal this type follows.
+            holds = self._holds.following(task.queue, task.activity_type)
             if (
                 holds.forecast is None
                 or task.latest_start is None
                 or task.duration is None
-                or not deferrable(holds, task.queue, task.activity_type, task.kind.value)
+                or not deferrable(self._holds, task.queue, task.activity_type, task.kind.value)
             ):
                 out.append(task)
                 continue
@@ -152,8 +155,18 @@ class ReleasePlanner:
         rows = [
             r for r in await self._store.plannable_tasks() if deferrable(self._holds, r.queue, r.activity_type, r.kind)
         ]
-        if not rows:
-            return
+        # Each task is planned on the forecast of the signal its type follows, beside the
+        # others that follow the same signal.
+        by_signal: dict[str, list[PlannableTask]] = {}
+        for r in rows:
+            by_signal.setdefault(
+                self._holds.config.signal_for(r.queue, r.activity_type, self._holds.default), []
+            ).append(r)
+        for name, group in sorted(by_signal.items()):
+            await self._plan(self._holds.by_signal[name], group)
+
+    async def _plan(self, holds: CostHolds, rows: list[PlannableTask]) -> None:
+        """Plans the tasks that follow one signal, on its forecast."""
         # Planned within [submission, release_by(latest start)]: a plan never waits past the
         # moment the hold lets go anyway, so the release and the claim agree.
         tasks = [
@@ -172,9 +185,12 @@ class ReleasePlanner:
         now = datetime.now(UTC)
         expected = expected_arrivals(await self._recent_deferrable({r.activity_type for r in rows}), now)
         capacity = self.capacity(r.activity_type for r in rows)
-        plans = plan_tasks(self._holds, tasks, capacity, now, committed=committed, expected=expected)
+        plans = plan_tasks(holds, tasks, capacity, now, committed=committed, expected=expected)
         await self._store.apply_plans([(p.task_id, release_time(p), p.expected_intensity, p.reason) for p in plans])
         # Claimed when due, not a poll later: at the planned release, and at the latest start.
         for task, release in zip(tasks, plans, strict=True):
             self.wake_at(min(release.release_at, task.latest_start))
-        log.info("planning.planned", extra={"tasks": len(plans), "forecast": self._holds.forecast_source or "none"})
+        log.info(
+            "planning.planned",
+            extra={"tasks": len(plans), "signal": holds.signal_name, "forecast": holds.forecast_source or "none"},
+        )

@@ -30,8 +30,8 @@ from scheduler_service.domain.capacity import desired_workers
 from scheduler_service.domain.fixed import reservation_capacity
 from scheduler_service.domain.pacing import paced
 from scheduler_service.fleet.sessions import Registry
-from scheduler_service.holds.cost import CostHolds
 from scheduler_service.holds.fixed_starts import FixedStarts
+from scheduler_service.holds.signals import SignalHolds
 from scheduler_service.observe.task_metrics import TaskMetrics
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.fleet import PendingGroup
@@ -73,7 +73,7 @@ class SchedulerMetrics:
         *,
         store: Store,
         registry: Registry,
-        holds: CostHolds,
+        holds: SignalHolds,
         parked: Callable[[], int],
         config: Config,
         fixed: FixedStarts,
@@ -192,17 +192,20 @@ class SchedulerMetrics:
         return {DEFAULT, *self._config.queues, *(self._holds.config.per_queue or {}), *self.snapshot.queues, *served}
 
     def _cost_hold(self, options: CallbackOptions) -> Iterable[Observation]:
-        """Per known queue: 1 while the hold is active and holds some type there (configured, or
-        declared cost-deferrable by a worker serving the queue), else 0."""
-        active = self._holds.state.active
-        deferrable_by_workers: dict[str, bool] = {}
+        """Per known queue and signal: 1 while that signal's hold is active and holds some type
+        there (configured to follow it, or declared cost-deferrable by a worker serving the
+        queue, which follows its type's signal), else 0."""
+        holds = self._holds
+        by_workers: dict[str, set[str]] = {}
         for session in self._registry:
-            if session.cost_deferrable:
-                for queue in session.queues:
-                    deferrable_by_workers[queue] = True
+            for queue in session.queues:
+                by_workers.setdefault(queue, set()).update(session.cost_deferrable)
         for queue in sorted(self._known_queues()):
-            holds_some = bool(self._holds.config.for_queue(queue)) or deferrable_by_workers.get(queue, False)
-            yield Observation(1 if active and holds_some else 0, {"queue": queue, "signal": self._holds.signal_name})
+            types = holds.config.for_queue(queue) | by_workers.get(queue, set())
+            following = {holds.config.signal_for(queue, t, holds.default) for t in types}
+            for name in sorted(following | {holds.default}):
+                active = name in following and holds.by_signal[name].state.active
+                yield Observation(1 if active else 0, {"queue": queue, "signal": name})
 
     def _workers(self, options: CallbackOptions) -> Iterable[Observation]:
         pools: dict[str, int] = dict.fromkeys([DEFAULT, *self._config.pools, *self.snapshot.pools], 0)
@@ -266,7 +269,7 @@ class SchedulerMetrics:
             await asyncio.sleep(wait)
 
 
-def held(holds: CostHolds, group: PendingGroup) -> bool:
+def held(holds: SignalHolds, group: PendingGroup) -> bool:
     """Whether a cost hold holds this pending work now (it waits for a cheaper window)."""
     return group.kind == "activity" and group.activity_type in holds.held_for(group.queue)
 
@@ -279,7 +282,7 @@ def _figures(status: scheduler_pb2.PoolStatus) -> PoolFigures:
 async def pool_status(
     store: Store,
     registry: Registry,
-    holds: CostHolds,
+    holds: SignalHolds,
     config: Config,
     fixed: FixedStarts,
     *,
@@ -332,7 +335,7 @@ async def pool_status(
 
 
 def pool_backlog(
-    registry: Registry, holds: CostHolds, pending: list[PendingGroup], running: dict[str, int]
+    registry: Registry, holds: SignalHolds, pending: list[PendingGroup], running: dict[str, int]
 ) -> dict[str, tuple[int, int]]:
     """Claimable pending work and running work per pool, held work left out. A queue's work is
     counted in the pools of the workers that serve it (in this replica)."""

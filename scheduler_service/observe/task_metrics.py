@@ -20,7 +20,7 @@ from lowtide.config import Config
 from lowtide.histograms import Histograms, Labels
 from scheduler_service.domain.timings import HoldEpisode, LabelCap, Timings, timings
 from scheduler_service.fleet.sessions import WorkerSession
-from scheduler_service.holds.cost import CostHolds
+from scheduler_service.holds.signals import SignalHolds
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.tasks import FinishedRow
 
@@ -52,7 +52,7 @@ MAX_LABEL_SETS = 4096
 
 
 class TaskMetrics:
-    def __init__(self, meter: Meter, histograms: Histograms, *, holds: CostHolds, config: Config) -> None:
+    def __init__(self, meter: Meter, histograms: Histograms, *, holds: SignalHolds, config: Config) -> None:
         self._holds = holds
         limit = config.scheduler.metrics_label_values
         per_queue = holds.config.per_queue or {}

@@ -113,7 +113,8 @@ class TaskControl:
             now=await self._store.now(),
             queue_paused_since=(await self._store.paused_queues()).get(row.queue),
             held=row.activity_type in holds.held_for(row.queue),
-            hold=holds.state,
+            # The hold of the signal this type follows (its reason names the signal).
+            hold=holds.following(row.queue, row.activity_type).state,
             limit=limit,
             adaptive_limit=adaptive.value if adaptive else None,
             adaptive_reason=adaptive.reason if adaptive else "",

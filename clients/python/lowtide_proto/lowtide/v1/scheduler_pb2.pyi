@@ -627,6 +627,7 @@ class HoldStatus(_message.Message):
     STALE_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     SINCE_FIELD_NUMBER: _builtins.int
+    TYPES_FIELD_NUMBER: _builtins.int
     signal: _builtins.str
     active: _builtins.bool
     value: _builtins.float
@@ -636,6 +637,10 @@ class HoldStatus(_message.Message):
     reason: _builtins.str
     @_builtins.property
     def since(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The configured deferrable types whose hold this signal's is ([types.NAME] or [queues.NAME] signal)."""
+
     def __init__(
         self,
         *,
@@ -646,10 +651,11 @@ class HoldStatus(_message.Message):
         stale: _builtins.bool = ...,
         reason: _builtins.str = ...,
         since: _timestamp_pb2.Timestamp | None = ...,
+        types: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "since", b"since", "value", b"value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "active", b"active", "reason", b"reason", "signal", b"signal", "since", b"since", "stale", b"stale", "threshold", b"threshold", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "active", b"active", "reason", b"reason", "signal", b"signal", "since", b"since", "stale", b"stale", "threshold", b"threshold", "types", b"types", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
     _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
@@ -755,18 +761,25 @@ class GetStatusResponse(_message.Message):
     HOLD_FIELD_NUMBER: _builtins.int
     CARBON_FIELD_NUMBER: _builtins.int
     ADAPTIVE_LIMITS_FIELD_NUMBER: _builtins.int
+    HOLDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def queues(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueStatus]: ...
     @_builtins.property
     def pools(self) -> _containers.RepeatedCompositeFieldContainer[Global___PoolStatus]: ...
     @_builtins.property
-    def hold(self) -> Global___HoldStatus: ...
+    def hold(self) -> Global___HoldStatus:
+        """The default signal's hold ([cost] signal)."""
+
     @_builtins.property
     def carbon(self) -> _containers.RepeatedCompositeFieldContainer[Global___CarbonStatus]:
         """For cost-deferrable types: the intensity avoided by waiting."""
 
     @_builtins.property
     def adaptive_limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___AdaptiveLimitStatus]: ...
+    @_builtins.property
+    def holds(self) -> _containers.RepeatedCompositeFieldContainer[Global___HoldStatus]:
+        """Every signal's hold that some work follows, the default one among them, by signal name."""
+
     def __init__(
         self,
         *,
@@ -775,10 +788,11 @@ class GetStatusResponse(_message.Message):
         hold: Global___HoldStatus | None = ...,
         carbon: _abc.Iterable[Global___CarbonStatus] | None = ...,
         adaptive_limits: _abc.Iterable[Global___AdaptiveLimitStatus] | None = ...,
+        holds: _abc.Iterable[Global___HoldStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["hold", b"hold"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adaptive_limits", b"adaptive_limits", "carbon", b"carbon", "hold", b"hold", "pools", b"pools", "queues", b"queues"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adaptive_limits", b"adaptive_limits", "carbon", b"carbon", "hold", b"hold", "holds", b"holds", "pools", b"pools", "queues", b"queues"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
