@@ -85,7 +85,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--trace",
         default="",
-        help="the carbon evaluation's trace: a CSV `Time,Carbon Intensity` (default: the bundled GB 2020 one)",
+        help="the carbon evaluation's trace: a CSV `Time,Carbon Intensity`, or a price trace `Time,Price` "
+        "(default: the bundled GB 2020 one)",
     )
     parser.add_argument(
         "--forecasts",

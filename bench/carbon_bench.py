@@ -106,6 +106,9 @@ def carbon_evaluation(trace_file: str = "", *, blocks: int = BLOCKS, days: int =
     arrivals = sample(rows, blocks, days)
     jobs = sum(len(r) for r in arrivals)
     baseline = sum(costs(rows, r) for r in arrivals)
+    if baseline <= 0:
+        # A price trace may go below zero; a saving in percent of a cost that is not above 0 says nothing.
+        raise ValueError(f"the trace's mean over the sampled days is {baseline / jobs:g}: savings need it above 0")
     stated = {
         name: [Forecasts(rows, model, f"{SEED}:{name}:{i}") for i in range(len(arrivals))]
         for name, model in MODELS.items()

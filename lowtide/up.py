@@ -282,12 +282,16 @@ async def _stop(stack: _Stack, deadline: float, hurry: asyncio.Event) -> None:
 
 def _banner(config: Config, env: dict[str, str], where: str, auth_line: str, demo: bool) -> None:
     feed = env.get("LOWTIDE_SIGNAL_FEED", config.signal.feed)
+    named = {name: d.feed for name, d in config.signals.items() if d.has_feed}
+    # Several signals, each from its own feed: each is named.
+    feeds = {config.cost.signal: feed, **named}
+    feed_text = "feeds: " + ", ".join(f"{n} {f}" for n, f in feeds.items()) if named else f"feed: {feed}"
     console = f"http://{config.console.listen}/" if config.console.listen else "off"
     print(
         "lowtide is up\n"
         f"  database:  {where}\n"
         f"  scheduler: {config.scheduler.listen} (gRPC: SchedulerService, WorkerService)\n"
-        f"  signal:    {config.signal.listen} (gRPC: SignalService; feed: {feed})\n"
+        f"  signal:    {config.signal.listen} (gRPC: SignalService; {feed_text})\n"
         f"  metrics:   {config.scheduler.metrics_listen or 'off'} (scheduler), "
         f"{config.signal.metrics_listen or 'off'} (signal)\n"
         f"  console:   {console} (web console: signal, held work, pools, tasks)\n"

@@ -91,6 +91,13 @@ class Signals:
             self.fanout.publish_forecast(forecast)
         return forecast
 
+    async def confirm(self, name: str, version: int) -> None:
+        """A feed answered again with the value of `version`: it still holds (fresh, announced
+        as a new version so that subscribers know it has not merely gone quiet)."""
+        state = await self.store.touch(name, version)
+        if state is not None:
+            self.fanout.publish(state)
+
     async def reload(self, name: str) -> SignalState:
         """The stored state, published here if it is newer than what this replica holds."""
         definition = self.resolve(name)

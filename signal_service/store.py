@@ -75,9 +75,15 @@ class SignalStore:
             await tx.execute(Q["notify_signal"], {"name": name})
         return row.state()
 
-    async def touch(self, name: str, version: int) -> None:
-        """The feed confirmed the stored value: staleness counts from now (unless it changed)."""
-        await self.db.execute(Q["touch_signal"], {"name": name, "version": version})
+    async def touch(self, name: str, version: int) -> SignalState | None:
+        """The feed confirmed the stored value: staleness counts from now, and the other
+        replicas are told; None when it changed meanwhile."""
+        async with self.db.transaction() as tx:
+            row = await tx.fetch_one_as(SignalRow, Q["touch_signal"], {"name": name, "version": version})
+            if row is None:
+                return None
+            await tx.execute(Q["notify_signal"], {"name": name})
+        return row.state()
 
     async def mark_stale(self, stale_after: timedelta, per_signal: Mapping[str, timedelta] | None = None) -> list[str]:
         """Marks stale the signals with no update for stale_after (or their own, in

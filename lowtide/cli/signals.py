@@ -49,6 +49,13 @@ async def _signal_get(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+async def _signal_list(args: argparse.Namespace, config: Config) -> int:
+    async with _signal_client(args, config) as client:
+        for state in await client.list():
+            _show_signal(args, state)
+    return 0
+
+
 def _show_forecast(args: argparse.Namespace, name: str, forecast: Any) -> None:
     if args.json:
         data = output.to_dict(forecast)
@@ -85,7 +92,7 @@ async def _signal_watch(args: argparse.Namespace, config: Config) -> int:
 
 
 def register(commands: Commands, parents: Parents) -> None:
-    """`lowtide signal serve|set|get|watch`."""
+    """`lowtide signal serve|set|get|list|watch`."""
     common = parents.common
     signal_target = argparse.ArgumentParser(add_help=False)
     signal_target.add_argument("--target", help="signal service address (default: [signal] listen, 127.0.0.1:50052)")
@@ -100,6 +107,12 @@ def register(commands: Commands, parents: Parents) -> None:
     signal_set.set_defaults(handler=_signal_set)
     signal_get = signal_commands.add_parser("get", parents=[common, signal_target], help="show the signal")
     signal_get.set_defaults(handler=_signal_get)
+    service_target = argparse.ArgumentParser(add_help=False)
+    service_target.add_argument("--target", help="signal service address (default: [signal] listen, 127.0.0.1:50052)")
+    signal_list = signal_commands.add_parser(
+        "list", parents=[common, service_target], help="show every signal: value, unit, threshold, source"
+    )
+    signal_list.set_defaults(handler=_signal_list)
     watch = signal_commands.add_parser("watch", parents=[common, signal_target], help="print each change as it comes")
     watch.add_argument("--forecast", action="store_true", help="also print each new forecast the feed issues")
     watch.set_defaults(handler=_signal_watch)

@@ -1,4 +1,4 @@
-"""Replays a grid trace (CSV `Time,Carbon Intensity`, half-hourly, times in UTC) at a speed
+"""Replays a grid trace (CSV `Time,Carbon Intensity`, or a price trace `Time,Price`; times in UTC) at a speed
 factor, from a chosen start, looping at the end or holding the last value.
 
 The position in the trace is a pure function of the time since the replay began, so a replay
@@ -34,11 +34,15 @@ _MIN_INTERVAL = 0.05
 _FORECAST_HORIZON = timedelta(hours=48)
 
 
+# The headers a trace may have: a carbon intensity, or a power price (which may be negative).
+TRACE_HEADERS = (["Time", "Carbon Intensity"], ["Time", "Price"])
+
+
 def read_trace(text: str, *, where: str) -> list[Point]:
     rows = csv.reader(io.StringIO(text))
     header = next(rows, None)
-    if header is None or [h.strip() for h in header[:2]] != ["Time", "Carbon Intensity"]:
-        raise ConfigError(f"{where}: expected a CSV with the header 'Time,Carbon Intensity'")
+    if header is None or [h.strip() for h in header[:2]] not in TRACE_HEADERS:
+        raise ConfigError(f"{where}: expected a CSV with the header 'Time,Carbon Intensity' or 'Time,Price'")
     points = []
     for number, row in enumerate(rows, start=2):
         if not row:

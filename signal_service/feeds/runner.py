@@ -69,7 +69,7 @@ async def poll_once(feed: Feed, signals: Signals, name: str, stats: FeedStats) -
         if (latest := _repeated(signals, name, reading, feed.source)) is not None:
             # The feed answers, with what is stored (a day-ahead price holds for an hour): the
             # signal is fresh, and is not marked stale while its feed keeps answering.
-            await signals.store.touch(name, latest.version)
+            await signals.confirm(name, latest.version)
             return False
         await signals.set(name, reading.value, unit=reading.unit, observed_at=reading.observed_at, source=feed.source)
         return True

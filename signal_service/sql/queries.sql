@@ -42,9 +42,11 @@ WHERE name = %(name)s
 
 -- touch_signal --
 -- A feed answered again with the value stored (a price for the hour, polled every few minutes):
--- fresh, since staleness counts from here, and not stored again; nothing if it changed meanwhile.
-UPDATE lowtide.signals SET updated_at = now()
+-- fresh, since staleness counts from here, and a new version, so subscribers hear the value still
+-- holds; not added to the history. Nothing if it changed meanwhile.
+UPDATE lowtide.signals SET updated_at = now(), version = version + 1
 WHERE name = %(name)s AND version = %(version)s AND NOT stale
+RETURNING name, unit, threshold, value, observed_at, source, version, stale, updated_at
 
 -- fresh_signals --
 -- Signals with a value and no stale mark, with the database's clock (the one clock all replicas share).

@@ -100,3 +100,14 @@ async def test_watch_reconnects_by_itself_when_the_service_restarts(database_url
         await first_run.stop()
         if second_run is not None:
             await second_run.stop()
+
+
+async def test_list_shows_every_signal_with_its_unit_and_threshold(signal_server: SignalServer) -> None:
+    async with SignalClient(signal_server.target) as client:
+        await client.set(-3.5, name="price")
+    listing = await lowtide("signal", "list", "--target", signal_server.target)
+    out, err = await asyncio.wait_for(listing.communicate(), 20.0)
+    assert listing.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert lines[0].startswith("grid no value yet (gCO2/kWh) high threshold=400")
+    assert lines[1].startswith("price -3.5 EUR/MWh low threshold=100")

@@ -74,3 +74,8 @@ def test_a_bad_trace_is_refused_with_the_line_named(text: str, message: str) -> 
 def test_a_start_outside_the_trace_is_refused() -> None:
     with pytest.raises(ConfigError, match="replay_start"):
         Replay(TRACE, speed=1.0, start=T0 - timedelta(days=1))
+
+
+def test_a_price_trace_is_read_negative_prices_and_all() -> None:
+    points = read_trace("Time,Price\n2026-12-04T11:00:00Z,-12.5\n2026-12-04T12:00:00Z,40\n", where="p.csv")
+    assert [(p.at.hour, p.value) for p in points] == [(11, -12.5), (12, 40.0)]
