@@ -24,6 +24,8 @@ from lowtide_proto.lowtide.v1 import (
 
 # Every call the console makes ends within this many seconds: a page never hangs on a service.
 CALL_TIMEOUT = 5.0
+# The signals besides the default one drawn on the overview, each with its own chart.
+MAX_OTHER_SIGNALS = 8
 # The signal's history drawn on the overview.
 HISTORY = timedelta(hours=48)
 # Pending tasks read for planned releases and reservations (one page; ListTasks allows 1000).
@@ -44,6 +46,15 @@ class QueueSample:
 
 
 @dataclass(frozen=True)
+class SignalView:
+    """A signal other than the default one, with what its chart draws."""
+
+    signal: signal_pb2.SignalState
+    history: list[signal_pb2.SignalPoint]
+    forecast: list[signal_pb2.SignalPoint]
+
+
+@dataclass(frozen=True)
 class Overview:
     status: scheduler_pb2.GetStatusResponse
     signal: signal_pb2.SignalState
@@ -53,6 +64,8 @@ class Overview:
     tasks_per_second: float
     samples: dict[str, list[QueueSample]]
     now: datetime
+    # Every other signal the signal service keeps (a price, another grid zone), by name.
+    others: list[SignalView] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,7 @@ class Backend:
             self.list_tasks(token, state=task_pb2.TASK_STATE_PENDING, page_size=PENDING_PAGE),
             self.list_tasks(token, state=task_pb2.TASK_STATE_COMPLETED, page_size=RATE_PAGE),
         )
+        others = await self._other_signals(token, name, since)
         now = time.time()
         self.samples.add(status, now)
         recent = sum(
@@ -148,7 +162,24 @@ class Backend:
             tasks_per_second=recent / RATE_WINDOW,
             samples=self.samples.snapshot(),
             now=datetime.fromtimestamp(now, UTC),
+            others=others,
         )
+
+    async def _other_signals(self, token: str | None, default: str, since: datetime) -> list[SignalView]:
+        """Each signal but the default one (at most MAX_OTHER_SIGNALS), with its history and forecast."""
+        listed = await self._call("signal", "ListSignals", signal_pb2.ListSignalsRequest(), token)
+        states = [s for s in listed.signals if s.name != default][:MAX_OTHER_SIGNALS]
+
+        async def view(state: signal_pb2.SignalState) -> SignalView:
+            request = signal_pb2.GetHistoryRequest(name=state.name, limit=10_000)
+            request.since.FromDatetime(since)
+            history, forecast = await asyncio.gather(
+                self._call("signal", "GetHistory", request, token),
+                self._call("signal", "GetForecast", signal_pb2.GetForecastRequest(name=state.name), token),
+            )
+            return SignalView(state, [*history.points], [*forecast.points])
+
+        return list(await asyncio.gather(*(view(state) for state in states)))
 
     async def pending(self, token: str | None) -> list[task_pb2.Task]:
         response = await self.list_tasks(token, state=task_pb2.TASK_STATE_PENDING, page_size=PENDING_PAGE)

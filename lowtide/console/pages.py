@@ -56,6 +56,23 @@ def signal_svg(view: Overview) -> str:
     )
 
 
+def other_signal_svgs(view: Overview) -> dict[str, str]:
+    """Each other signal's chart: its history, forecast and threshold, in its unit."""
+    now = view.now.timestamp()
+    return {
+        other.signal.name: charts.signal_chart(
+            history=[(seconds(p.at), p.value) for p in other.history],
+            forecast=[(seconds(p.at), p.value) for p in other.forecast],
+            threshold=other.signal.threshold,
+            now=now,
+            since=now - HISTORY.total_seconds(),
+            releases=[],
+            unit=other.signal.unit,
+        )
+        for other in view.others
+    }
+
+
 def queue_svgs(view: Overview) -> dict[str, str]:
     return {
         name: charts.lines_chart(

@@ -148,6 +148,8 @@ def _trace(folder: Path) -> Path:
 
 # An adaptive type (issue 21): the pools page shows its limit (its initial one: nothing runs it).
 ADAPTIVE = "[types.call_api]\nadaptive_concurrency = { min = 1, max = 50, initial = 4 }\n\n"
+# A second signal, set by hand: the overview draws it beside the default one.
+PRICE = '[signals.price]\nunit = "EUR/MWh"\nthreshold = 80.0\n\n'
 
 
 def _config(folder: Path, *, auth: bool) -> Path:
@@ -157,7 +159,7 @@ def _config(folder: Path, *, auth: bool) -> Path:
     )
     path = folder / "lowtide.toml"
     guarded = f'[auth]\nsignal_token = "{TOKENS["admin"]}"\n\n{tokens}' if auth else ""
-    path.write_text(ADAPTIVE + guarded)
+    path.write_text(ADAPTIVE + PRICE + guarded)
     return path
 
 

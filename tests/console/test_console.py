@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -217,3 +218,23 @@ def test_bad_input_and_forged_posts_get_clear_pages(browser: WebDriver, open_sta
     huge = httpx.post(open_stack.url + "/actions/signal", content=b"value=" + b"9" * 20_000)
     assert huge.status_code == 400 and "at most 16384 bytes" in huge.text
     assert not paused(open_stack, "default")
+
+
+def test_the_overview_draws_every_other_signal_in_its_unit(browser: WebDriver, open_stack: Stack) -> None:
+    signal = open_stack.env["LOWTIDE_SIGNAL_LISTEN"]
+    open_stack.cli("signal", "set", "120", "--signal", "price", "--target", signal)
+    open_stack.cli("signal", "set", "-4.5", "--signal", "price", "--target", signal)
+    browser.get(open_stack.url + "/")
+    section = '[data-signal="price"]'
+    # The page refreshes itself: each look is made afresh, never on an element it replaced.
+    refreshed = WebDriverWait(browser, 20.0, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,))
+    refreshed.until(lambda b: b.find_elements(By.CSS_SELECTOR, f"{section} polyline.signal-line"))
+    refreshed.until(
+        lambda b: "Signal price: -4.5 EUR/MWh, threshold 80" in b.find_element(By.CSS_SELECTOR, f"{section} h2").text
+    )
+    refreshed.until(
+        lambda b: (
+            "threshold 80"
+            in str(b.find_element(By.CSS_SELECTOR, f"{section} line.threshold-line").get_attribute("innerHTML"))
+        )
+    )
