@@ -7,6 +7,10 @@ KEDA scales the workers on the scheduler."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +21,9 @@ import pytest
 import yaml
 
 from lowtide.config import OTHER_VARIABLES, config_variables, load_config
+from lowtide.health import check_health
 from tests.deploy.compose import REPO
+from tests.helpers import eventually, free_port
 
 CHART = REPO / "deploy" / "helm" / "lowtide"
 RELEASE, NAMESPACE = "prod", "queues"
@@ -225,3 +231,58 @@ def test_helm_lint_finds_nothing_to_warn_about() -> None:
         report = helm.lint(CHART, values=values, strict=True, kube_version="v1.27.0")
         problems = [m for m in report["messages"] if m["severity"] >= 2]
         assert (report["errors"], problems) == ([], [])
+
+
+async def test_the_rendered_services_serve_as_local_processes(database_url: str, tmp_path: Path) -> None:
+    # Each lowtide container's own arguments and environment, run as a local process (no
+    # cluster here), with only what a cluster provides mapped: the mounted configuration, the
+    # database Secret, the Services' names and the pods' ports. Both must answer the gRPC health
+    # check their readiness probe asks, on the port it asks.
+    objects = render({**REQUIRED, "auth": {"enabled": False}})
+    secret = next(iter(of_kind(objects, "Secret").values()))
+    config = tmp_path / "lowtide.toml"
+    config.write_text(secret["stringData"]["lowtide.toml"])
+    ports = {50051: free_port(), 50052: free_port(), 9464: free_port(), 9465: free_port()}
+    signal_target = f"{RELEASE}-lowtide-signal.{NAMESPACE}.svc.cluster.local:50052"
+
+    def local(value: Any) -> str:
+        if isinstance(value, dict):
+            assert value["secretKeyRef"]["name"] == "lowtide-database"
+            return database_url
+        text = str(value).replace(signal_target, "0.0.0.0:50052")
+        for port, mapped in ports.items():
+            text = text.replace(f"0.0.0.0:{port}", f"127.0.0.1:{mapped}")
+        return text.replace("/etc/lowtide/config/lowtide.toml", str(config))
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("LOWTIDE_", "OTEL_"))}
+    started: list[tuple[str, asyncio.subprocess.Process, int]] = []
+    try:
+        for component in ("signal", "scheduler"):
+            (container,) = of_kind(objects, "Deployment")[f"{RELEASE}-lowtide-{component}"]["spec"]["template"]["spec"][
+                "containers"
+            ]
+            env = {**base, **{name: local(value) for name, value in env_of(container).items()}}
+            log = (tmp_path / f"{component}.log").open("wb")
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "lowtide", *container["args"], env=env, stdout=log, stderr=log
+            )
+            started.append((component, process, ports[container["readinessProbe"]["grpc"]["port"]]))
+        for component, _, port in started:
+
+            async def serving(port: int = port) -> bool:
+                return (await check_health(f"127.0.0.1:{port}", within=2.0)).serving
+
+            try:
+                await eventually(serving, within=60, interval=0.5)
+            except AssertionError:
+                raise AssertionError((tmp_path / f"{component}.log").read_text()[-3000:]) from None
+    finally:
+        for _, process, _ in started:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+        for _, process, _ in started:
+            try:
+                await asyncio.wait_for(process.wait(), 15)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
