@@ -14,6 +14,41 @@ from lowtide.errors import InvalidArgument
 _NON_NEGATIVE_UNITS = frozenset({"gCO2/kWh", "gCO2eq/kWh", "lbs/MWh", "lbsCO2/MWh", "percentile", "percent"})
 
 
+# The values a signal in each unit can plausibly take, low to high: a value outside is a typo or
+# a broken feed (1e308 would hold work for days and flatten every chart), never the grid. Wide
+# enough for the real extremes: carbon intensity tops out near 1,300 gCO2/kWh (coal, in g and in
+# lbs/MWh); a day-ahead price may go negative, and the European market's harmonised limits
+# (-500 and +4,000 EUR/MWh, raised in steps when prices come near) fit with room.
+PLAUSIBLE: dict[str, tuple[float, float]] = {
+    "gCO2/kWh": (0.0, 2_000.0),
+    "gCO2eq/kWh": (0.0, 2_000.0),
+    "lbs/MWh": (0.0, 4_500.0),
+    "lbsCO2/MWh": (0.0, 4_500.0),
+    "percentile": (0.0, 100.0),
+    "percent": (0.0, 100.0),
+    "EUR/MWh": (-1_000.0, 10_000.0),
+}
+# Any other unit (set by hand, or a feed in another currency): a bound only against the absurd.
+OTHER_UNITS = (-1e6, 1e6)
+
+
+@dataclass(frozen=True, slots=True)
+class ValueRange:
+    """The values a signal accepts, inclusive."""
+
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, unit: str, low: float | None = None, high: float | None = None) -> ValueRange:
+        """The unit's plausible range, with either end replaced where configured."""
+        default_low, default_high = PLAUSIBLE.get(unit, OTHER_UNITS)
+        return cls(default_low if low is None else low, default_high if high is None else high)
+
+    def __str__(self) -> str:
+        return f"{self.low:g} to {self.high:g}"
+
+
 @dataclass(frozen=True, slots=True)
 class SignalState:
     """A signal's latest state as stored; `high` is derived so that no copy can disagree."""
@@ -69,14 +104,26 @@ def is_high(value: float | None, threshold: float) -> bool:
     return value is None or value > threshold
 
 
-def validate_value(value: float, unit: str, *, field: str = "value") -> float:
-    """The value, if it can be stored for a signal in `unit`; InvalidArgument naming `field` if not."""
+def validate_value(
+    value: float, unit: str, *, field: str = "value", accepted: ValueRange | None = None, signal: str = ""
+) -> float:
+    """The value, if it can be stored for a signal in `unit` whose range is `accepted` (default:
+    the unit's plausible range); InvalidArgument naming `field` and the range if not."""
     if math.isnan(value):
         raise InvalidArgument(field, "is NaN; send a number")
     if math.isinf(value):
         raise InvalidArgument(field, "is infinite; send a finite number")
     if value < 0 and unit in _NON_NEGATIVE_UNITS:
         raise InvalidArgument(field, f"is {value:g}, but a value in {unit} cannot be negative")
+    accepted = accepted or ValueRange.of(unit)
+    if not accepted.low <= value <= accepted.high:
+        table = f"[signals.{signal}]" if signal else "[signals.NAME]"
+        raise InvalidArgument(
+            field,
+            f"is {value:g}, outside the plausible range of {accepted} {unit}"
+            f"{f' of signal {signal}' if signal else ''}; a value there is refused as a typo or a broken "
+            f"feed (set {table} min and max to change the range)",
+        )
     return value
 
 

@@ -10,8 +10,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from lowtide.config import Config
-from lowtide.errors import NotFound
-from signal_service.domain import Point, Reading, SignalForecast, SignalState, check_source, check_unit, validate_value
+from lowtide.errors import ConfigError, NotFound
+from signal_service.domain import (
+    Point,
+    Reading,
+    SignalForecast,
+    SignalState,
+    ValueRange,
+    check_source,
+    check_unit,
+    validate_value,
+)
 from signal_service.fanout import Fanout
 from signal_service.store import SignalStore
 
@@ -23,14 +32,29 @@ class Definition:
     name: str
     unit: str
     threshold: float
+    accepted: ValueRange | None = None
+
+    @property
+    def values(self) -> ValueRange:
+        """The values it accepts: as configured, else its unit's plausible range."""
+        return self.accepted or ValueRange.of(self.unit)
 
 
 def definitions(config: Config, *, units: Mapping[str, str]) -> dict[str, Definition]:
-    """The configured signals, each in its unit (`units`: the configured one, else its feed's):
-    the default one (`[cost] signal`, with `[cost] defer_threshold`) and every `[signals.NAME]`."""
+    """The configured signals, each in its unit (`units`: the configured one, else its feed's)
+    and with its range (`[signals.NAME] min` and `max`, else the unit's): the default one (`[cost]
+    signal`, with `[cost] defer_threshold`) and every `[signals.NAME]`."""
     default = config.cost.signal
-    found = {name: Definition(name, units[name], d.threshold) for name, d in config.signals.items()}
-    found[default] = Definition(default, units[default], config.cost.defer_threshold)
+
+    def accepted(name: str) -> ValueRange:
+        table = config.signals.get(name)
+        found = ValueRange.of(units[name], table.min if table else None, table.max if table else None)
+        if found.low >= found.high:
+            raise ConfigError(f"[signals.{name}] min and max: the range {found} {units[name]} is empty")
+        return found
+
+    found = {name: Definition(name, units[name], d.threshold, accepted(name)) for name, d in config.signals.items()}
+    found[default] = Definition(default, units[default], config.cost.defer_threshold, accepted(default))
     return found
 
 
@@ -84,7 +108,9 @@ class Signals:
         new forecast, or None when it was the same. Points are validated as values are."""
         definition = self.resolve(name)
         for point in points:
-            validate_value(point.value, definition.unit, field="forecast")
+            validate_value(
+                point.value, definition.unit, field="forecast", accepted=definition.values, signal=definition.name
+            )
         ordered = sorted(points, key=lambda p: p.at)
         forecast = await self.store.set_forecast(definition.name, ordered, source=source)
         if forecast is not None:
@@ -120,7 +146,7 @@ class Signals:
         definition = self.resolve(name)
         check_unit(unit, definition.unit)
         check_source(source)
-        validate_value(value, definition.unit)
+        validate_value(value, definition.unit, accepted=definition.values, signal=definition.name)
         reading = Reading(value, observed_at or datetime.now(UTC), definition.unit)
         state = await self.store.record(definition.name, reading, source=source)
         if state is None:

@@ -244,6 +244,10 @@ class SignalDefinition:
     # Empty: the feed's own unit (gCO2/kWh when set by hand only).
     unit: str = ""
     threshold: float = key(400.0, finite)
+    # The plausible range of its values (unset: the unit's, signal_service.domain.PLAUSIBLE): a
+    # value outside is refused, from SetSignal and from a feed alike (the signal keeps its last).
+    min: float | None = key(None, finite)
+    max: float | None = key(None, finite)
     # Empty: static here, or for the default signal the feed `[signal]` names.
     feed: str = key("", one_of("", *FEEDS))
     region: str = ""

@@ -9,6 +9,7 @@ import pytest
 
 from lowtide.config import load_config
 from lowtide.errors import ConfigError
+from signal_service.domain import ValueRange
 from signal_service.feeds import feed_unit, make_feed
 from signal_service.signals import Definition, definitions
 
@@ -20,7 +21,9 @@ def test_defaults() -> None:
     assert (config.cost.signal, config.cost.defer_threshold) == ("grid", 400.0)
     assert config.signal.emission_factor == "lifecycle"
     assert config.signal.watttime_signal == "index"
-    assert definitions(config, units={"grid": "gCO2/kWh"}) == {"grid": Definition("grid", "gCO2/kWh", 400.0)}
+    assert definitions(config, units={"grid": "gCO2/kWh"}) == {
+        "grid": Definition("grid", "gCO2/kWh", 400.0, ValueRange(0.0, 2000.0))
+    }
 
 
 def test_toml_and_environment(tmp_path: Path) -> None:
@@ -40,9 +43,26 @@ def test_toml_and_environment(tmp_path: Path) -> None:
     assert feed_unit(moer.signal) == "lbs/MWh"
     assert feed_unit(config.signal) == "percentile"
     assert definitions(config, units={"carbon": "percentile", "price": "EUR/MWh"}) == {
-        "carbon": Definition("carbon", "percentile", 70.0),
-        "price": Definition("price", "EUR/MWh", 120.0),
+        "carbon": Definition("carbon", "percentile", 70.0, ValueRange(0.0, 100.0)),
+        "price": Definition("price", "EUR/MWh", 120.0, ValueRange(-1000.0, 10000.0)),
     }
+
+
+def test_a_signal_s_range_is_its_unit_s_unless_configured(tmp_path: Path) -> None:
+    path = tmp_path / "lowtide.toml"
+    path.write_text(
+        '[signals.grid]\nmax = 900\n\n[signals.price]\nunit = "EUR/MWh"\nmin = -2500\n\n'
+        '[signals.custom]\nunit = "points"\n'
+    )
+    found = definitions(load_config(path, env={}), units={"grid": "gCO2/kWh", "price": "EUR/MWh", "custom": "points"})
+    assert {name: d.values for name, d in found.items()} == {
+        "grid": ValueRange(0.0, 900.0),
+        "price": ValueRange(-2500.0, 10000.0),
+        "custom": ValueRange(-1e6, 1e6),
+    }
+    path.write_text("[signals.grid]\nmin = 500\nmax = 100\n")
+    with pytest.raises(ConfigError, match=r"\[signals.grid\] min and max: the range 500 to 100 gCO2/kWh is empty"):
+        definitions(load_config(path, env={}), units={"grid": "gCO2/kWh"})
 
 
 @pytest.mark.parametrize(
