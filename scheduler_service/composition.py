@@ -12,6 +12,7 @@ from lowtide.telemetry import Telemetry
 from scheduler_service.api.scheduler import SchedulerApi
 from scheduler_service.dispatch.adaptive import AdaptiveLimits, adaptive_gauges, adaptive_settings
 from scheduler_service.dispatch.dispatcher import Dispatcher
+from scheduler_service.dispatch.handoff import Handoff
 from scheduler_service.dispatch.wakeups import Parked
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale
 from scheduler_service.fleet.leadership import Leadership
@@ -172,6 +173,7 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         planner=core.planner,
         tracing=core.traces is not None,
         scheduler_id=scheduler_id,
+        handoff=Handoff(dispatcher, registry),
     )
     waiters = Waiters(store)
     api = SchedulerApi(

@@ -310,6 +310,10 @@ class Dispatcher:
             await self._send(taken, rows, claimed_ns)
         return len(rows) == len(fixed_slots)
 
+    async def hand_over(self, taken: Slots, rows: list[ClaimedRow]) -> None:
+        """Sends attempts stored running already (dispatch.handoff) as a claim's rows are sent."""
+        await self._send(taken, rows, now_ns())
+
     async def _send(self, taken: Slots, rows: list[ClaimedRow], claimed_ns: int) -> bool:
         """Hands each row to the session it was claimed for, in one message per session. Rows of a
         session that left, was told to drain or took its slots to zero while the claim ran go back

@@ -113,10 +113,13 @@ class SubmissionWrites:
         submitted_by: str | None,
         wake: str,
         whole: bool = False,
+        workers: Sequence[str | None] | None = None,
     ) -> list[tuple[int, str | None]]:
         """Stores the tasks whose key is new in one statement, which also wakes every replica's
         dispatch at commit with the `wake` payload if any was stored; returns (id, key) of each
-        one stored. `whole`: the statement also returns each task as stored, kept in `stored`."""
+        one stored. `whole`: the statement also returns each task as stored, kept in `stored`.
+        `workers` (plain tasks only, whole): the worker each task is handed to, or None (see
+        insert_tasks_handed: a task handed is stored running, if its queue and worker allow)."""
         params = {
             **_task_columns(tasks),
             "deps_pending": list(deps_pending),
@@ -125,6 +128,10 @@ class SubmissionWrites:
             "release_lead": RELEASE_LEAD,
             "wake": wake,
         }
+        if workers is not None and any(workers):
+            handed = await self._tx.fetch_as(TaskRow, Q["insert_tasks_handed"], {**params, "workers": list(workers)})
+            self.stored.update((r.id, r) for r in handed)
+            return [(r.id, r.idempotency_key) for r in handed]
         if whole:
             stored = await self._tx.fetch_as(TaskRow, Q["insert_tasks_whole"], params)
             self.stored.update((r.id, r) for r in stored)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from lowtide.config import Config
 from lowtide.errors import FailedPrecondition, InvalidArgument, TooLarge
 from scheduler_service.dispatch.dispatcher import Dispatcher
+from scheduler_service.dispatch.handoff import Handoff
 from scheduler_service.domain.fixed import Interval, Refused, admit_all, reservation_capacity
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.submission import (
@@ -48,6 +49,7 @@ async def store_tasks(
     overload: Mapping[str, Overload] | None = None,
     origin: str | None = None,
     stored: dict[int, TaskRow] | None = None,
+    workers: Sequence[str | None] | None = None,
 ) -> list[Submitted]:
     """Stores the tasks in one transaction (plain tasks in one statement) and returns their ids
     in order.
@@ -60,6 +62,8 @@ async def store_tasks(
     Every replica's dispatch is woken at commit (NOTIFY) but `origin`'s, which wakes its own.
     `stored`, when given, gets the tasks of a submission of plain tasks as the insert stored them
     (whole, so the caller need not read them back); other submissions leave it empty.
+    `workers`, with `stored` and plain tasks only: the worker each is handed to, or None (see
+    SubmissionWrites.insert).
     """
     keys = [t.idempotency_key for t in tasks if t.idempotency_key]
     limited = {t.queue: overload[t.queue] for t in tasks if overload and t.queue in overload}
@@ -89,6 +93,7 @@ async def store_tasks(
             submitted_by=submitted_by,
             wake=wake_payload(tasks, origin),
             whole=alone and stored is not None,
+            workers=workers if alone and stored is not None else None,
         )
         if stored is not None:
             stored.update(writes.stored)
@@ -156,6 +161,7 @@ class Submission:
         planner: ReleasePlanner,
         tracing: bool,
         scheduler_id: str,
+        handoff: Handoff,
     ) -> None:
         self._config = config
         # The replica: it wakes its own dispatch after a submit, so its NOTIFY is for the others.
@@ -166,6 +172,8 @@ class Submission:
         self._dispatcher = dispatcher
         self._fixed = fixed
         self._planner = planner
+        # Idle slots of this replica that a group's tasks are handed to as they are stored.
+        self._handoff = handoff
         # Concurrent single submissions of plain tasks, stored a group at a time.
         self._groups = SubmitGroups(self._store_group)
 
@@ -214,15 +222,23 @@ class Submission:
     async def _store_group(
         self, tasks: Sequence[NewTask], submitted_by: str | None
     ) -> tuple[list[Submitted], dict[int, TaskRow]]:
-        """Stores a group of plain tasks (one insert, committed) and wakes dispatch for them."""
+        """Stores a group of plain tasks (one insert, committed): those an idle slot of this
+        replica may take at once are handed to it in that insert and sent; dispatch is woken for
+        the others."""
         stored: dict[int, TaskRow] = {}
-        out = await store_tasks(
-            self._store,
-            tasks,
-            signal=self._dispatcher.holds.value,
-            submitted_by=submitted_by,
-            origin=self._scheduler_id,
-            stored=stored,
-        )
-        self._dispatcher.wake_for({(t.queue, t.activity_type) for t in tasks})
+        sessions = self._handoff.reserve(tasks)
+        try:
+            out = await store_tasks(
+                self._store,
+                tasks,
+                signal=self._dispatcher.holds.value,
+                submitted_by=submitted_by,
+                origin=self._scheduler_id,
+                stored=stored,
+                workers=[None if s is None else s.worker_id for s in sessions],
+            )
+            await self._handoff.send(sessions, stored.values())
+        finally:
+            self._handoff.release(sessions)
+        self._dispatcher.wake_for({(r.queue, r.activity_type) for r in stored.values() if r.state == "pending"})
         return out, stored
