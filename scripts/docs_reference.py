@@ -305,7 +305,19 @@ def helm_values() -> str:
     return "```yaml\n" + values.rstrip("\n") + "\n```\n"
 
 
+def _client_readme(folder: str) -> Callable[[], str]:
+    def readme() -> str:
+        """A client library's own README (what its package ships), one heading level down."""
+        text = (ROOT / "clients" / folder / "README.md").read_text()
+        return "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines()) + "\n"
+
+    return readme
+
+
 GENERATED: dict[str, Callable[[], str]] = {
+    "client-python": _client_readme("python"),
+    "client-node": _client_readme("node"),
+    "client-go": _client_readme("go"),
     "helm-values": helm_values,
     "configuration-keys": configuration_keys,
     "cli-commands": cli_commands,

@@ -34,7 +34,11 @@ SECTIONS = (
             "operate.md",
         ),
     ),
-    ("Reference", "reference", ("configuration.md", "cli.md", "metrics.md", "grpc-api.md", "worker-protocol.md")),
+    (
+        "Reference",
+        "reference",
+        ("configuration.md", "cli.md", "metrics.md", "grpc-api.md", "worker-protocol.md", "clients.md"),
+    ),
     ("Explanation", "explanation", ("concepts.md", "guarantees.md", "holds-and-planning.md", "task-states.md")),
     ("Architecture", "architecture", ("how-it-works.md",)),
 )

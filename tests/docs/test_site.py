@@ -123,3 +123,11 @@ def test_the_readme_is_a_front_door() -> None:
     assert not re.search(r"\bissue \d+|#\d+\b", readme, re.I)
     assert not re.search(r"\btest_\w+", readme)
     assert not re.search(r"\b\d{1,2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\w* 20\d\d", readme)
+
+
+def test_the_client_libraries_readmes_are_in_the_reference(site: Path) -> None:
+    page = text_of(site, "reference/clients")
+    for folder in ("python", "node", "go"):
+        readme = (ROOT / "clients" / folder / "README.md").read_text()
+        title = readme.splitlines()[0].lstrip("# ").strip()
+        assert title in page, folder
