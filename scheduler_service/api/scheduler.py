@@ -101,7 +101,16 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     ) -> scheduler_pb2.SubmitTaskResponse:
         if not request.HasField("task"):
             raise InvalidArgument("task", "is required")
-        task = self._validate(request.task)
+        try:
+            task = self._validate(request.task)
+        except InvalidArgument as error:
+            # A re-submit (an answer lost, sent again) may come once its deadline or start has
+            # passed: the task stored under its key is the answer, not a refusal as a new task.
+            found = await self._stored_before([request.task], context) if _keyed(error) else []
+            row = await self._store.get_task(found[0]) if found and found[0] is not None else None
+            if row is None:
+                raise
+            return scheduler_pb2.SubmitTaskResponse(task=messages.task_message(row), created=False)
         # A plain task comes back from its insert whole; one the submitter stored before under
         # its idempotency key, or one stored with more than an insert, is read back.
         stored: dict[int, TaskRow] = {}
@@ -120,20 +129,45 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         named, most = sum(len(spec.depends_on) for spec in request.tasks), convert.MAX_BATCH_DEPENDENCIES
         if named > most:
             raise TooLarge(f"tasks: {named:,} dependencies in all is over the limit of {most:,} per batch")
-        tasks = []
+        tasks: list[NewTask] = []
+        refused: dict[int, InvalidArgument] = {}
         for index, spec in enumerate(request.tasks):
             try:
                 tasks.append(self._validate(spec))
             except InvalidArgument as error:
-                raise InvalidArgument(f"tasks[{index}].{error.field}", str(error).split(": ", 1)[1]) from None
+                if not spec.idempotency_key or not _keyed(error):
+                    raise InvalidArgument(f"tasks[{index}].{error.field}", str(error).split(": ", 1)[1]) from None
+                refused[index] = error
             except TooLarge as error:
                 raise TooLarge(f"tasks[{index}].{error}") from None
-        if not tasks:
-            return scheduler_pb2.SubmitTasksResponse()
-        submitted = await self._submit(tasks, context)
-        return scheduler_pb2.SubmitTasksResponse(
-            tasks=[scheduler_pb2.SubmittedTask(id=s.id, created=s.created) for s in submitted]
-        )
+        # A spec refused as a new task whose key names a stored one is a re-submit: that task is
+        # its answer (as in SubmitTask), found for all of them in one read.
+        answered: dict[int, int] = {}
+        if refused:
+            stored = await self._stored_before([request.tasks[i] for i in refused], context)
+            for (index, refusal), before in zip(refused.items(), stored, strict=True):
+                if before is None:
+                    raise InvalidArgument(f"tasks[{index}].{refusal.field}", str(refusal).split(": ", 1)[1]) from None
+                answered[index] = before
+        submitted = iter(await self._submit(tasks, context) if tasks else [])
+        entries = []
+        for index in range(len(request.tasks)):
+            if index in answered:
+                entries.append(scheduler_pb2.SubmittedTask(id=answered[index], created=False))
+            else:
+                new = next(submitted)
+                entries.append(scheduler_pb2.SubmittedTask(id=new.id, created=new.created))
+        return scheduler_pb2.SubmitTasksResponse(tasks=entries)
+
+    async def _stored_before(self, specs: list[Any], context: Context) -> list[int | None]:
+        """For each spec with an idempotency key, the id of the task its submitter stored under it
+        before, else None; [] when no spec has a key."""
+        keys = [spec.idempotency_key for spec in specs if spec.idempotency_key]
+        if not keys:
+            return []
+        who = self._who(context)
+        stored = await self._store.stored_under_keys(keys, who.name if who else None)
+        return [stored.get(spec.idempotency_key) if spec.idempotency_key else None for spec in specs]
 
     @handles_errors
     async def GetTask(self, request: scheduler_pb2.GetTaskRequest, context: Context) -> scheduler_pb2.GetTaskResponse:
@@ -361,3 +395,9 @@ def conflict_error(refused: Refused, batch: bool) -> errors.ReservationConflict:
         f"{conflict.window.end.isoformat()}; conflicting tasks {', '.join(map(str, conflict.task_ids))})"
     )
     return errors.ReservationConflict(message, details.SerializeToString())
+
+
+def _keyed(refusal: InvalidArgument) -> bool:
+    """Whether a refused spec may still name a stored task by its key: not when the key itself
+    is what was refused (a NUL, too long), which no lookup could take."""
+    return refusal.field != "idempotency_key"

@@ -180,3 +180,8 @@ class SubmissionStore(StoreBase):
         if len(self.registered_queues) > _MAX_REGISTERED:
             self.registered_queues.clear()
         self.registered_queues |= writes.registering
+
+    async def stored_under_keys(self, keys: Sequence[str], submitted_by: str | None) -> dict[str, int]:
+        """The ids of the tasks this submitter stored before under these idempotency keys (read
+        outside any submission: for a re-submit that would not be accepted as a new task)."""
+        return await SubmissionWrites(self.db, set()).existing(keys, submitted_by)

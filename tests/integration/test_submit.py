@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import grpc
 import pytest
@@ -92,6 +94,29 @@ async def test_a_resubmit_answers_the_stored_task_after_its_dependency_ended(sch
     assert (again.id, again.created) == (first.id, False)
     assert alone.id == first.id
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_a_resubmit_answers_the_stored_task_once_its_deadline_has_passed(scheduler: Scheduler) -> None:
+    # Sent again after a lost answer, a submit whose deadline has passed meanwhile gets its
+    # task back; only a new task is refused for a deadline in the past.
+    deadline = datetime.now(UTC) + timedelta(seconds=1)
+    options: dict[str, Any] = {"deadline": deadline, "estimated_duration": timedelta(milliseconds=100)}
+    spec = task_spec("echo", b"late", idempotency_key="late-resend", **options)
+    async with Client(scheduler.target) as client:
+        [first] = await client.submit_many([spec])
+        await asyncio.sleep(max(0.0, (deadline - datetime.now(UTC)).total_seconds()))  # until it has passed
+        alone = await client.submit("echo", b"late", idempotency_key="late-resend", **options)
+        batch = await client.submit_many([spec, task_spec("echo", b"fresh")])
+        with pytest.raises(grpc.aio.AioRpcError) as single:
+            await client.submit("echo", b"new", idempotency_key="a-new-one", **options)
+        with pytest.raises(grpc.aio.AioRpcError) as in_batch:
+            await client.submit_many([task_spec("echo"), task_spec("echo", idempotency_key="another", **options)])
+    assert (alone.id, alone.payload) == (first.id, b"late")
+    assert [(t.id == first.id, t.created) for t in batch] == [(True, False), (False, True)]
+    assert single.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "deadline" in (single.value.details() or "")
+    assert in_batch.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (in_batch.value.details() or "").startswith("tasks[1].deadline")
 
 
 async def test_cancel_pending_task_ends_it(scheduler: Scheduler) -> None:
