@@ -20,11 +20,17 @@ BOUNDED = "resources_bounded"
 INVARIANTS = (SUBMITS, TASKS_END, ONE_RUNNER, RETRIES, HOLDS, FIXED, BOUNDED)
 
 
-def submits_exist_once(acks: Iterable[Ack], rows: Iterable[TaskRow]) -> list[Violation]:
+def submits_exist_once(
+    acks: Iterable[Ack], rows: Iterable[TaskRow], refused_resubmits: Iterable[tuple[str, str]] = ()
+) -> list[Violation]:
     """Every acknowledged submit is stored, under its key, and once: a key never answers two
-    task ids, and no two rows carry the same submit (the tag in the payload)."""
+    task ids, no two rows carry the same submit (the tag in the payload), and a re-submit of an
+    acknowledged key (key, status) is answered with its task, never refused."""
     by_id = {row.id: row for row in rows}
-    found: list[Violation] = []
+    found = [
+        Violation(SUBMITS, f"key {key}", f"re-submitted after it was acknowledged, refused with {status}")
+        for key, status in refused_resubmits
+    ]
     ids_of_key: dict[str, set[int]] = defaultdict(set)
     for ack in acks:
         ids_of_key[ack.key].add(ack.task_id)

@@ -50,6 +50,8 @@ class Load:
         self._rate = rate
         self._acks_file = acks_file.open("a", encoding="utf-8")
         self.acks: list[Ack] = []
+        # Re-submits of acknowledged keys that were refused: (key, status and message).
+        self.refused_resubmits: list[tuple[str, str]] = []
         self.done: Counter[str] = Counter()
         self._n = 0
         self._specs: dict[str, task_pb2.TaskSpec] = {}
@@ -96,6 +98,8 @@ class Load:
             task = await self._call(op, lambda c: c._submit_spec(spec))
         except grpc.aio.AioRpcError as error:
             self.done[f"{op}: refused ({error.code().name})"] += 1
+            if op == "resubmit":
+                self.refused_resubmits.append((spec.idempotency_key, f"{error.code().name}: {error.details()}"))
             return None
         if task is None:
             return None

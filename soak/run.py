@@ -319,7 +319,7 @@ async def judge(soak: Soak, load: Load, started_at: float) -> tuple[list[Violati
     runs = collect.executions(soak.outs)
     end = time.time()
     found = [
-        *invariants.submits_exist_once(load.acks, rows),
+        *invariants.submits_exist_once(load.acks, rows, load.refused_resubmits),
         *soak.during.values(),
         *invariants.tasks_end(rows),
         *invariants.one_runner_per_attempt(runs, soak.deaths, end),

@@ -28,6 +28,8 @@ def test_an_acknowledged_submit_must_be_stored_once_under_its_key() -> None:
     assert invariants.submits_exist_once([Ack("k1", 1, 0), Ack("k1", 1, 1), Ack("k2", 2, 0)], rows) == []
     assert names(invariants.submits_exist_once([Ack("k3", 3, 0)], rows)) == [invariants.SUBMITS]
     assert names(invariants.submits_exist_once([Ack("k1", 1, 0), Ack("k1", 2, 1)], rows)) == [invariants.SUBMITS] * 2
+    refused = invariants.submits_exist_once([Ack("k1", 1, 0)], rows, [("k1", "INVALID_ARGUMENT: deadline: ...")])
+    assert names(refused) == [invariants.SUBMITS]
     duplicated = [row(1), row(5, tag="k1", key=None)]
     found = invariants.submits_exist_once([Ack("k1", 1, 0)], duplicated)
     assert [v.subject for v in found] == ["submit k1"]
