@@ -17,7 +17,7 @@ from signal_service.feeds.electricitymaps import ElectricityMaps
 from signal_service.feeds.energy_charts import EnergyCharts
 from signal_service.feeds.entsoe import Entsoe
 from signal_service.feeds.prices import UNIT as PRICE_UNIT
-from signal_service.feeds.replay import Replay, load_trace
+from signal_service.feeds.replay import Replay, load_trace, trace_unit
 from signal_service.feeds.uk_carbon_intensity import UkCarbonIntensity
 from signal_service.feeds.watttime import WattTime
 
@@ -92,6 +92,8 @@ def feed_unit(config: SignalConfig) -> str:
         return watttime.UNITS[config.watttime_signal]
     if config.feed in ("energy-charts", "entsoe"):
         return PRICE_UNIT
+    if config.feed == "replay":
+        return trace_unit(config.replay_file)
     return "gCO2/kWh"
 
 
@@ -121,6 +123,7 @@ def _make_feed(config: SignalConfig) -> Feed | None:
             start=start,
             loop=config.replay_loop,
             forecast_model=_forecast_model(config),
+            unit=trace_unit(config.replay_file),
         )
     if config.feed == "uk-carbon-intensity":
         http = HttpJson(config.base_url or uk_carbon_intensity.PUBLIC_URL, timeout=timeout)

@@ -58,6 +58,19 @@ def read_trace(text: str, *, where: str) -> list[Point]:
     return points
 
 
+def trace_unit(path: str = "") -> str:
+    """The unit of the trace at path, from its header: EUR/MWh for `Time,Price`, else gCO2/kWh
+    (the bundled trace's)."""
+    if not path:
+        return "gCO2/kWh"
+    try:
+        with Path(path).expanduser().open(encoding="utf-8", errors="replace") as trace:
+            header = trace.readline(200)
+    except OSError as error:
+        raise ConfigError(f"[signal] replay_file: cannot read {path}: {error.strerror}") from None
+    return "EUR/MWh" if [h.strip() for h in header.split(",")[:2]] == ["Time", "Price"] else "gCO2/kWh"
+
+
 def load_trace(path: str = "") -> list[Point]:
     """The trace at path, or the bundled GB 2020 one."""
     if path:
@@ -83,7 +96,10 @@ class Replay:
         forecast_model: ErrorModel | None = None,
         forecast_seed: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        unit: str = "gCO2/kWh",
     ) -> None:
+        # A price trace replays in EUR/MWh (trace_unit), negative prices and all.
+        self.unit = unit
         if speed <= 0:
             raise ConfigError("[signal] replay_speed: must be above 0")
         self._trace = list(trace)

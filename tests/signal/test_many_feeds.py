@@ -197,3 +197,20 @@ def test_the_default_signal_may_name_its_feed_in_its_own_section_but_not_in_both
     path.write_text('[signal]\nfeed = "replay"\n\n[signals.grid]\nfeed = "uk-carbon-intensity"\n')
     with pytest.raises(ConfigError, match=r"\[signals.grid\] feed: .* name it in one place"):
         feed_settings(load_config(path, env={}))
+
+
+async def test_a_price_trace_replays_as_a_price_signal(database_url: str, tmp_path: Path) -> None:
+    trace = tmp_path / "prices.csv"
+    trace.write_text("Time,Price\n2026-03-29T10:00:00Z,-8.5\n2026-03-29T11:00:00Z,-8.5\n2026-03-29T12:00:00Z,40\n")
+    config = config_from(
+        tmp_path,
+        f'[signals.price]\nfeed = "replay"\nreplay_file = "{trace}"\nreplay_speed = 1\nthreshold = 50\n',
+    )
+    running = await start_signal_service(config, database_url=database_url)
+    try:
+        async with SignalClient(running.target) as client:
+            state = await eventually(lambda: _valued(client, "price"))
+            assert state is not None
+            assert (state.value, state.unit, state.high, state.source) == (-8.5, "EUR/MWh", False, "replay")
+    finally:
+        await running.stop()
