@@ -33,6 +33,7 @@ from scheduler_service.tasks.schedules import ScheduleMaterializer
 from scheduler_service.tasks.submission import Submission
 from scheduler_service.tasks.waiters import Waiters
 from scheduler_service.workers.completer import Completer
+from scheduler_service.workers.strays import Strays
 from scheduler_service.workers.stream import WorkerStream
 
 
@@ -54,6 +55,7 @@ class Parts:
     waiters: Waiters
     maintenance: Maintenance
     adaptive: AdaptiveLimits
+    strays: Strays
 
 
 @dataclass(frozen=True)
@@ -195,7 +197,7 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         on_freed=dispatcher.freed,
         on_retry=dispatcher.wake_at,
     )
-    leases, stream = _worker_stream(config, core, completer, scheduler_id)
+    leases, strays, stream = _worker_stream(config, core, completer, scheduler_id)
     maintenance = _maintenance(config, core, waiters, scheduler_id)
     return Parts(
         store,
@@ -212,11 +214,15 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         waiters,
         maintenance,
         core.adaptive,
+        strays,
     )
 
 
-def _worker_stream(config: Config, core: _Core, completer: Completer, scheduler_id: str) -> tuple[Leases, WorkerStream]:
-    """The worker leases (with their heartbeat writer) and WorkerService.Connect."""
+def _worker_stream(
+    config: Config, core: _Core, completer: Completer, scheduler_id: str
+) -> tuple[Leases, Strays, WorkerStream]:
+    """The worker leases (with their heartbeat writer), the look for attempts no worker got, and
+    WorkerService.Connect."""
     cfg = config.scheduler
     leases = Leases(
         core.store,
@@ -225,6 +231,14 @@ def _worker_stream(config: Config, core: _Core, completer: Completer, scheduler_
         lease_timeout=cfg.lease_timeout,
         heartbeat_interval=cfg.heartbeat_interval,
         idle_heartbeat_interval=cfg.idle_heartbeat_interval,
+    )
+    strays = Strays(
+        core.store,
+        core.registry,
+        completer,
+        scheduler_id=scheduler_id,
+        lease_timeout=cfg.lease_timeout,
+        uncertain=core.dispatcher.uncertain,
     )
     stream = WorkerStream(
         store=core.store,
@@ -240,8 +254,9 @@ def _worker_stream(config: Config, core: _Core, completer: Completer, scheduler_
         metrics=core.metrics,
         reconnect_grace=cfg.reconnect_grace,
         auth=config.auth,
+        strays=strays,
     )
-    return leases, stream
+    return leases, strays, stream
 
 
 def _maintenance(config: Config, core: _Core, waiters: Waiters, scheduler_id: str) -> Maintenance:

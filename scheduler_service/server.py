@@ -246,6 +246,7 @@ def _background(
         asyncio.create_task(parts.completer.run(), name="completer"),
         asyncio.create_task(parts.dispatcher.run(), name="dispatcher"),
         asyncio.create_task(parts.leases.run(), name="leases"),
+        asyncio.create_task(parts.strays.run(), name="strays"),
         asyncio.create_task(parts.dispatcher.carbon.run(), name="carbon-totals"),
         asyncio.create_task(parts.waiters.announce(), name="waiters-announce"),
         asyncio.create_task(parts.waiters.check(), name="waiters-check"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
@@ -97,6 +98,10 @@ class Dispatcher:
         # The carbon figures of what is dispatched (GetStatus).
         self.carbon = carbon
         self._claims: set[asyncio.Task[None]] = set()
+        # Set when a claim failed after it may have been written (its commit's answer lost with
+        # the connection, or rows it could not send not handed back): the look for attempts
+        # recorded as a worker's that its session never handed it begins at once (strays.py).
+        self.uncertain = asyncio.Event()
         # Claim statements run, for tests and metrics (no claim may run for an idle fleet
         # between the replica's polls).
         self.claims_run = 0
@@ -192,12 +197,14 @@ class Dispatcher:
                     again = await self._claim_for(group, polled, probe=polled and not woken)
                 except DatabaseUnavailable as error:
                     log.warning("dispatch.claim_failed", extra={"error": str(error)})
+                    self.uncertain.set()
                     await asyncio.sleep(backoff.next_delay())
                     _ask_again(group, polled=polled, woken=woken)
                     continue
                 except Exception:
                     # Nothing else may stop this group's dispatch for good: said, then tried again.
                     log.exception("dispatch.claim_error", extra={"pool": group.key.pool})
+                    self.uncertain.set()
                     await asyncio.sleep(backoff.next_delay())
                     _ask_again(group, polled=polled, woken=woken)
                     continue
@@ -334,8 +341,7 @@ class Dispatcher:
                 back.extend(claimed)
                 continue
             for row in claimed:
-                session.in_flight[row.id] = attempt_of(row)
-                session.sent_at[row.id] = now
+                session.assign(row.id, attempt_of(row), now)
             message = worker_pb2.Assignments(assignments=[assignment(row) for row in claimed])
             session.send(worker_pb2.SchedulerMessage(assignments=message))
             sent.append((session, claimed))
@@ -374,10 +380,13 @@ def _room(session: WorkerSession) -> int:
 def _reserved(taken: Slots) -> Iterator[None]:
     """Reserves the slots a claim may fill while it runs, so a claim running beside it for the
     same group takes other slots."""
+    began = time.monotonic()
     for session, count in taken:
         session.claiming += count
+        session.claims_since.append(began)
     try:
         yield
     finally:
         for session, count in taken:
             session.claiming -= count
+            session.claims_since.remove(began)

@@ -81,6 +81,14 @@ class WorkerSession:
         self.claiming = 0
         # When each in-flight attempt was sent (loop time), for the pool's run-time samples.
         self.sent_at: dict[int, float] = {}
+        # Assignment entries queued for the stream so far, and the number of each in-flight
+        # attempt's among them (none for those its hello listed): a heartbeat saying how many the
+        # worker had read tells which it must know of (Heartbeat.assignments_read, see `not_held`).
+        self.assigned = 0
+        self.assigned_as: dict[int, int] = {}
+        # When each claim that may fill its slots and runs now began (time.monotonic): rows
+        # recorded as its worker's that it does not hold may still be on their way from one.
+        self.claims_since: list[float] = []
         # The trace context of each traced in-flight attempt (tracing on only), for its result's span.
         self.traces: dict[int, Context] = {}
         self.outbox: asyncio.Queue[worker_pb2.SchedulerMessage] = asyncio.Queue()
@@ -110,6 +118,33 @@ class WorkerSession:
             self.end_error = error
         self.draining = True
         self.ended.set()
+
+    def assign(self, task_id: int, attempt: Attempt, now: float) -> None:
+        """Records an attempt queued for the worker (sent at `now`, loop time)."""
+        self.assigned += 1
+        self.in_flight[task_id] = attempt
+        self.sent_at[task_id] = now
+        self.assigned_as[task_id] = self.assigned
+
+    def drop(self, task_id: int) -> None:
+        """Forgets an in-flight attempt: it no longer takes a slot."""
+        del self.in_flight[task_id]
+        self.sent_at.pop(task_id, None)
+        self.assigned_as.pop(task_id, None)
+
+    def not_held(self, listed: set[tuple[int, int]], read: int) -> list[tuple[int, int]]:
+        """The in-flight attempts the worker must know of, having read `read` assignment entries
+        on this stream (and those its hello listed), that its heartbeat's `listed` leaves out."""
+        assigned_as = self.assigned_as
+        return [
+            (task_id, attempt.attempt)
+            for task_id, attempt in self.in_flight.items()
+            if assigned_as.get(task_id, 0) <= read and (task_id, attempt.attempt) not in listed
+        ]
+
+    def claimed_before(self, moment: float) -> bool:
+        """Whether a claim that may fill its slots, begun before `moment` (time.monotonic), runs now."""
+        return any(began < moment for began in self.claims_since)
 
     def holds(self, ref: tuple[int, int]) -> bool:
         """Whether it holds attempt `ref` (task id, attempt) now."""
@@ -156,7 +191,7 @@ class WorkerSession:
         dropped = []
         for task_id, attempt in refs:
             if self.holds((task_id, attempt)):
-                del self.in_flight[task_id]
+                self.drop(task_id)
                 dropped.append(task_pb2.TaskRef(task_id=task_id, attempt=attempt))
         if dropped:
             self.send(worker_pb2.SchedulerMessage(cancel=worker_pb2.CancelTasks(tasks=dropped)))

@@ -50,6 +50,14 @@ class ClaimedRow(NamedTuple):
     signal_at_submit: float | None
 
 
+class RunningOn(NamedTuple):
+    """An attempt recorded as running on a worker (running_on_workers, return_strays)."""
+
+    id: int
+    attempt: int
+    worker_id: str
+
+
 @dataclass(frozen=True, slots=True)
 class RunningCount:
     """How many attempts of a concurrency-limited type run now."""

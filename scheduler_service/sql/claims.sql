@@ -266,3 +266,28 @@ WHERE t.id = slot.id AND t.state = 'pending'
   AND slot.worker_id IN (SELECT w.id FROM lowtide.workers w
                          WHERE w.id = ANY(%(slot_workers)s::text[]) AND w.lease_expires_at > now())
 RETURNING {{_started_attempt}}
+
+-- running_on_workers --
+-- The attempts recorded as running on these workers of this replica, to find those their
+-- sessions never handed them (strays.py); by the running-attempts-per-worker index.
+SELECT t.id, t.attempt, t.worker_id
+FROM lowtide.tasks t
+JOIN lowtide.workers w ON w.id = t.worker_id AND w.scheduler_id = %(scheduler_id)s
+WHERE t.state = 'running' AND t.worker_id = ANY(%(worker_ids)s::text[])
+
+-- return_strays --
+-- Puts attempts that never reached their worker back as they were before their claim (the
+-- attempt not counted: it never ran), fenced like unclaim_tasks and by the worker's replica. One
+-- past its start_to_close or heartbeat deadline is left to maintenance, which ends it as timed
+-- out (a worker gives up an attempt past its deadline: it may have run).
+UPDATE lowtide.tasks t
+SET state = 'pending', attempt = t.attempt - 1, worker_id = NULL, started_at = NULL,
+    close_deadline = NULL, heartbeat_deadline = NULL,
+    schedule_to_start_deadline = t.run_at + t.schedule_to_start_ms * interval '1 millisecond'
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(worker_ids)s::text[]) AS u(id, attempt, worker_id)
+WHERE t.id = u.id AND t.attempt = u.attempt AND t.state IS NOT DISTINCT FROM 'running'
+  AND t.worker_id = u.worker_id
+  AND (t.close_deadline IS NULL OR t.close_deadline > now())
+  AND (t.heartbeat_deadline IS NULL OR t.heartbeat_deadline > now())
+  AND EXISTS (SELECT 1 FROM lowtide.workers w WHERE w.id = u.worker_id AND w.scheduler_id = %(scheduler_id)s)
+RETURNING t.id, t.attempt, t.worker_id

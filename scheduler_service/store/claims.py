@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from scheduler_service.domain.resources import free, pick
 from scheduler_service.domain.skiplist import ClaimPlan, plan_claim
-from scheduler_service.rows.claims import ClaimedRow, ResourceCandidate, ResourceUse, RunningCount
+from scheduler_service.rows.claims import ClaimedRow, ResourceCandidate, ResourceUse, RunningCount, RunningOn
 from scheduler_service.store.base import SEPARATOR, Q, StoreBase
 
 
@@ -140,6 +140,22 @@ class ClaimStore(StoreBase):
             "worker_ids": [r.worker_id for r in rows],
         }
         await self.db.execute(Q["unclaim_tasks"], params)
+
+    async def running_on_workers(self, worker_ids: Sequence[str], scheduler_id: str) -> list[RunningOn]:
+        """The attempts recorded as running on these workers, while they are this replica's."""
+        params = {"worker_ids": list(worker_ids), "scheduler_id": scheduler_id}
+        return await self.db.fetch_as(RunningOn, Q["running_on_workers"], params)
+
+    async def return_strays(self, refs: Mapping[tuple[int, int], str], scheduler_id: str) -> list[RunningOn]:
+        """Puts these attempts ((task id, attempt) -> worker id), which never reached their worker,
+        back pending as before their claim; returns those put back (see return_strays)."""
+        params = {
+            "ids": [task_id for task_id, _ in refs],
+            "attempts": [attempt for _, attempt in refs],
+            "worker_ids": list(refs.values()),
+            "scheduler_id": scheduler_id,
+        }
+        return await self.db.fetch_as(RunningOn, Q["return_strays"], params)
 
 
 def _claim_statement(

@@ -75,6 +75,10 @@ class Completer:
             self._traced[(outcome.task_id, outcome.attempt)] = (traced[0], traced[1])
         self._ready.set()
 
+    def unwritten(self) -> set[tuple[int, int]]:
+        """The attempts (task id, attempt) whose reports are taken and not yet written."""
+        return {(outcome.task_id, outcome.attempt) for outcome, _ in self._pending}
+
     async def flushed(self) -> None:
         """Waits until every report added so far has been written (not those added meanwhile)."""
         if self._written >= self._taken:

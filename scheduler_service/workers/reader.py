@@ -25,6 +25,7 @@ from scheduler_service.observe.tracing import now_ns
 from scheduler_service.store import Store
 from scheduler_service.wire.inbound import name, stored_text
 from scheduler_service.workers.completer import Completer
+from scheduler_service.workers.strays import Strays
 
 if TYPE_CHECKING:
     from scheduler_service.observe.metrics import SchedulerMetrics
@@ -61,10 +62,12 @@ class WorkerReader:
         beats: Beats,
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
+        strays: Strays,
     ) -> None:
         self._store = store
         self._completer = completer
         self._beats = beats
+        self._strays = strays
         self.fixed = fixed
         self.metrics = metrics
 
@@ -120,6 +123,9 @@ class WorkerReader:
             held = [(r.task_id, r.attempt) for r in heartbeat.running if session.holds((r.task_id, r.attempt))]
             if held:
                 self._beats.note(session.worker_id, held)
+        if heartbeat.HasField("assignments_read"):
+            # It lists every attempt it holds: those it must know of and does not list go back.
+            self._strays.heartbeat(session, heartbeat.running, heartbeat.assignments_read)
         if not heartbeat.details:
             return
         details = _held_details(session, heartbeat.details)
@@ -158,11 +164,11 @@ class WorkerReader:
                 # Refused, and the attempt stays this worker's, to be reported properly.
                 empty.append(ref)
                 continue
-            del session.in_flight[ref[0]]
+            sent_at = session.sent_at.get(ref[0])
+            session.drop(ref[0])
             freed = True
             # Only traced attempts have a context here (tracing on): their result gets a span.
             traced = (session.traces.pop(ref[0], None), now_ns()) if session.traces else None
-            sent_at = session.sent_at.pop(ref[0], None)
             if not attempt.fixed and sent_at is not None and outcome_kind == "success":
                 self.fixed.record_run(session.pool, clock - sent_at)
             if attempt.fixed and outcome.state is State.PENDING:

