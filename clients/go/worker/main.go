@@ -104,6 +104,8 @@ type stream struct {
 	mu      sync.Mutex
 	call    pb.WorkerService_ConnectClient
 	running map[int64]*pb.TaskRef
+	// Assignment entries read on the stream (Heartbeat.assignments_read), with `running` under mu.
+	read uint64
 	// Signalled when an attempt starts: an idle heartbeat wait ends, to beat at the busy interval.
 	started chan struct{}
 }
@@ -128,10 +130,15 @@ func (s *stream) run(assignment *pb.Assignment, done *sync.WaitGroup) {
 	} else {
 		result.Outcome = &pb.TaskResult_Success{Success: value}
 	}
+	// Left `running` and sent under one lock: a heartbeat that no longer lists the attempt never
+	// goes out before its result (the scheduler would take the attempt for one never received).
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	delete(s.running, assignment.Task.TaskId)
-	s.mu.Unlock()
-	s.send(&pb.WorkerMessage{Message: &pb.WorkerMessage_Results{Results: &pb.Results{Results: []*pb.TaskResult{result}}}})
+	message := &pb.WorkerMessage{Message: &pb.WorkerMessage_Results{Results: &pb.Results{Results: []*pb.TaskResult{result}}}}
+	if err := s.call.Send(message); err != nil {
+		log.Printf("send failed: %v", err)
+	}
 }
 
 // panicked is the error of an activity that panicked.
@@ -178,13 +185,18 @@ func (s *stream) heartbeats(busy, idle time.Duration, stop <-chan struct{}) {
 			continue // the period may be shorter now
 		case <-timer.C:
 		}
+		// Every attempt it holds, and how many assignments it had read: the scheduler hands out
+		// again what it sent and this worker never got.
 		s.mu.Lock()
 		refs := make([]*pb.TaskRef, 0, len(s.running))
 		for _, ref := range s.running {
 			refs = append(refs, ref)
 		}
+		heartbeat := &pb.Heartbeat{Running: refs, AssignmentsRead: proto.Uint64(s.read)}
+		if err := s.call.Send(&pb.WorkerMessage{Message: &pb.WorkerMessage_Heartbeat{Heartbeat: heartbeat}}); err != nil {
+			log.Printf("send failed: %v", err)
+		}
 		s.mu.Unlock()
-		s.send(&pb.WorkerMessage{Message: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{Running: refs}}})
 		last = time.Now()
 	}
 }
@@ -258,6 +270,7 @@ func main() {
 			for _, assignment := range m.Assignments.Assignments {
 				s.mu.Lock()
 				s.running[assignment.Task.TaskId] = assignment.Task
+				s.read++
 				s.mu.Unlock()
 				select {
 				case s.started <- struct{}{}:

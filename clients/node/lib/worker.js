@@ -162,6 +162,7 @@ class Worker extends EventEmitter {
     this._welcomed = false;
     this._halfClosed = false;
     this._streamDraining = false;
+    this._assignmentsRead = 0; // assignment entries read on this stream (Heartbeat.assignments_read)
     call.on('data', (message) => this._receive(call, message));
     call.on('error', (error) => this._streamEnded(call, error));
     call.on('end', () => this._streamEnded(call, null));
@@ -204,6 +205,7 @@ class Worker extends EventEmitter {
         break;
       }
       case 'assignments':
+        this._assignmentsRead += message.assignments.assignments.length;
         for (const assignment of message.assignments.assignments) {
           // Sent before the scheduler took in our stop: it runs, unless the stream can no longer
           // carry its result (then the scheduler gives it to another worker as WorkerLost).
@@ -336,7 +338,12 @@ class Worker extends EventEmitter {
       const details = entries.filter((e) => e.details !== null).map((e) => ({ task: e.ref, details: e.details }));
       for (const entry of entries) entry.details = null;
       const running = entries.map((e) => e.ref);
-      this._call.write({ heartbeat: { running, details } });
+      // Every attempt still ours (results not yet sent included), and how many assignments were
+      // read meanwhile: the scheduler hands out again what it sent and this worker never got.
+      // Not while stopping: attempts given up then are lost (WorkerLost), not put back.
+      const heartbeat = { running: running.concat(this._pending.map((r) => r.task)), details };
+      if (!(this.draining || this._streamDraining || this._halfClosed)) heartbeat.assignments_read = this._assignmentsRead;
+      this._call.write({ heartbeat });
       this._lastHeartbeat = Date.now();
       this.emit('heartbeat', running);
     }

@@ -105,9 +105,6 @@ class Attempts:
         # heap push, a cancel, a pop) was a fifth of a worker's Python per task in a drain.
         self._deadlines: dict[int, tuple[asyncio.TimerHandle, set[Attempt]]] = {}
 
-    def running_refs(self) -> list[task_pb2.TaskRef]:
-        return [attempt.ref for attempt in self.running.values()]
-
     def unreported_refs(self) -> list[task_pb2.TaskRef]:
         """Attempts still ours: running, or finished with the result not yet sent."""
         refs = {attempt.key: attempt.ref for attempt in self.running.values()}

@@ -108,6 +108,8 @@ class Runtime:
         # The current stream's outgoing queue; None while disconnected.
         self._outgoing: asyncio.Queue[Outgoing] | None = None
         self._flush_queued = False
+        # Assignment entries read on the current stream (Heartbeat.assignments_read).
+        self._assignments_read = 0
 
     async def serve(self, channel: Any) -> None:
         """Keep a stream up until a stop request has been carried out, or a fatal error."""
@@ -227,6 +229,7 @@ class Runtime:
         helpers: list[asyncio.Task[None]] = []
         self._drained.clear()
         self._connecting = True
+        self._assignments_read = 0
         try:
             await call.write(worker_pb2.WorkerMessage(hello=self._hello()))
             first = await asyncio.wait_for(call.read(), _WELCOME_TIMEOUT)
@@ -255,7 +258,9 @@ class Runtime:
             helpers = [
                 sender,
                 reader,
-                asyncio.create_task(heartbeat_loop(self._attempts, queue, interval, idle_interval)),
+                asyncio.create_task(
+                    heartbeat_loop(self._attempts, queue, interval, idle_interval, self._assignments_known)
+                ),
                 asyncio.create_task(close_when_drained(self._drained, self._attempts, queue)),
             ]
             if self._settings.cost_holds:
@@ -354,6 +359,10 @@ class Runtime:
                 return
             self._handle(message)
 
+    def _assignments_known(self) -> int | None:
+        """Heartbeat.assignments_read; None while stopping (what is given up then is lost, not put back)."""
+        return None if self._stopping or self._closing or self._drained.is_set() else self._assignments_read
+
     def _send(self, message: worker_pb2.WorkerMessage) -> None:
         if self._outgoing is not None:
             self._outgoing.put_nowait(message)
@@ -366,6 +375,7 @@ class Runtime:
     def _handle(self, message: worker_pb2.SchedulerMessage) -> None:
         kind = message.WhichOneof("message")
         if kind == "assignments":
+            self._assignments_read += len(message.assignments.assignments)
             for assignment in message.assignments.assignments:
                 if self._closing or self._drained.is_set():
                     # The stream is closing; the scheduler re-dispatches what it still holds.

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from lowtide_client._attempts import Attempts
@@ -45,7 +46,11 @@ async def close_when_drained(drained: asyncio.Event, attempts: Attempts, queue: 
 
 
 async def heartbeat_loop(
-    attempts: Attempts, queue: asyncio.Queue[Outgoing], interval: float, idle_interval: float | None
+    attempts: Attempts,
+    queue: asyncio.Queue[Outgoing],
+    interval: float,
+    idle_interval: float | None,
+    assignments_read: Callable[[], int | None],
 ) -> None:
     """Beats every `interval` while attempts run (more often for short heartbeat timeouts),
     every `idle_interval` while nothing does; an attempt starting wakes it to beat on time."""
@@ -54,7 +59,13 @@ async def heartbeat_loop(
     while True:
         due = last + attempts.heartbeat_period(interval, idle_interval) - loop.time()
         if due <= 0:
-            heartbeat = worker_pb2.Heartbeat(running=attempts.running_refs(), details=attempts.take_details())
+            # Every attempt still ours (results not yet written included), and how many
+            # assignments were read meanwhile: the scheduler hands out again what it sent and
+            # this worker never got.
+            heartbeat = worker_pb2.Heartbeat(running=attempts.unreported_refs(), details=attempts.take_details())
+            read = assignments_read()
+            if read is not None:
+                heartbeat.assignments_read = read
             queue.put_nowait(worker_pb2.WorkerMessage(heartbeat=heartbeat))
             last = loop.time()
             continue
