@@ -43,7 +43,43 @@ class _Frame:
         return round(LEFT + (t - self.x0) / (self.x1 - self.x0) * (WIDTH - LEFT - RIGHT), 1)
 
     def y(self, v: float) -> float:
+        # A value off the chart (see value_span) is drawn at its edge, not past the frame.
+        v = min(max(v, self.y0), self.y1)
         return round(self.height - BOTTOM - (v - self.y0) / (self.y1 - self.y0) * (self.height - TOP - BOTTOM), 1)
+
+
+# How far past the bulk of the values the axis reaches: the quartiles' spread (or the median, or
+# the threshold, when those are wider) this many times over. Real peaks fit; a value a typo or a
+# broken feed left in the history (1e308) does not flatten everything else to a line on the axis.
+REACH = 6.0
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    position = (len(ordered) - 1) * q
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+
+def value_span(values: Sequence[float], threshold: float) -> tuple[float, float]:
+    """The value axis of a signal chart: from 0 (or the lowest value, when negative: a price) to
+    a little over the highest, each end no further than REACH spreads past the quartiles."""
+    ordered = sorted(v for v in values if math.isfinite(v))
+    if not ordered:
+        return 0.0, max(threshold * 1.1, 1.0)
+    q1, median, q3 = (_quantile(ordered, q) for q in (0.25, 0.5, 0.75))
+    spread = max(q3 - q1, abs(median), abs(threshold), 1.0)
+    low = min(max(ordered[0], q1 - REACH * spread), threshold, 0.0)
+    high = max(min(ordered[-1], q3 + REACH * spread), threshold)
+    pad = (high - low) * 0.1
+    return (low - pad if low < 0 else low), high + pad
+
+
+def _tick(value: float, span: float) -> str:
+    """An axis label short enough for the margin: 1,250 or 0.25 or 3.1e+06."""
+    if abs(value) >= 1e5:
+        return f"{value:.2g}"
+    return f"{value:,.{0 if span >= 10 else 1 if span >= 1 else 2}f}"
 
 
 def _clock(t: float, span: float) -> str:
@@ -58,7 +94,8 @@ def _axes(frame: _Frame, unit: str) -> list[str]:
         value = frame.y0 + (frame.y1 - frame.y0) * i / 4
         y = frame.y(value)
         parts.append(f'<line class="grid" x1="{LEFT}" y1="{y}" x2="{WIDTH - RIGHT}" y2="{y}"/>')
-        parts.append(f'<text class="tick" x="{LEFT - 4}" y="{y + 4}" text-anchor="end">{value:.0f}</text>')
+        label = _tick(value, frame.y1 - frame.y0)
+        parts.append(f'<text class="tick" x="{LEFT - 4}" y="{y + 4}" text-anchor="end">{label}</text>')
     span = frame.x1 - frame.x0
     for i in range(6):
         t = frame.x0 + span * i / 5
@@ -125,9 +162,8 @@ def signal_chart(
     ahead = [*(t for t, _ in forecast), *(r.at for r in releases), *([forecast[-1][0] + step] if forecast else [])]
     end = max([now + (now - start) * 0.05, *ahead])
     end += (end - start) * 0.02
-    values = [v for _, v in (*history, *forecast)] + [threshold] + [r.intensity for r in releases if r.intensity]
-    top = max(values) * 1.1 if values else 1.0
-    frame = _Frame(start, end, 0.0, max(top, 1.0))
+    values = [v for _, v in (*history, *forecast)] + [r.intensity for r in releases if r.intensity]
+    frame = _Frame(start, end, *value_span(values, threshold))
     parts = [
         f'<rect class="hold" x="{frame.x(a)}" y="{TOP}" width="{max(frame.x(b) - frame.x(a), 1)}" '
         f'height="{HEIGHT - TOP - BOTTOM}"><title>hold: signal above {threshold:g}</title></rect>'
@@ -152,7 +188,8 @@ def signal_chart(
         last = forecast[-1][0] + step
         ahead_line = _steps(forecast, frame, last)
         parts.append(f'<polyline class="forecast-line" points="{ahead_line}"><title>forecast</title></polyline>')
-    parts.append(f'<line class="now" x1="{frame.x(now)}" y1="{TOP}" x2="{frame.x(now)}" y2="{frame.y(0)}"/>')
+    parts.append(f'<line class="now" x1="{frame.x(now)}" y1="{TOP}" x2="{frame.x(now)}" y2="{frame.y(frame.y0)}"/>')
+    parts += _off_the_chart(values, frame)
     for release in releases[:300]:
         x = frame.x(release.at)
         y = frame.y(release.intensity if release.intensity is not None else threshold)
@@ -162,6 +199,19 @@ def signal_chart(
             f"{_clock(release.at, 86401)} UTC</title></g>"
         )
     return _svg("signal, threshold, forecast and planned releases", parts)
+
+
+def _off_the_chart(values: Sequence[float], frame: _Frame) -> list[str]:
+    """A note, top right, when values lie past the axis (drawn at its edge): how many, how far."""
+    above = [v for v in values if v > frame.y1]
+    below = [v for v in values if v < frame.y0]
+    notes = [f"{len(above)} value(s) above the chart, up to {max(above):.3g}"] if above else []
+    notes += [f"{len(below)} value(s) below the chart, down to {min(below):.3g}"] if below else []
+    return [
+        f'<text class="tick clipped" x="{WIDTH - RIGHT - 4}" y="{TOP + 10 + 14 * i}" text-anchor="end">'
+        f"{escape(note)}</text>"
+        for i, note in enumerate(notes)
+    ]
 
 
 def lines_chart(series: dict[str, Sequence[tuple[float, float]]], *, label: str, height: int = 160) -> str:
