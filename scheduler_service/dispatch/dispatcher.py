@@ -196,6 +196,7 @@ class Dispatcher:
                 try:
                     again = await self._claim_for(group, polled, probe=polled and not woken)
                 except DatabaseUnavailable as error:
+                    group.behind = True
                     log.warning("dispatch.claim_failed", extra={"error": str(error)})
                     self.uncertain.set()
                     await asyncio.sleep(backoff.next_delay())
@@ -203,6 +204,7 @@ class Dispatcher:
                     continue
                 except Exception:
                     # Nothing else may stop this group's dispatch for good: said, then tried again.
+                    group.behind = True
                     log.exception("dispatch.claim_error", extra={"pool": group.key.pool})
                     self.uncertain.set()
                     await asyncio.sleep(backoff.next_delay())
@@ -238,6 +240,8 @@ class Dispatcher:
         resources_full = await self._claim_with_resources(group, members, most)
         taken, group.turn = take_slots(members, _free, group.turn, most)
         if not taken:
+            # Whatever woke the group waits for a slot: the next one freed claims.
+            group.behind = True
             if not (fixed_full or resources_full) and any(s.claiming for s in members):
                 return None
             return fixed_full or resources_full
@@ -255,7 +259,11 @@ class Dispatcher:
                 signal=self.holds.value,
             )
             sent = await self._send(taken, rows, claimed_ns)
-        return fixed_full or resources_full or (sent and len(rows) == wanted)
+        full = fixed_full or resources_full or (sent and len(rows) == wanted)
+        # A claim that took less than it asked for found no more waiting, unless some went back
+        # or work needing resources (claimed on its own terms) may wait.
+        group.behind = full or not sent or bool(self.resources)
+        return full
 
     async def _claim_fixed(self, group: Group, members: list[WorkerSession], polled: bool, most: int) -> bool:
         """Claims due fixed-start tasks of the group's pool into its busy-or-held room (up to

@@ -223,6 +223,10 @@ class Group:
         self.woken = False
         # Claims running for the group now.
         self.claims = 0
+        # Work may wait for the group's slots: its last claim came back full, failed, or found
+        # no free slot for what woke it. Until then a freed slot need not claim: new work wakes
+        # the group (or is handed to it) as it comes, and the poll looks for the rest.
+        self.behind = True
 
 
 class Registry:

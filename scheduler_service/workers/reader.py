@@ -180,9 +180,10 @@ class WorkerReader:
             self.metrics.rejected.add(len(stale), {"reason": "not_held"})
         if empty:
             self.metrics.rejected.add(len(empty), {"reason": "no_outcome"})
-        if freed:
-            # Its slots freed: its group claims for them. A report that freed none (empty, or
-            # only refused) asks for no claim, or a worker sending such could keep one running.
+        if freed and (session.group is None or session.group.behind):
+            # Its slots freed: its group claims for them, if work may wait (Group.behind). A
+            # report that freed none (empty, or only refused) asks for no claim, or a worker
+            # sending such could keep one running.
             session.wake.set()
 
 

@@ -113,3 +113,17 @@ async def test_older_due_work_of_the_same_type_goes_first(database_url: str) -> 
         second = await client.wait(newer.id, timeout=timedelta(seconds=20))
     assert (first.state, second.state) == (COMPLETED, COMPLETED)
     assert first.started_at.ToDatetime() <= second.started_at.ToDatetime()
+
+
+async def test_one_task_at_a_time_on_an_idle_replica_runs_without_a_claim(database_url: str) -> None:
+    # Each task is handed as it is stored, and the slot its result frees claims nothing, since
+    # nothing waits for it: the queue costs no claim statement at all.
+    async with _serving(database_url, make_config(poll_interval=NO_POLL), 2) as (scheduler, gate):
+        gate.set()
+        claims = scheduler.dispatcher.claims_run
+        async with Client(scheduler.target) as client:
+            for i in range(10):
+                task = await client.submit("gated", b"%d" % i)
+                done = await client.wait(task.id, timeout=timedelta(seconds=20))
+                assert (done.state, done.result) == (COMPLETED, b"%d" % i)
+        assert scheduler.dispatcher.claims_run == claims
