@@ -348,9 +348,11 @@ class Dispatcher:
             if session.closed or session.draining or session.slots == 0:
                 back.extend(claimed)
                 continue
+            # Made before anything is recorded: rows whose message cannot be made are the
+            # worker's in the database only, where the look for strays finds them (strays.py).
+            message = worker_pb2.Assignments(assignments=[assignment(row) for row in claimed])
             for row in claimed:
                 session.assign(row.id, attempt_of(row), now)
-            message = worker_pb2.Assignments(assignments=[assignment(row) for row in claimed])
             session.send(worker_pb2.SchedulerMessage(assignments=message))
             sent.append((session, claimed))
         # The streams write the assignments (one turn of the loop) before a figure is recorded.
