@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 import psycopg
+import psycopg.sql
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
@@ -115,9 +116,22 @@ class Postgres:
             await conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
             await conn.execute("SELECT pg_reload_conf()")
 
-    async def release_commits(self) -> None:
-        """The commits `hold_commits` made wait are answered."""
+    def _dbname(self) -> psycopg.sql.Identifier:
+        return psycopg.sql.Identifier(str(psycopg.conninfo.conninfo_to_dict(self.url)["dbname"]))
+
+    async def commit_locally_from_now(self) -> None:
+        """Sessions that connect from now on are not held by `hold_commits` (those held stay held)."""
         async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+            await conn.execute("SET synchronous_commit = local")
+            await conn.execute(
+                psycopg.sql.SQL("ALTER DATABASE {} SET synchronous_commit = local").format(self._dbname())
+            )
+
+    async def release_commits(self) -> None:
+        """The commits `hold_commits` made wait are answered (and `commit_locally_from_now` undone)."""
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+            await conn.execute("SET synchronous_commit = local")
+            await conn.execute(psycopg.sql.SQL("ALTER DATABASE {} RESET synchronous_commit").format(self._dbname()))
             await conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
             await conn.execute("SELECT pg_reload_conf()")
 

@@ -102,7 +102,10 @@ async def _held(postgres: Postgres, *statements: tuple[str, ...]) -> None:
 
 
 async def _drain(
-    url: str, tmp_path: Path, act: Callable[[str, list[Path], list[subprocess.Popen[bytes]]], Awaitable[None]]
+    url: str,
+    tmp_path: Path,
+    act: Callable[[str, list[Path], list[subprocess.Popen[bytes]]], Awaitable[None]],
+    settings: dict[str, str] = SETTINGS,
 ) -> None:
     """A drain of TASKS by WORKERS workers of SLOTS slots, with `act` done in the middle of it
     (given the scheduler's address, the logs, and the processes: the scheduler first)."""
@@ -111,7 +114,7 @@ async def _drain(
     outs = [tmp_path / f"count-{n}.txt" for n in range(WORKERS)]
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        processes.append(service_process("scheduler", url, logs[0], {"listen": target, **SETTINGS}))
+        processes.append(service_process("scheduler", url, logs[0], {"listen": target, **settings}))
         await until_serving(target, logs[0])
         ids = {f"counter-{n}" for n in range(WORKERS)}
         for n in range(WORKERS):
@@ -159,14 +162,30 @@ async def test_postgres_killed_mid_drain_strands_nothing(postgres: Postgres, tmp
 @pytest.mark.slow
 async def test_scheduler_killed_between_claim_and_send_strands_nothing(postgres: Postgres, tmp_path: Path) -> None:
     url = postgres.url
+    # Half a lease between the looks for strays; still far longer than any pause here.
+    settings = {**SETTINGS, "lease_timeout": "20s"}
 
-    async def kill_scheduler(target: str, logs: list[Path], processes: list[subprocess.Popen[bytes]]) -> None:
+    async def restart(target: str, logs: list[Path], processes: list[subprocess.Popen[bytes]]) -> None:
+        processes[0] = service_process("scheduler", url, logs[0], {"listen": target, **settings})
+        await until_serving(target, logs[0])
+
+    async def kills(target: str, logs: list[Path], processes: list[subprocess.Popen[bytes]]) -> None:
+        # 1. The claim is written; the scheduler dies before its answer comes, so nothing is sent.
+        # The claim lands before the next scheduler starts: the workers' hellos do not list it.
         await _progress(url, TASKS // 5)
-        # The claim is written; the scheduler dies before its answer comes, so nothing is sent.
         await _held(postgres, CLAIM)
         sigkill(processes[0])
         await postgres.release_commits()
-        processes[0] = service_process("scheduler", url, logs[0], {"listen": target, **SETTINGS})
-        await until_serving(target, logs[0])
+        await restart(target, logs, processes)
+        # 2. The same, but the dead scheduler's claim lands only once the workers are back on the
+        # next one (its session still waits, as PostgreSQL does not notice a client gone while it
+        # waits), after they said what they hold: nothing but a look at the database finds it.
+        await _progress(url, TASKS // 2)
+        await _held(postgres, CLAIM)
+        sigkill(processes[0])
+        await postgres.commit_locally_from_now()
+        await restart(target, logs, processes)
+        await _progress(url, TASKS * 6 // 10)
+        await postgres.release_commits()
 
-    await _drain(url, tmp_path, kill_scheduler)
+    await _drain(url, tmp_path, kills, settings)
