@@ -49,7 +49,12 @@ def state_message(state: SignalState) -> signal_pb2.SignalState:
 
 
 def _points(points: Sequence[Point]) -> list[signal_pb2.SignalPoint]:
-    return [signal_pb2.SignalPoint(at=_timestamp(p.at), value=p.value, expected_error=p.expected_error) for p in points]
+    return [
+        signal_pb2.SignalPoint(
+            at=_timestamp(p.at), value=p.value, expected_error=p.expected_error, error_source=p.error_source
+        )
+        for p in points
+    ]
 
 
 def forecast_message(forecast: SignalForecast) -> signal_pb2.Forecast:

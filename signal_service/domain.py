@@ -79,11 +79,13 @@ class Reading:
 @dataclass(frozen=True, slots=True)
 class Point:
     """A value at a time: one entry of a history or a forecast. A forecast point may state its
-    expected relative error (one standard deviation: 0.05 is 5 %)."""
+    expected relative error (one standard deviation: 0.05 is 5 %), and where it comes from (the
+    feed, the signal's calibration or its prior: signal_service.calibration)."""
 
     at: datetime
     value: float
     expected_error: float | None = None
+    error_source: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -32,6 +32,7 @@ from lowtide.telemetry import Telemetry, server_interceptors, start_telemetry
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.api import SignalApi
+from signal_service.calibration import Calibrations
 from signal_service.fanout import Fanout
 from signal_service.feeds import Feed, FeedSettings, feed_settings, feed_unit, make_feed
 from signal_service.feeds.runner import FeedStats, run_feed
@@ -151,6 +152,7 @@ async def _maintain(
                 after = per_signal.get(name, stale_after)
                 log.warning("signal.stale", extra={"signal": name, "stale_after": str(after)})
             await signals.resync()
+            await _calibrate(signals)
             await report()
         except DatabaseUnavailable as error:
             log.warning("maintain.failed", extra={"error": str(error)})
@@ -158,6 +160,15 @@ async def _maintain(
             # Keep going: without this loop nothing is ever marked stale again.
             log.exception("maintain.failed")
         await asyncio.sleep(_tick(shortest, refresh))
+
+
+async def _calibrate(signals: Signals) -> None:
+    """Learns each signal's calibration when due (any replica: the newest stored is the one), and
+    takes what the others learned."""
+    if signals.calibrations is None:
+        return
+    await signals.calibrations.maybe_learn(sorted(signals.defined), datetime.now(UTC))
+    await signals.calibrations.load()
 
 
 def _grpc_server(
@@ -260,8 +271,14 @@ async def start_signal_service(
         feeds = _build_feeds(config, feed_owner, feed)
         db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max)
         stack.push_async_callback(db.close)
+        # A replayed feed's forecasts run at its speed: the calibration counts leads in its time.
+        scales = {name: float(getattr(f, "time_scale", 1.0)) for name, f in feeds.running.items()}
         signals = Signals(
-            SignalStore(db), Fanout(), definitions(config, units=feeds.units()), default=config.cost.signal
+            SignalStore(db),
+            Fanout(),
+            definitions(config, units=feeds.units()),
+            default=config.cost.signal,
+            calibrations=Calibrations(db, scales=scales, every=cfg.calibrate_every),
         )
         # Closed last: the spans of the calls the server ends while stopping are flushed too (in a
         # thread: the export must not stop the event loop, another service of this process may run on it).

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from lowtide.config import Config
 from lowtide.errors import ConfigError, NotFound
+from signal_service.calibration import Calibrations
 from signal_service.domain import (
     Point,
     Reading,
@@ -59,11 +60,24 @@ def definitions(config: Config, *, units: Mapping[str, str]) -> dict[str, Defini
 
 
 class Signals:
-    def __init__(self, store: SignalStore, fanout: Fanout, defined: Mapping[str, Definition], *, default: str) -> None:
+    def __init__(
+        self,
+        store: SignalStore,
+        fanout: Fanout,
+        defined: Mapping[str, Definition],
+        *,
+        default: str,
+        calibrations: Calibrations | None = None,
+    ) -> None:
         self.store = store
         self.fanout = fanout
         self.defined = dict(defined)
         self.default = default
+        self.calibrations = calibrations
+
+    def _calibrated(self, forecast: SignalForecast) -> SignalForecast:
+        """The forecast with each point's expected error (the feed's, else the calibration's)."""
+        return forecast if self.calibrations is None else self.calibrations.apply(forecast)
 
     def resolve(self, name: str) -> Definition:
         """The signal's definition; an empty name means the default signal."""
@@ -99,7 +113,10 @@ class Signals:
     async def reload_forecast(self, name: str) -> SignalForecast | None:
         """The stored forecast, published here if it is newer than what this replica holds."""
         forecast = await self.store.forecast(name)
-        if forecast is not None and forecast.version:
+        if forecast is None:
+            return None
+        forecast = self._calibrated(forecast)
+        if forecast.version:
             self.fanout.publish_forecast(forecast)
         return forecast
 
@@ -113,8 +130,13 @@ class Signals:
             )
         ordered = sorted(points, key=lambda p: p.at)
         forecast = await self.store.set_forecast(definition.name, ordered, source=source)
-        if forecast is not None:
-            self.fanout.publish_forecast(forecast)
+        if forecast is None:
+            return None
+        if self.calibrations is not None:
+            # The record the calibration learns from: the forecast as the feed issued it.
+            await self.calibrations.record_forecast(forecast)
+        forecast = self._calibrated(forecast)
+        self.fanout.publish_forecast(forecast)
         return forecast
 
     async def confirm(self, name: str, version: int) -> None:
@@ -151,6 +173,8 @@ class Signals:
         state = await self.store.record(definition.name, reading, source=source)
         if state is None:
             raise NotFound(f"signal {definition.name!r} is not stored yet; is the service starting?")
+        if self.calibrations is not None:
+            await self.calibrations.record_actual(definition.name, reading.observed_at, value)
         self.fanout.publish(state)
         log.debug(
             "signal.set",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import timedelta
 from typing import Any
 
 from lowtide import output
@@ -72,8 +73,23 @@ def _show_forecast(args: argparse.Namespace, name: str, forecast: Any) -> None:
             f"points={len(points)}",
             f"{points[0].at.ToDatetime().isoformat()}Z..{points[-1].at.ToDatetime().isoformat()}Z",
             f"lowest={low.value:g} at {low.at.ToDatetime().isoformat()}Z",
+            *_errors(points),
         ]
     print(" ".join(parts), flush=True)
+
+
+def _errors(points: Any) -> list[str]:
+    """Each point's expected error, at a few leads from the first point: `error@6h=12%(prior)`."""
+    first = points[0].at.ToDatetime()
+    shown = []
+    for hours in (1, 6, 24):
+        target = first + timedelta(hours=hours)
+        point = min(points, key=lambda p: abs(p.at.ToDatetime() - target))
+        if abs(point.at.ToDatetime() - target) > timedelta(hours=1) or not point.HasField("expected_error"):
+            continue
+        source = f"({point.error_source})" if point.error_source else ""
+        shown.append(f"error@{hours}h={100 * point.expected_error:.0f}%{source}".replace(" ", "_"))
+    return shown
 
 
 async def _signal_watch(args: argparse.Namespace, config: Config) -> int:

@@ -183,6 +183,9 @@ class SignalConfig:
     stale_after: timedelta = key(1 * H, within(1 * S, LONGEST))
     # How often a feed is polled; the grid APIs publish every 5 to 30 minutes.
     refresh: timedelta = key(5 * MIN, within(100 * MS, 1 * DAY))
+    # How often each signal's forecast calibration learns again from its record (the forecasts
+    # the feed issued and the values that came; docs/explanation/forecast-error.md).
+    calibrate_every: timedelta = key(10 * MIN, within(100 * MS, 1 * DAY))
     # Replay: trace seconds played per wall-clock second (1440 = one day per minute), from
     # replay_start (ISO 8601; empty = the trace's first row), of replay_file (empty = bundled GB 2020).
     replay_speed: float = key(1440.0, within(0.0, 1e9, above=True))
@@ -195,6 +198,9 @@ class SignalConfig:
     # shifted in time, as real day-ahead forecasts are) or iid (the trace ahead times
     # (1 + replay_forecast_error x N(0, 1)), independently per row; 0 hands planners the future).
     replay_forecast_model: str = key("horizon", one_of("horizon", "iid"))
+    # Whether the replay's forecast points state the model's error (false: bare values, as the
+    # real feeds give; the calibration learns it).
+    replay_states_error: bool = True
     replay_forecast_error: float = key(0.05, within(0.0, 1.0))
     replay_forecast_error_1h: float = key(0.03, within(0.0, 1.0))
     replay_forecast_error_24h: float = key(0.15, within(0.0, 1.0))

@@ -1,4 +1,4 @@
--- lowtide's schema after migration 0022_queue_idle.sql: what the migrations in
+-- lowtide's schema after migration 0023_forecast_calibration.sql: what the migrations in
 -- lowtide/db/migrations make, one table whole in one place. Written by `make schema`
 -- (scripts/schema_snapshot.py), never by hand; the migrations are what a database runs.
 
@@ -57,6 +57,37 @@ CREATE TABLE lowtide.carbon_totals (
 
 ALTER TABLE ONLY lowtide.carbon_totals
     ADD CONSTRAINT carbon_totals_pkey PRIMARY KEY (activity_type);
+
+
+CREATE TABLE lowtide.forecast_actuals (
+    signal text NOT NULL,
+    at timestamp with time zone NOT NULL,
+    value double precision NOT NULL
+);
+
+ALTER TABLE ONLY lowtide.forecast_actuals
+    ADD CONSTRAINT forecast_actuals_pkey PRIMARY KEY (signal, at);
+
+
+CREATE TABLE lowtide.forecast_calibrations (
+    signal text NOT NULL,
+    learned_at timestamp with time zone NOT NULL,
+    body jsonb NOT NULL
+);
+
+ALTER TABLE ONLY lowtide.forecast_calibrations
+    ADD CONSTRAINT forecast_calibrations_pkey PRIMARY KEY (signal);
+
+
+CREATE TABLE lowtide.forecast_issues (
+    signal text NOT NULL,
+    issued_at timestamp with time zone NOT NULL,
+    at timestamp with time zone[] NOT NULL,
+    value double precision[] NOT NULL
+);
+
+ALTER TABLE ONLY lowtide.forecast_issues
+    ADD CONSTRAINT forecast_issues_pkey PRIMARY KEY (signal, issued_at);
 
 
 CREATE TABLE lowtide.leader (

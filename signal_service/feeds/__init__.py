@@ -124,6 +124,7 @@ def _make_feed(config: SignalConfig) -> Feed | None:
             loop=config.replay_loop,
             forecast_model=_forecast_model(config),
             unit=trace_unit(config.replay_file),
+            states_error=config.replay_states_error,
         )
     if config.feed == "uk-carbon-intensity":
         http = HttpJson(config.base_url or uk_carbon_intensity.PUBLIC_URL, timeout=timeout)

@@ -95,6 +95,7 @@ class Replay:
         loop: bool = True,
         forecast_model: ErrorModel | None = None,
         forecast_seed: int = 0,
+        states_error: bool = True,
         clock: Callable[[], float] = time.monotonic,
         unit: str = "gCO2/kWh",
     ) -> None:
@@ -117,8 +118,14 @@ class Replay:
         self._loop = loop
         self._forecast_model = forecast_model
         self._forecast_seed = forecast_seed
+        self._states_error = states_error
         self._clock = clock
         self._began = clock()
+
+    @property
+    def time_scale(self) -> float:
+        """Trace time per wall-clock time: the forecast's leads, in the trace's own time."""
+        return self._speed
 
     def trace_time(self) -> datetime:
         """Where the replay is in the trace now."""
@@ -156,7 +163,7 @@ class Replay:
         values = model.perturb(truth, self._step, noise)[1:]
         here = self._times[index]
         return [
-            Point(now + (t - at) / self._speed, v, model.stddev(t - here))
+            Point(now + (t - at) / self._speed, v, model.stddev(t - here) if self._states_error else None)
             for t, v in zip(ahead_at, values, strict=True)
         ]
 

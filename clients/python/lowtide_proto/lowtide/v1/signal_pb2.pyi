@@ -80,10 +80,16 @@ class SignalPoint(_message.Message):
     AT_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
     EXPECTED_ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_SOURCE_FIELD_NUMBER: _builtins.int
     value: _builtins.float
     expected_error: _builtins.float
     """A forecast point's expected relative error, one standard deviation (0.05 is 5 %), when the
     feed states one; unset otherwise (and on history points).
+    """
+    error_source: _builtins.str
+    """Where a forecast point's expected error comes from: "feed" (the feed stated it), "learned over
+    N days" (the signal's calibration, from the forecasts the feed issued and the values that
+    came), or "prior" (too little record yet at this lead). Empty on history points.
     """
     @_builtins.property
     def at(self) -> _timestamp_pb2.Timestamp: ...
@@ -93,10 +99,11 @@ class SignalPoint(_message.Message):
         at: _timestamp_pb2.Timestamp | None = ...,
         value: _builtins.float = ...,
         expected_error: _builtins.float | None = ...,
+        error_source: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_error", b"_expected_error", "at", b"at", "expected_error", b"expected_error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_error", b"_expected_error", "at", b"at", "expected_error", b"expected_error", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_error", b"_expected_error", "at", b"at", "error_source", b"error_source", "expected_error", b"expected_error", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__expected_error: _TypeAlias = _typing.Literal["expected_error"]  # noqa: Y015
     _WhichOneofArgType__expected_error: _TypeAlias = _typing.Literal["_expected_error", b"_expected_error"]  # noqa: Y015

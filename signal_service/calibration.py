@@ -1,0 +1,199 @@
+"""Each signal's forecast calibration: the forecasts its feed issued and the values that came are
+kept in PostgreSQL (a rolling window), what they teach is learned by lowtide.forecast_calibration
+and stored, and every forecast point is published with an expected error: the feed's own, else
+the one learned for its lead, else the prior's (see docs/explanation/forecast-error.md).
+
+Any replica may learn (the same record teaches the same; the newest stored wins) and every
+replica states what is stored, so they agree. A replayed feed runs faster than the clock: its
+times are scaled by its speed, so a lead is counted in the feed's own time."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import dataclasses
+import itertools
+import json
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from lowtide.db import Database, load_queries
+from lowtide.forecast_calibration import WINDOW, Bucket, Calibration, Issued, Record, prior_calibration
+from lowtide.forecast_error import ErrorModel, HorizonError
+from signal_service.domain import SignalForecast
+
+log = logging.getLogger("lowtide.signal")
+Q = load_queries("signal_service.sql", "calibration.sql")
+
+# The record a learning reads at most (a fast replay issues a forecast every poll): the newest
+# forecasts, and the values that came over the same span.
+MAX_FORECASTS = 700
+MAX_ACTUALS = 20_000
+LEARN_EVERY = timedelta(minutes=10)
+FEED, PRIOR = "feed", "prior"
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedRow:
+    issued_at: datetime
+    at: list[datetime]
+    value: list[float]
+
+
+@dataclass(frozen=True, slots=True)
+class ActualRow:
+    at: datetime
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationRow:
+    signal: str
+    learned_at: datetime
+    body: dict[str, Any]
+
+
+def error_source(calibration: Calibration, lead: timedelta) -> str:
+    if not calibration.learned(lead):
+        return PRIOR
+    return f"learned over {calibration.days:.1f} days"
+
+
+class Calibrations:
+    """The stored calibration of every signal, and the hooks that keep its record."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        scales: Mapping[str, float] | None = None,
+        prior: ErrorModel | None = None,
+        every: timedelta = LEARN_EVERY,
+    ) -> None:
+        self._db = db
+        self._scales = dict(scales or {})
+        self._prior = prior or HorizonError()
+        self._every = every
+        self._learned: dict[str, Calibration] = {}
+        self._last_learn: dict[str, datetime] = {}
+
+    def scale(self, name: str) -> float:
+        return self._scales.get(name, 1.0)
+
+    def current(self, name: str, now: datetime) -> Calibration:
+        return self._learned.get(name) or prior_calibration(now, self._prior)
+
+    def apply(self, forecast: SignalForecast) -> SignalForecast:
+        """The forecast with every point stating an expected error and where it comes from."""
+        if not forecast.points or forecast.issued_at is None:
+            return forecast
+        issued, scale = forecast.issued_at, self.scale(forecast.name)
+        calibration = self.current(forecast.name, issued)
+        points = []
+        for p in forecast.points:
+            if p.expected_error is not None:
+                points.append(dataclasses.replace(p, error_source=FEED))
+                continue
+            lead = (p.at - issued) * scale
+            points.append(
+                dataclasses.replace(
+                    p, expected_error=calibration.stddev(lead), error_source=error_source(calibration, lead)
+                )
+            )
+        return dataclasses.replace(forecast, points=tuple(points))
+
+    async def record_forecast(self, forecast: SignalForecast) -> None:
+        if not forecast.points or forecast.issued_at is None:
+            return
+        params = {
+            "name": forecast.name,
+            "issued_at": forecast.issued_at,
+            "at": [p.at for p in forecast.points],
+            "values": [p.value for p in forecast.points],
+        }
+        await self._db.execute(Q["record_issued_forecast"], params)
+
+    async def record_actual(self, name: str, at: datetime, value: float) -> None:
+        await self._db.execute(Q["record_actual"], {"name": name, "at": at, "value": value})
+
+    async def load(self) -> None:
+        """Takes what any replica learned last."""
+        for row in await self._db.fetch_as(CalibrationRow, Q["calibrations"]):
+            self._learned[row.signal] = _decode(row.body)
+
+    async def maybe_learn(self, names: list[str], now: datetime) -> None:
+        """Learns each signal's calibration again when the last is older than `every`."""
+        for name in names:
+            last = self._last_learn.get(name)
+            if last is not None and now - last < self._every:
+                continue
+            self._last_learn[name] = now
+            await self.learn(name, now)
+
+    async def learn(self, name: str, now: datetime) -> Calibration:
+        scale = self.scale(name)
+        since = now - WINDOW / scale
+        params = {"name": name, "since": since}
+        issued_rows = await self._db.fetch_as(IssuedRow, Q["issued_forecasts"], {**params, "limit": MAX_FORECASTS})
+        actual_rows = await self._db.fetch_as(ActualRow, Q["actuals"], {**params, "limit": MAX_ACTUALS})
+        record = _record(issued_rows, actual_rows, origin=since, scale=scale)
+        learned = await asyncio.to_thread(record.learn, _scaled(now, since, scale), self._prior)
+        body = json.dumps(_encode(learned))
+        await self._db.execute(Q["save_calibration"], {"name": name, "learned_at": now, "body": body})
+        await self._db.execute(Q["trim_issued_forecasts"], {**params, "keep": MAX_FORECASTS})
+        await self._db.execute(Q["trim_actuals"], params)
+        self._learned[name] = learned
+        return learned
+
+
+def _scaled(at: datetime, origin: datetime, scale: float) -> datetime:
+    return origin + (at - origin) * scale
+
+
+def _record(issued: list[IssuedRow], actuals: list[ActualRow], *, origin: datetime, scale: float) -> Record:
+    """The record in the feed's time, each forecast's points on the grid of its own step (a
+    replay's wall-clock times jitter with its polls), each matched with the first value observed
+    in its interval."""
+    record = Record()
+    seen = [_scaled(a.at, origin, scale) for a in actuals]
+    for row in sorted(issued, key=lambda r: r.issued_at):
+        times = [_scaled(t, origin, scale) for t in row.at]
+        if len(times) < 2:
+            continue
+        step = max(timedelta(minutes=1), sorted(b - a for a, b in itertools.pairwise(times))[len(times) // 2 - 1])
+        grid = [origin + round((t - origin) / step) * step for t in times]
+        record.add_forecast(Issued(_scaled(row.issued_at, origin, scale), tuple(zip(grid, row.value, strict=True))))
+        for at in grid:
+            j = bisect.bisect_left(seen, at)
+            if at not in record.actuals and j < len(seen) and seen[j] < at + step:
+                record.add_actual(at, actuals[j].value)
+    return record
+
+
+def _encode(calibration: Calibration) -> dict[str, Any]:
+    return {
+        "at": calibration.at.isoformat(),
+        # JSON has no infinity: the last bucket's open end is null.
+        "buckets": [
+            [b.lo_h, None if math.isinf(b.hi_h) else b.hi_h, *dataclasses.astuple(b)[2:]] for b in calibration.buckets
+        ],
+        "caution": calibration.caution,
+        "caution_jobs": calibration.caution_jobs,
+        "days": calibration.days,
+        "persistence": list(calibration.persistence),
+    }
+
+
+def _decode(body: Mapping[str, Any]) -> Calibration:
+    return Calibration(
+        at=datetime.fromisoformat(body["at"]),
+        buckets=tuple(Bucket(b[0], math.inf if b[1] is None else b[1], *b[2:]) for b in body["buckets"]),
+        caution=body["caution"],
+        caution_jobs=body["caution_jobs"],
+        days=body["days"],
+        persistence=tuple(body["persistence"]),
+    )
