@@ -84,9 +84,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--trace",
-        default="",
+        action="append",
+        default=[],
         help="the carbon evaluation's trace: a CSV `Time,Carbon Intensity`, or a price trace `Time,Price` "
-        "(default: the bundled GB 2020 one)",
+        "(default: the bundled GB 2020 one); given twice or more, one per region aligned in time, the "
+        "spatial evaluation runs over them all (default: the bundled GB and DE 2020 ones)",
     )
     parser.add_argument(
         "--forecasts",
@@ -176,8 +178,12 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
 
             return recorded_evaluation(args.forecasts, args.actuals)
         from bench.carbon_bench import carbon_evaluation
+        from bench.spatial_bench import BUNDLED, spatial_evaluation
 
-        return carbon_evaluation(args.trace)
+        result = carbon_evaluation(args.trace[0] if args.trace else "")
+        if len(args.trace) != 1:
+            result["spatial"] = spatial_evaluation(args.trace or BUNDLED)
+        return result
     if name == "live_carbon":
         from bench.live_carbon_bench import live_carbon
 

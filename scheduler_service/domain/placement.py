@@ -1,0 +1,202 @@
+"""Where and when: the pool (a place, with the signal of its grid) and the start of each held task
+that may run in several pools.
+
+Each pool is planned as `scheduler_service.domain.planning.plan` plans one: on its forecast (its
+expected error weighed with the planner's caution) and its capacity. The places are chosen in
+two rounds. First every task is planned in each pool it may run in as if that pool had room for
+all of them, which says what each place could give the task at best; each task goes to the place
+whose best start scores lowest (its last place on a tie, so a re-plan does not flip between
+equals). Then each pool is planned with its capacity for the tasks it got; a task whose start
+there scores worse than the best another allowed pool could give it moves there (those that lose
+most first, as long as the other pool had room for it in the first round's terms), and the pools
+that changed are planned again. The latest start is the task's own whatever the place: the
+planner never plans past it, and at it dispatch may start the task in any allowed pool with room.
+
+A pool with no capacity (no workers) is planned around: a task goes there only when no pool it
+may run in has any, and then to its last place (or the first it names). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from scheduler_service.domain.forecast import _US, Forecast
+from scheduler_service.domain.planning import CAUTION, Capacity, Plan, PlanKind, PlanTask, plan
+
+__all__ = ["PlaceTask", "Placement", "Region", "place"]
+
+# Room enough for every task: the first round asks what a place could give, not what it has.
+_ROOMY = 10**6
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """A pool in a place: its forecast (None: none yet), its capacity, and what its threshold
+    hold says now (for a task its forecast does not cover)."""
+
+    name: str
+    forecast: Forecast | None
+    capacity: Capacity
+    signal_low: bool = False
+    caution: float = CAUTION
+    unit: str = ""
+    # Work expected to be submitted to this pool later (see scheduler_service.domain.demand).
+    expected: tuple[PlanTask, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceTask:
+    """A held task and the pools it may run in (none named: every one given). `region` is the
+    pool its last placement chose; its `task.planned` is kept only there."""
+
+    task: PlanTask
+    regions: tuple[str, ...] = ()
+    region: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    task_id: int
+    region: str
+    plan: Plan
+    # The pessimistic forecast mean of the planned run there (None when no forecast covers it).
+    score: float | None
+    reason: str
+    # The score of the best start each allowed pool could give, by name (None: no forecast).
+    options: Mapping[str, float | None] = field(default_factory=dict)
+
+
+def place(
+    tasks: Iterable[PlaceTask], regions: Sequence[Region], now: datetime, *, resolution: timedelta
+) -> list[Placement]:
+    """One placement per task, in the order given."""
+    given = list(tasks)
+    by_name = {r.name: r for r in regions}
+    if len(by_name) != len(regions):
+        raise ValueError("pool names must be distinct")
+    allowed: list[tuple[str, ...]] = []
+    for t in given:
+        names = t.regions or tuple(by_name)
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            raise ValueError(f"task {t.task.task_id}: no such pool {unknown[0]!r}")
+        allowed.append(names)
+    if not given:
+        return []
+    # Round one: what each place could give each task, room for all.
+    best: list[dict[str, float]] = [{} for _ in given]
+    for region in regions:
+        members = [i for i, names in enumerate(allowed) if region.name in names]
+        roomy = replace(region, capacity=Capacity(_ROOMY), expected=())
+        for i, p in zip(members, _plan_in(roomy, [given[i] for i in members], now, resolution), strict=True):
+            best[i][region.name] = _score(region, p, given[i].task.duration)
+    home = [_choose(given[i], allowed[i], best[i], by_name) for i in range(len(given))]
+    plans = _plan_all(regions, given, home, now, resolution)
+    # Round two: a task planned worse where it is than another allowed place could give it moves.
+    moves: list[tuple[float, int, str]] = []
+    for i, (where, p) in enumerate(zip(home, plans, strict=True)):
+        here = _score(by_name[where], p, given[i].task.duration)
+        elsewhere = [(s, n) for n, s in best[i].items() if n != where and _open(by_name[n])]
+        if elsewhere:
+            score, name = min(elsewhere)
+            if score < here:
+                moves.append((here - score, i, name))
+    if moves:
+        for _, i, name in sorted(moves, reverse=True):
+            home[i] = name
+        plans = _plan_all(regions, given, home, now, resolution)
+    return [
+        _placement(given[i], by_name[home[i]], plans[i], best=best[i], by_name=by_name, now=now)
+        for i in range(len(given))
+    ]
+
+
+def _open(region: Region) -> bool:
+    return region.capacity.max_running > 0
+
+
+def _choose(task: PlaceTask, names: tuple[str, ...], best: Mapping[str, float], by_name: Mapping[str, Region]) -> str:
+    open_ = [n for n in names if _open(by_name[n])]
+    if not open_:
+        return task.region if task.region in names else names[0]
+    # The lowest best score; the last place on a tie, then the order named.
+    return min(open_, key=lambda n: (best[n], n != task.region, names.index(n)))
+
+
+def _plan_all(
+    regions: Sequence[Region], given: Sequence[PlaceTask], home: Sequence[str], now: datetime, resolution: timedelta
+) -> list[Plan]:
+    plans: list[Plan | None] = [None] * len(given)
+    for region in regions:
+        members = [i for i, where in enumerate(home) if where == region.name]
+        if members:
+            for i, p in zip(members, _plan_in(region, [given[i] for i in members], now, resolution), strict=True):
+                plans[i] = p
+    return [p for p in plans if p is not None]
+
+
+def _plan_in(region: Region, tasks: Sequence[PlaceTask], now: datetime, resolution: timedelta) -> list[Plan]:
+    # A task's last planned start is a start in its last place only.
+    planned = [t.task if t.region == region.name else replace(t.task, planned=None) for t in tasks]
+    capacity = region.capacity if _open(region) else Capacity(_ROOMY)
+    return plan(
+        planned,
+        region.forecast,
+        capacity,
+        now,
+        signal_low=region.signal_low,
+        resolution=resolution,
+        caution=region.caution,
+        expected=region.expected,
+    )
+
+
+def _score(region: Region, p: Plan, duration: timedelta) -> float:
+    """The pessimistic mean of the planned run (a start now at the known value), or infinity
+    when the place's forecast does not cover it: a place seen is preferred to one unseen."""
+    forecast = region.forecast
+    if p.expected_intensity is None or forecast is None or p.kind is PlanKind.THRESHOLD:
+        return math.inf
+    return forecast._score(forecast._offset(p.release_at), max(1, duration // _US), region.caution)
+
+
+def _placement(
+    task: PlaceTask,
+    region: Region,
+    p: Plan,
+    *,
+    best: Mapping[str, float],
+    by_name: Mapping[str, Region],
+    now: datetime,
+) -> Placement:
+    score = _score(region, p, task.task.duration)
+    options = {n: (None if math.isinf(s) else s) for n, s in best.items()}
+    unit = f" {region.unit}" if region.unit else ""
+    when = "now" if p.release_at <= now else p.release_at.astimezone(UTC).strftime("%H:%M")
+    if p.expected_intensity is None:
+        reason = f"{region.name}: {p.reason}"
+    else:
+        head = f"{region.name} at {when}: {p.expected_intensity:g}{unit}"
+        others = [
+            f"{_now_value(by_name[n]):g}{unit} in {n} now"
+            for n in best
+            if n != region.name and _now_value(by_name[n]) is not None
+        ]
+        closed = [n for n in best if n != region.name and not _open(by_name[n])]
+        reason = head + (f" against {', '.join(others)}" if others else "")
+        if closed:
+            reason += f" ({', '.join(closed)} has no workers)"
+        if not _open(region):
+            reason += f" (no pool it may run in has workers: held for {region.name})"
+        reason += f"; {p.reason}"
+    return Placement(task.task.task_id, region.name, p, None if math.isinf(score) else score, reason, options)
+
+
+def _now_value(region: Region) -> float | None:
+    forecast = region.forecast
+    if forecast is None or not forecast.values:
+        return None
+    return forecast.values[0]

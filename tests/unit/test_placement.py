@@ -1,0 +1,82 @@
+"""Where and when (domain.placement): the pool and the start of a task that may run in several."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from scheduler_service.domain.placement import PlaceTask, Region, place
+from scheduler_service.domain.planning import Capacity, Forecast, PlanTask
+
+NOW = datetime(2026, 3, 1, 0, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+def hourly(*values: float) -> Forecast:
+    return Forecast.of([(NOW + i * HOUR, v) for i, v in enumerate(values)])
+
+
+def task(task_id: int, slack_h: int = 6, *, regions: tuple[str, ...] = ()) -> PlaceTask:
+    return PlaceTask(PlanTask(task_id, NOW, NOW + slack_h * HOUR, HOUR), regions)
+
+
+WEST = hourly(260, 250, 240, 230, 220, 210, 200, 200)
+CENTRAL = hourly(300, 290, 280, 180, 290, 300, 300, 300)
+
+
+def test_a_task_allowed_in_two_pools_runs_where_and_when_the_forecast_is_lowest() -> None:
+    regions = [Region("eu-west", WEST, Capacity(2), unit="gCO2/kWh"), Region("eu-central", CENTRAL, Capacity(2))]
+    (got,) = place([task(1)], regions, NOW, resolution=HOUR)
+    assert (got.region, got.plan.release_at) == ("eu-central", NOW + 3 * HOUR)
+    assert got.reason.startswith("eu-central at 03:00: 180 against 260 in eu-west now")
+    assert got.options == {"eu-west": 200.0, "eu-central": 180.0}
+
+
+def test_a_task_naming_one_pool_stays_in_it() -> None:
+    regions = [Region("eu-west", WEST, Capacity(2)), Region("eu-central", CENTRAL, Capacity(2))]
+    (got,) = place([task(1, regions=("eu-west",))], regions, NOW, resolution=HOUR)
+    assert got.region == "eu-west"
+    assert got.plan.release_at == NOW + 6 * HOUR
+    assert list(got.options) == ["eu-west"]
+
+
+def test_the_cleanest_pool_full_sends_the_task_that_loses_least_to_the_other_place() -> None:
+    regions = [Region("eu-west", WEST, Capacity(1)), Region("eu-central", CENTRAL, Capacity(1))]
+    placed = place([task(1), task(2)], regions, NOW, resolution=HOUR)
+    # One runs at eu-central's 180; the other would get 280 or worse there, and 200 in eu-west.
+    assert sorted((p.region, p.plan.release_at) for p in placed) == [
+        ("eu-central", NOW + 3 * HOUR),
+        ("eu-west", NOW + 6 * HOUR),
+    ]
+
+
+def test_a_pool_without_workers_is_planned_around() -> None:
+    regions = [Region("eu-west", WEST, Capacity(2)), Region("eu-central", CENTRAL, Capacity(0))]
+    (got,) = place([task(1)], regions, NOW, resolution=HOUR)
+    assert got.region == "eu-west"
+    assert "eu-central has no workers" in got.reason
+    # With no allowed pool open, the task is held for the one it names, still by its latest start.
+    (alone,) = place([task(2, regions=("eu-central",))], regions, NOW, resolution=HOUR)
+    assert alone.region == "eu-central"
+    assert alone.plan.release_at <= NOW + 6 * HOUR
+
+
+def test_a_re_plan_keeps_the_last_place_on_a_tie() -> None:
+    flat = hourly(200, 200, 200, 200, 200, 200, 200, 200)
+    regions = [Region("a", flat, Capacity(2)), Region("b", flat, Capacity(2))]
+    first = PlaceTask(PlanTask(1, NOW, NOW + 6 * HOUR, HOUR), (), "b")
+    (got,) = place([first], regions, NOW, resolution=HOUR)
+    assert got.region == "b"
+
+
+def test_no_start_is_planned_past_the_latest_start_in_any_pool() -> None:
+    regions = [Region("eu-west", WEST, Capacity(1)), Region("eu-central", CENTRAL, Capacity(1))]
+    placed = place([task(i, slack_h=3) for i in range(6)], regions, NOW, resolution=HOUR)
+    assert all(p.plan.release_at <= NOW + 3 * HOUR for p in placed)
+
+
+def test_an_unknown_pool_is_refused_by_name() -> None:
+    regions = [Region("eu-west", WEST, Capacity(1))]
+    with pytest.raises(ValueError, match="no such pool 'mars'"):
+        place([task(1, regions=("mars",))], regions, NOW, resolution=HOUR)
