@@ -119,6 +119,16 @@ class Postgres:
     def _dbname(self) -> psycopg.sql.Identifier:
         return psycopg.sql.Identifier(str(psycopg.conninfo.conninfo_to_dict(self.url)["dbname"]))
 
+    async def release_commits_but(self, statements: Sequence[str]) -> None:
+        """Answers the held commits but those of statements starting with one of `statements`
+        (a held commit's locks stay held, and would keep everyone else waiting)."""
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+            await conn.execute(
+                "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND NOT EXISTS "
+                "(SELECT 1 FROM unnest(%(statements)s::text[]) AS s(start) WHERE starts_with(query, s.start))",
+                {"statements": list(statements)},
+            )
+
     async def commit_locally_from_now(self) -> None:
         """Sessions that connect from now on are not held by `hold_commits` (those held stay held)."""
         async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
