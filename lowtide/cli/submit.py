@@ -154,7 +154,7 @@ async def _submit_count(args: argparse.Namespace, client: Client, payload: bytes
         if existing:
             summary += f"; {len(existing):,} existed already: ids {output.id_ranges(existing)}"
         print(summary, flush=True)
-    if created:
+    if created and args.start_at is None and args.start_in is None:
         await _say_if_no_worker(client, created[0], f"tasks of type {args.type} are")
 
 
@@ -165,7 +165,9 @@ async def _task_submit(args: argparse.Namespace, config: Config) -> int:
             await _submit_count(args, client, payload)
             return 0
         task = await client.submit(args.type, payload, **_submit_options(args, args.idempotency_key))
-        if task.state == _PENDING:
+        # A fixed start is a promise for later: no worker now is no news (an autoscaler starts
+        # them for the reservation as the start nears).
+        if task.state == _PENDING and not task.HasField("start_at"):
             await _say_if_no_worker(client, task.id, f"task {task.id} is")
         if args.wait and not task.HasField("start_at"):
             task = await client.wait(task.id, timeout=args.wait_timeout)

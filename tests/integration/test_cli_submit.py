@@ -104,6 +104,13 @@ async def test_a_task_no_worker_runs_says_why_at_once_on_stderr(scheduler: Sched
         await process.wait()
 
 
+async def test_a_fixed_start_no_worker_runs_yet_says_nothing_on_stderr(scheduler: Scheduler) -> None:
+    args = ["nobody-runs-this", "--start-in", "10m", "--estimated-duration", "1m", "--json"]
+    run = await lowtide("task", "submit", *args, "--target", scheduler.target)
+    assert (run.code, run.err) == (0, "")
+    assert json.loads(run.out)["state"] == "pending"
+
+
 async def test_a_task_a_worker_runs_says_nothing_on_stderr(scheduler: Scheduler, worker: Worker) -> None:
     run = await lowtide("task", "submit", "echo", "--payload", "hi", "--target", scheduler.target)
     assert (run.code, run.err) == (0, "")
