@@ -7,10 +7,36 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from scheduler_service.domain.planning import Capacity, PlanTask
+
+class Window(Protocol):
+    """A run to count: a task of the plan (planning.PlanTask)."""
+
+    @property
+    def latest_start(self) -> datetime: ...
+    @property
+    def duration(self) -> timedelta: ...
+
+
+class Committed(Protocol):
+    """Room spoken for over [start, end) (planning.Commitment)."""
+
+    @property
+    def start(self) -> datetime: ...
+    @property
+    def end(self) -> datetime: ...
+    @property
+    def count(self) -> int: ...
+
+
+class Room(Protocol):
+    """The pool's room (planning.Capacity)."""
+
+    @property
+    def max_running(self) -> int: ...
+    @property
+    def committed(self) -> Sequence[Committed]: ...
 
 
 class Load:
@@ -28,9 +54,7 @@ class Load:
         self._held: list[list[float]] = [[] for _ in range(slots)]
 
     @classmethod
-    def for_tasks(
-        cls, tasks: Sequence[PlanTask], capacity: Capacity, now: datetime, resolution: timedelta
-    ) -> Load | None:
+    def for_tasks(cls, tasks: Sequence[Window], capacity: Room, now: datetime, resolution: timedelta) -> Load | None:
         """None when the pool cannot run out of room (everything fits at once), which spares
         the bookkeeping in the common case of a few held tasks."""
         if capacity.max_running >= len(tasks) + sum(c.count for c in capacity.committed):

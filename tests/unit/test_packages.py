@@ -119,6 +119,53 @@ def test_each_service_plugs_its_serve_into_the_cli() -> None:
         assert inspect.iscoroutinefunction(getattr(importlib.import_module(module), name))
 
 
+def _module_file(name: str, roots: dict[str, Path]) -> Path | None:
+    top, *rest = name.split(".")
+    if top not in roots:
+        return None
+    base = roots[top].joinpath(*rest)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _module_imports(path: Path, roots: dict[str, Path]) -> set[Path]:
+    """The files of `roots` that `path` imports (under TYPE_CHECKING too): `from pkg import mod`
+    is an arrow to mod, not to pkg's __init__."""
+    found: set[Path | None] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(_module_file(alias.name, roots) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                found.add(_module_file(f"{node.module}.{alias.name}", roots) or _module_file(node.module, roots))
+    return {f for f in found if f is not None and f != path}
+
+
+def test_no_two_modules_import_each_other_round_a_circle() -> None:
+    roots = {
+        "scheduler_service": _SCHEDULER,
+        "signal_service": _REPO / "signal_service",
+        "lowtide": _REPO / "lowtide",
+        "lowtide_client": _CLIENT / "lowtide_client",
+    }
+    graph = {path: _module_imports(path, roots) for root in roots.values() for path in _python_files(root)}
+    circles = []
+    for start in graph:
+        # Depth first from each module: a path that comes back to it is a circle.
+        stack, seen = [(start, [start])], {start}
+        while stack:
+            node, trail = stack.pop()
+            for following in graph.get(node, ()):
+                if following == start:
+                    circles.append(" -> ".join(str(p.relative_to(_REPO)) for p in [*trail, start]))
+                elif following not in seen:
+                    seen.add(following)
+                    stack.append((following, [*trail, following]))
+    assert circles == []
+
+
 def _requirements(pyproject: Path) -> set[str]:
     dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
     return {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower() for d in dependencies}

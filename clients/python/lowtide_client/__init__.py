@@ -7,13 +7,13 @@ scheduler's own.
 """
 
 from lowtide_client import activity
-from lowtide_client._client import FINISHED_STATES, Client, reservation_conflict
+from lowtide_client._client import FINISHED_STATES, Client, Submitted, reservation_conflict
 from lowtide_client._errors import NonRetryableError
 from lowtide_client._holds import CostHold
 from lowtide_client._signal import SignalClient
 from lowtide_client._spec import TaskOptions, task_spec
 from lowtide_client._sync import SyncClient, SyncSubmitted
-from lowtide_client._typed import Submitted, TaskNotCompleted
+from lowtide_client._typed import TaskNotCompleted
 from lowtide_client._worker import Worker
 from lowtide_proto.durations import format_duration, parse_duration
 from lowtide_proto.lowtide.v1.task_pb2 import RetryPolicy, Task, TaskKind, TaskSpec, TaskState

@@ -10,20 +10,22 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, TypeVar, Unpack, overload
+from typing import Any, Generic, TypeVar, Unpack, overload
 
 import grpc
 
+from lowtide_client import _codec
 from lowtide_client._calls import Calls
 from lowtide_client._spec import TaskOptions, _duration, _miss_policy, task_spec
-from lowtide_client._typed import Submitted, activity_name, encode_payload, result_type
+from lowtide_client._typed import TaskNotCompleted, activity_name, encode_payload, result_type
 from lowtide_proto.channel import Security
 from lowtide_proto.durations import duration_to_proto
 from lowtide_proto.lowtide.v1 import schedule_pb2, scheduler_pb2, task_pb2
 
-__all__ = ["FINISHED_STATES", "Client"]
+__all__ = ["FINISHED_STATES", "Client", "Submitted"]
 
 #: States a task never leaves.
 FINISHED_STATES: frozenset[task_pb2.TaskState.ValueType] = frozenset(
@@ -359,3 +361,26 @@ def reservation_conflict(error: grpc.aio.AioRpcError) -> task_pb2.ReservationCon
         if key == RESERVATION_CONFLICT_KEY and isinstance(value, bytes):
             return task_pb2.ReservationConflict.FromString(value)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted(Generic[_R]):
+    """A task submitted with ``Client.submit(fn, value)``; ``result()`` waits for its decoded result."""
+
+    task: task_pb2.Task
+    client: Client
+    returns: Any
+
+    @property
+    def id(self) -> int:
+        return self.task.id
+
+    # The timeout is part of the WaitTask request (the scheduler waits), hence the noqa.
+    async def result(self, *, timeout: timedelta = timedelta(seconds=30)) -> _R:  # noqa: ASYNC109
+        """Wait for the task and return its result decoded as ``fn``'s return annotation says;
+        ``TaskNotCompleted`` when it ended otherwise or the wait ran out."""
+        task = await self.client.wait(self.task.id, timeout=timeout)
+        if task.state != task_pb2.TASK_STATE_COMPLETED:
+            raise TaskNotCompleted(task)
+        value: _R = _codec.decode(task.result, self.returns)
+        return value

@@ -15,9 +15,8 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, TypeVar, Unpack, overload
 
-from lowtide_client._client import Client
+from lowtide_client._client import Client, Submitted
 from lowtide_client._spec import TaskOptions
-from lowtide_client._typed import Submitted
 from lowtide_proto.lowtide.v1 import scheduler_pb2, task_pb2
 
 __all__ = ["SyncClient", "SyncSubmitted"]

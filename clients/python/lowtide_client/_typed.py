@@ -1,21 +1,14 @@
-"""Typed submits: ``Client.submit(train, Params(...))`` and the decoded result of the task."""
+"""Typed submits: what ``Client.submit(train, Params(...))`` sends, and how its result is decoded."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any
 
 from lowtide_client import _codec
 from lowtide_proto.lowtide.v1 import task_pb2
 
-if TYPE_CHECKING:
-    from lowtide_client._client import Client
-
-__all__ = ["Submitted", "TaskNotCompleted", "activity_name", "encode_payload", "result_type"]
-
-R = TypeVar("R")
+__all__ = ["TaskNotCompleted", "activity_name", "encode_payload", "result_type"]
 
 
 class TaskNotCompleted(Exception):
@@ -49,26 +42,3 @@ def encode_payload(value: object, headers: Mapping[str, str] | None) -> tuple[by
     if content_type is not None:
         merged.setdefault(_codec.CONTENT_TYPE, content_type)
     return data, merged
-
-
-@dataclass(frozen=True, slots=True)
-class Submitted(Generic[R]):
-    """A task submitted with ``Client.submit(fn, value)``; ``result()`` waits for its decoded result."""
-
-    task: task_pb2.Task
-    client: Client
-    returns: Any
-
-    @property
-    def id(self) -> int:
-        return self.task.id
-
-    # The timeout is part of the WaitTask request (the scheduler waits), hence the noqa.
-    async def result(self, *, timeout: timedelta = timedelta(seconds=30)) -> R:  # noqa: ASYNC109
-        """Wait for the task and return its result decoded as ``fn``'s return annotation says;
-        ``TaskNotCompleted`` when it ended otherwise or the wait ran out."""
-        task = await self.client.wait(self.task.id, timeout=timeout)
-        if task.state != task_pb2.TASK_STATE_COMPLETED:
-            raise TaskNotCompleted(task)
-        value: R = _codec.decode(task.result, self.returns)
-        return value
