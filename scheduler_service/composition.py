@@ -13,7 +13,7 @@ from scheduler_service.api.scheduler import SchedulerApi
 from scheduler_service.dispatch.adaptive import AdaptiveLimits, adaptive_gauges, adaptive_settings
 from scheduler_service.dispatch.dispatcher import Dispatcher
 from scheduler_service.dispatch.handoff import Handoff
-from scheduler_service.dispatch.wakeups import Parked
+from scheduler_service.dispatch.wakeups import HeldReferences
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale
 from scheduler_service.fleet.leadership import Leadership
 from scheduler_service.fleet.leases import Leases
@@ -74,7 +74,7 @@ class _Core:
     leadership: Leadership
 
 
-def _cost_holds(config: Config, hold_config: HoldConfig, parked: Parked) -> SignalHolds:
+def _cost_holds(config: Config, hold_config: HoldConfig, parked: HeldReferences) -> SignalHolds:
     """One subscription per signal some work follows. release_below is in the default signal's
     unit, so only its hold has it; min_hold and on_stale apply to every hold."""
     default = config.cost.signal
@@ -117,12 +117,12 @@ def _dispatch_core(
 ) -> _Core:
     """The store, the cost hold, fixed starts, metrics, the dispatcher and the planner. The two
     cycles (the cost hold releases what the dispatcher parked; a completed dependency makes a
-    fixed start due) go through small objects made first: `Parked` and `DuePools`."""
+    fixed start due) go through small objects made first: `HeldReferences` and `DuePools`."""
     limits = {t: c.max_concurrency for t, c in config.types.items() if c.max_concurrency is not None}
     registry = Registry()
     due = DuePools(registry)
     store = Store(db, on_unblocked=due.unblocked)
-    parked = Parked(registry)
+    parked = HeldReferences(registry)
     holds = _cost_holds(config, hold_config, parked)
     fixed = FixedStarts(store, registry, config, due)
     traces = None if telemetry.tracer is None else TaskTraces(telemetry.tracer)

@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 
 from lowtide.auth import SCHEDULER_METHODS, WORKER_METHODS, check_listen
 from lowtide.auth import interceptors as auth_interceptors
+from lowtide.background import cancel_all
 from lowtide.config import Config
 from lowtide.db import Database, apply_migrations
 from lowtide.errors import ConfigError, DatabaseUnavailable
@@ -25,7 +26,6 @@ from lowtide.grpc_options import server_options
 from lowtide.grpc_status import RefuseUndecodable
 from lowtide.listen import add_listen_port
 from lowtide.output import print_line
-from lowtide.tasks import cancel_all
 from lowtide.telemetry import Telemetry, server_interceptors, start_telemetry
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2, worker_pb2_grpc

@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from lowtide.auth import SIGNAL_METHODS, check_listen
 from lowtide.auth import interceptors as auth_interceptors
+from lowtide.background import cancel_all
 from lowtide.config import Config
 from lowtide.db import Database, apply_migrations
 from lowtide.errors import ConfigError, DatabaseUnavailable, LowtideError
@@ -27,7 +28,6 @@ from lowtide.grpc_status import RefuseUndecodable
 from lowtide.listen import add_listen_port
 from lowtide.metrics import Metrics
 from lowtide.output import print_line
-from lowtide.tasks import cancel_all
 from lowtide.telemetry import Telemetry, server_interceptors, start_telemetry
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc

@@ -23,7 +23,7 @@ S = timedelta(seconds=1)
 MIN = timedelta(minutes=1)
 H = timedelta(hours=1)
 DAY = timedelta(days=1)
-# The longest duration a task may ask for (scheduler_service.convert.MAX_DURATION).
+# The longest duration a task may ask for (scheduler_service.wire.inbound.MAX_DURATION).
 LONGEST = 366 * DAY
 INT32 = 2**31 - 1
 _RULE = "lowtide.rule"

@@ -83,7 +83,7 @@ class SchedulerConfig:
 class RetryConfig:
     """Defaults for a task whose retry policy leaves a field unset."""
 
-    # The bounds a task's own retry policy has too (scheduler_service.convert).
+    # The bounds a task's own retry policy has too (scheduler_service.wire.inbound).
     max_attempts: int = key(3, within(1, 10_000))
     initial_backoff: timedelta = key(1 * S, within(timedelta(0), LONGEST))
     backoff_coefficient: float = key(2.0, within(1.0, 100.0))

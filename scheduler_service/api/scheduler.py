@@ -1,7 +1,7 @@
 """SchedulerService: submit, get, cancel, list and wait. Thin: proto in, a call, proto out.
 
-Submissions go through scheduler_service.submission (planning, admission, overload); reading,
-cancelling and explaining a task through scheduler_service.task_control; the rest through the store.
+Submissions go through tasks/submission.py (planning, admission, overload); reading,
+cancelling and explaining a task through tasks/control.py; the rest through the store.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from scheduler_service.store import Store
 from scheduler_service.tasks.control import TaskControl
 from scheduler_service.tasks.submission import Submission
 from scheduler_service.tasks.waiters import Waiters
-from scheduler_service.wire import inbound as convert
-from scheduler_service.wire import outbound as messages
+from scheduler_service.wire import inbound, outbound
 
 if TYPE_CHECKING:
     from scheduler_service.observe.metrics import SchedulerMetrics
@@ -75,7 +74,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         self.metrics = metrics
 
     def _validate(self, spec: Any) -> Any:
-        return convert.new_task(
+        return inbound.new_task(
             spec,
             defaults=self._config.retry,
             max_payload=self._config.scheduler.max_payload_bytes,
@@ -110,14 +109,14 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             row = await self._store.get_task(found[0]) if found and found[0] is not None else None
             if row is None:
                 raise
-            return scheduler_pb2.SubmitTaskResponse(task=messages.task_message(row), created=False)
+            return scheduler_pb2.SubmitTaskResponse(task=outbound.task_message(row), created=False)
         # A plain task comes back from its insert whole; one the submitter stored before under
         # its idempotency key, or one stored with more than an insert, is read back.
         stored: dict[int, TaskRow] = {}
         [submitted] = await self._submit([task], context, stored)
         row = stored.get(submitted.id) or await self._store.get_task(submitted.id)
         assert row is not None
-        return scheduler_pb2.SubmitTaskResponse(task=messages.task_message(row), created=submitted.created)
+        return scheduler_pb2.SubmitTaskResponse(task=outbound.task_message(row), created=submitted.created)
 
     @handles_errors
     async def SubmitTasks(
@@ -126,7 +125,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         limit = self._config.scheduler.max_batch_tasks
         if len(request.tasks) > limit:
             raise TooLarge(f"tasks: {len(request.tasks)} tasks is over the limit of {limit} per batch")
-        named, most = sum(len(spec.depends_on) for spec in request.tasks), convert.MAX_BATCH_DEPENDENCIES
+        named, most = sum(len(spec.depends_on) for spec in request.tasks), inbound.MAX_BATCH_DEPENDENCIES
         if named > most:
             raise TooLarge(f"tasks: {named:,} dependencies in all is over the limit of {most:,} per batch")
         tasks: list[NewTask] = []
@@ -171,7 +170,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
 
     @handles_errors
     async def GetTask(self, request: scheduler_pb2.GetTaskRequest, context: Context) -> scheduler_pb2.GetTaskResponse:
-        return scheduler_pb2.GetTaskResponse(task=messages.task_message(await self._tasks.get(request.id)))
+        return scheduler_pb2.GetTaskResponse(task=outbound.task_message(await self._tasks.get(request.id)))
 
     @handles_errors
     async def CancelTask(
@@ -179,7 +178,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     ) -> scheduler_pb2.CancelTaskResponse:
         row = await self._tasks.cancel(request.id, self._who(context))
         self._waiters.finished([row.id])
-        return scheduler_pb2.CancelTaskResponse(task=messages.task_message(row))
+        return scheduler_pb2.CancelTaskResponse(task=outbound.task_message(row))
 
     @handles_errors
     async def RetryTask(
@@ -187,7 +186,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     ) -> scheduler_pb2.RetryTaskResponse:
         if_attempt = request.if_attempt if request.HasField("if_attempt") else None
         row = await self._tasks.retry(request.id, self._who(context), if_attempt)
-        return scheduler_pb2.RetryTaskResponse(task=messages.task_message(row))
+        return scheduler_pb2.RetryTaskResponse(task=outbound.task_message(row))
 
     @handles_errors
     async def ListTasks(
@@ -201,8 +200,8 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
                 raise InvalidArgument("page_token", "is not a token this service gave out")
             before_id = int(request.page_token)
         size = request.page_size or 100
-        queue = convert.optional_name("queue", request.queue)
-        activity_type = convert.optional_name("activity_type", request.activity_type)
+        queue = inbound.optional_name("queue", request.queue)
+        activity_type = inbound.optional_name("activity_type", request.activity_type)
         # No index finds a queue's or a type's tasks newest first, so a page filtered by either
         # looks among the next FILTER_WINDOW ids only, and says where to go on when it found
         # fewer: a rare queue in a table of millions costs many short pages, each a bounded read,
@@ -213,7 +212,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             from_id = max(1, top - FILTER_WINDOW)
         rows = await self._store.list_tasks(
             queue=queue,
-            state=convert.state_filter(request.state),
+            state=inbound.state_filter(request.state),
             activity_type=activity_type,
             before_id=before_id,
             from_id=from_id,
@@ -224,7 +223,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         token = str(rows[-1].id) if more else ""
         if not more and from_id is not None and from_id > 1:
             token = str(from_id)
-        return scheduler_pb2.ListTasksResponse(tasks=[messages.task_message(r) for r in rows], next_page_token=token)
+        return scheduler_pb2.ListTasksResponse(tasks=[outbound.task_message(r) for r in rows], next_page_token=token)
 
     @handles_errors
     async def WaitTask(
@@ -232,7 +231,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     ) -> scheduler_pb2.WaitTaskResponse:
         timeout = timedelta(seconds=30)
         if request.HasField("timeout"):
-            timeout = convert.duration("timeout", request.timeout)
+            timeout = inbound.duration("timeout", request.timeout)
         if timeout > MAX_WAIT:
             raise InvalidArgument("timeout", "must be at most 5m")
         with self._waiters.waiter(request.id) as finished:
@@ -242,20 +241,20 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(finished), timeout.total_seconds())
                 row = await self._tasks.get(request.id)
-        return scheduler_pb2.WaitTaskResponse(task=messages.task_message(row), finished=row.state in FINISHED)
+        return scheduler_pb2.WaitTaskResponse(task=outbound.task_message(row), finished=row.state in FINISHED)
 
     @handles_errors
     async def ExplainTask(
         self, request: scheduler_pb2.ExplainTaskRequest, context: Context
     ) -> scheduler_pb2.ExplainTaskResponse:
         row, text, codes = await self._tasks.explain(request.id)
-        return scheduler_pb2.ExplainTaskResponse(task=messages.task_message(row), explanation=text, reasons=codes)
+        return scheduler_pb2.ExplainTaskResponse(task=outbound.task_message(row), explanation=text, reasons=codes)
 
     @handles_errors
     async def PauseQueue(
         self, request: scheduler_pb2.PauseQueueRequest, context: Context
     ) -> scheduler_pb2.PauseQueueResponse:
-        name = convert.name("queue", request.queue)
+        name = inbound.name("queue", request.queue)
         if not request.create:
             await self._known_queue(name, "pause")
         await self._store.pause_queue(name)
@@ -265,7 +264,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     async def ResumeQueue(
         self, request: scheduler_pb2.ResumeQueueRequest, context: Context
     ) -> scheduler_pb2.ResumeQueueResponse:
-        name = convert.name("queue", request.queue)
+        name = inbound.name("queue", request.queue)
         await self._known_queue(name, "resume")
         await self._store.resume_queue(name)
         self._registry.wake_all()

@@ -17,7 +17,7 @@ from scheduler_service.domain import cron
 from scheduler_service.rows.schedules import ScheduleRow
 from scheduler_service.store import Store
 from scheduler_service.tasks.schedules import NewSchedule, Schedules
-from scheduler_service.wire import inbound as convert
+from scheduler_service.wire import inbound
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
@@ -34,7 +34,7 @@ def time_zone(value: str) -> ZoneInfo:
 
 def new_schedule(spec: schedule_pb2.ScheduleSpec, config: Config) -> NewSchedule:
     """A CreateSchedule request, validated; InvalidArgument names the field that is wrong."""
-    name = convert.name("name", spec.name)
+    name = inbound.name("name", spec.name)
     if len(spec.cron) > MAX_CRON:
         raise InvalidArgument("cron", f"must be at most {MAX_CRON} characters")
     try:
@@ -42,16 +42,16 @@ def new_schedule(spec: schedule_pb2.ScheduleSpec, config: Config) -> NewSchedule
     except ValueError as error:
         raise InvalidArgument("cron", str(error)) from None
     time_zone(spec.time_zone)
-    activity_type = convert.name("activity_type", spec.activity_type)
+    activity_type = inbound.name("activity_type", spec.activity_type)
     if len(spec.payload) > config.scheduler.max_payload_bytes:
         limit = config.scheduler.max_payload_bytes
         raise TooLarge(f"payload: {len(spec.payload)} bytes is over the limit of {limit} bytes")
-    tolerance = convert.DEFAULT_TOLERANCE
+    tolerance = inbound.DEFAULT_TOLERANCE
     if spec.HasField("start_tolerance"):
-        tolerance = convert.duration("start_tolerance", spec.start_tolerance)
-    if spec.on_miss not in convert.MISS_POLICIES:
+        tolerance = inbound.duration("start_tolerance", spec.start_tolerance)
+    if spec.on_miss not in inbound.MISS_POLICIES:
         raise InvalidArgument("on_miss", f"unknown miss policy {spec.on_miss}")
-    estimate = convert.optional_duration("", spec, "estimated_duration")
+    estimate = inbound.optional_duration("", spec, "estimated_duration")
     type_config = config.types.get(activity_type)
     if estimate is None and type_config is not None:
         estimate = type_config.estimated_duration
@@ -66,12 +66,12 @@ def new_schedule(spec: schedule_pb2.ScheduleSpec, config: Config) -> NewSchedule
         cron=" ".join(spec.cron.split()),
         time_zone=spec.time_zone or "UTC",
         activity_type=activity_type,
-        queue=convert.name("queue", spec.queue, default="default"),
-        pool=convert.name("pool", spec.pool, default="default"),
+        queue=inbound.name("queue", spec.queue, default="default"),
+        pool=inbound.name("pool", spec.pool, default="default"),
         payload=spec.payload,
         priority=spec.priority,
         tolerance=tolerance,
-        on_miss=convert.MISS_POLICIES[spec.on_miss],
+        on_miss=inbound.MISS_POLICIES[spec.on_miss],
         estimated_duration=estimate,
     )
 
@@ -87,7 +87,7 @@ def schedule_message(row: ScheduleRow) -> schedule_pb2.Schedule:
         pool=row.pool,
         payload=row.payload,
         priority=row.priority,
-        on_miss=convert.MISS_TO_PROTO[row.miss_policy],
+        on_miss=inbound.MISS_TO_PROTO[row.miss_policy],
         paused=row.paused,
         last_task_id=row.last_task_id or 0,
         last_conflict=row.last_conflict or "",
@@ -136,19 +136,19 @@ class ScheduleApi:
     async def PauseSchedule(
         self, request: schedule_pb2.PauseScheduleRequest, context: Context
     ) -> schedule_pb2.PauseScheduleResponse:
-        row, cancelled = await self._schedules.pause(convert.name("name", request.name))
+        row, cancelled = await self._schedules.pause(inbound.name("name", request.name))
         return schedule_pb2.PauseScheduleResponse(schedule=schedule_message(row), cancelled_task_ids=cancelled)
 
     @handles_errors
     async def ResumeSchedule(
         self, request: schedule_pb2.ResumeScheduleRequest, context: Context
     ) -> schedule_pb2.ResumeScheduleResponse:
-        row = await self._schedules.resume(convert.name("name", request.name), datetime.now(UTC))
+        row = await self._schedules.resume(inbound.name("name", request.name), datetime.now(UTC))
         return schedule_pb2.ResumeScheduleResponse(schedule=schedule_message(row))
 
     @handles_errors
     async def DeleteSchedule(
         self, request: schedule_pb2.DeleteScheduleRequest, context: Context
     ) -> schedule_pb2.DeleteScheduleResponse:
-        row, cancelled = await self._schedules.delete(convert.name("name", request.name))
+        row, cancelled = await self._schedules.delete(inbound.name("name", request.name))
         return schedule_pb2.DeleteScheduleResponse(schedule=schedule_message(row), cancelled_task_ids=cancelled)

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import worker_pb2
-from scheduler_service.dispatch.wakeups import Parked, WakeTimers
+from scheduler_service.dispatch.wakeups import HeldReferences, WakeTimers
+from scheduler_service.domain.claim_plan import effective_limits
 from scheduler_service.domain.dispatch import GroupKey, hand_out, take_slots
-from scheduler_service.domain.skiplist import effective_limits
 from scheduler_service.fleet.sessions import Group, Registry, WorkerSession
 from scheduler_service.holds.signals import SignalHolds
 from scheduler_service.observe.tracing import TaskTraces, now_ns
@@ -71,7 +71,7 @@ class Dispatcher:
         limits: Mapping[str, int],
         holds: SignalHolds,
         hold_recheck: timedelta,
-        parked: Parked,
+        parked: HeldReferences,
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
         resources: Mapping[str, int],

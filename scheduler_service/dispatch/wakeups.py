@@ -15,7 +15,7 @@ from scheduler_service.fleet.sessions import Registry, WorkerSession
 HeldMap = Callable[[GroupKey], dict[str, frozenset[str]]]
 
 
-class Parked:
+class HeldReferences:
     """Dispatch references (wake-ups naming new tasks) that named only held types, per worker:
     each is rechecked after hold_recheck, or released at once when the hold ends. Made before
     the cost hold (which releases them) and the dispatcher (which parks them)."""

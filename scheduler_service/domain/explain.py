@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from scheduler_service.domain.claim_plan import Source, skip_sources
 from scheduler_service.domain.holds import HoldState
-from scheduler_service.domain.skiplist import Source, skip_sources
 
 
 @dataclass(frozen=True, slots=True)

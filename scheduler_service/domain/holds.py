@@ -1,6 +1,6 @@
 """Cost holds: when the signal makes a hold active, and which activity types it holds.
 
-The hold is one input of the claim's skip list (see skiplist.py); it never changes a task's row.
+The hold is one input of the claim's skip list (see claim_plan.py); it never changes a task's row.
 Everything here is a pure function of the signal as last seen, the configuration and `now`.
 """
 

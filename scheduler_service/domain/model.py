@@ -65,7 +65,7 @@ class NewTask:
     planned_release_at: datetime | None = None
     planned_intensity: float | None = None
     plan_reason: str | None = None
-    # Sent to the worker of every attempt (a trace context, say); validated by convert.headers.
+    # Sent to the worker of every attempt (a trace context, say); validated by wire.inbound.headers.
     headers: Mapping[str, str] = field(default_factory=dict)
 
 

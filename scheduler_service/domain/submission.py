@@ -1,6 +1,6 @@
 """Submission decisions: idempotency, dependencies, overload. Pure functions of a batch and what is stored.
 
-The submission use case (scheduler_service/submission.py) reads what these need inside one
+The submission use case (tasks/submission.py) reads what these need inside one
 transaction, asks them, and writes what they decide.
 """
 

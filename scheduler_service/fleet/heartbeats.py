@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from lowtide.errors import DatabaseUnavailable
 from scheduler_service.store import Store
-from scheduler_service.store.batched_writes import Windowed
+from scheduler_service.store.batched_writes import BatchedWrites
 
 log = logging.getLogger("lowtide.scheduler.workers")
 
@@ -24,7 +24,7 @@ log = logging.getLogger("lowtide.scheduler.workers")
 WINDOW = 0.1
 
 
-class Beats(Windowed[dict[tuple[int, int], tuple[str, float]]]):
+class HeartbeatDeadlines(BatchedWrites[dict[tuple[int, int], tuple[str, float]]]):
     def __init__(self, store: Store, *, window: float = WINDOW) -> None:
         super().__init__(window)
         self._store = store

@@ -20,7 +20,7 @@ from datetime import timedelta
 from lowtide.errors import DatabaseUnavailable, Unavailable
 from lowtide_proto.durations import format_duration
 from scheduler_service.domain.leases import LeaseTerms, renewal
-from scheduler_service.fleet.heartbeats import Beats
+from scheduler_service.fleet.heartbeats import HeartbeatDeadlines
 from scheduler_service.fleet.sessions import Registry, WorkerSession
 from scheduler_service.store import Store
 
@@ -46,8 +46,8 @@ class Leases:
         self._tick = heartbeat_interval.total_seconds() / 2
         # Renewal statements run (one per tick with any session heard from or changed).
         self.renewals = 0
-        # The heartbeat deadlines of running attempts, written beside (see heartbeats.py).
-        self.beats = Beats(store)
+        # The heartbeat deadlines of running attempts, written beside (see fleet/heartbeats.py).
+        self.beats = HeartbeatDeadlines(store)
 
     async def run(self) -> None:
         await asyncio.gather(self._renewing(), self.beats.run())

@@ -2,7 +2,7 @@
 
 The registry also keeps the sessions in dispatch groups (sessions that may run the same work,
 see domain.dispatch) and which groups asked for a claim: a session's `wake.set()` asks for one
-for its group, and the replica's one dispatcher (dispatcher.py) claims for the group.
+for its group, and the replica's one dispatcher (dispatch/dispatcher.py) claims for the group.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from lowtide.errors import DatabaseUnavailable
 from scheduler_service.domain.carbon import Totals, merged, tally
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.store import Store
-from scheduler_service.store.batched_writes import Windowed
+from scheduler_service.store.batched_writes import BatchedWrites
 
 log = logging.getLogger("lowtide.scheduler.carbon")
 
@@ -20,7 +20,7 @@ log = logging.getLogger("lowtide.scheduler.carbon")
 WINDOW = 1.0
 
 
-class CarbonTotals(Windowed[dict[str, Totals]]):
+class CarbonTotals(BatchedWrites[dict[str, Totals]]):
     def __init__(self, store: Store, *, window: float = WINDOW) -> None:
         super().__init__(window)
         self._store = store

@@ -34,7 +34,7 @@ W3C = TraceContextTextMapPropagator()
 
 def with_trace_context(tasks: Sequence[NewTask]) -> Sequence[NewTask]:
     """The tasks, each whose submitter set no traceparent carrying the current span's context;
-    a task whose headers leave no room for it within their bounds (convert.headers) goes without."""
+    a task whose headers leave no room for it within their bounds (wire.inbound.headers) goes without."""
     carrier: dict[str, str] = {}
     W3C.inject(carrier)
     if "traceparent" not in carrier:

@@ -39,14 +39,14 @@ class ClaimedRow(NamedTuple):
     pool: str
     # None when the task has none (an empty map is not parsed for every claimed row).
     headers: dict[str, str] | None
-    # For the task histograms (scheduler_service/task_metrics.py).
+    # For the task histograms (observe/task_metrics.py).
     started_at: datetime
     released_by: str | None
     hold_deadline: datetime | None
     # A first attempt's submission when a planned release held it, else None.
     planned_since: datetime | None
     signal_at_dispatch: float | None
-    # For the carbon totals (scheduler_service/carbon_totals.py).
+    # For the carbon totals (observe/carbon_totals.py).
     signal_at_submit: float | None
 
 

@@ -1,7 +1,7 @@
 """Figures noted on a hot path in memory and written to the database in one statement per window:
 the first note of a window waits `window` seconds for others to join it. A write that finds the
-database unavailable keeps its batch for the next window. Heartbeat deadlines (heartbeats.py) and
-the carbon totals (carbon_totals.py) are written this way."""
+database unavailable keeps its batch for the next window. Heartbeat deadlines (fleet/heartbeats.py) and
+the carbon totals (observe/carbon_totals.py) are written this way."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from lowtide.errors import DatabaseUnavailable
 Batch = TypeVar("Batch")
 
 
-class Windowed(ABC, Generic[Batch]):
+class BatchedWrites(ABC, Generic[Batch]):
     def __init__(self, window: float) -> None:
         self._window = window
         self._noted = asyncio.Event()

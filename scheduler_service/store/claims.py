@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from scheduler_service.domain.claim_plan import ClaimPlan, plan_claim
 from scheduler_service.domain.resources import free, pick
-from scheduler_service.domain.skiplist import ClaimPlan, plan_claim
 from scheduler_service.rows.claims import ClaimedRow, ResourceCandidate, ResourceUse, RunningCount, RunningOn
 from scheduler_service.store.base import SEPARATOR, Q, StoreBase
 

@@ -1,4 +1,4 @@
-"""The writes of a submission, inside one transaction: what scheduler_service.submission decides, stored.
+"""The writes of a submission, inside one transaction: what tasks/submission.py decides, stored.
 
 Each method is one statement for the whole batch (or one per queue or pool it locks), never one per task.
 """

@@ -24,7 +24,7 @@ from scheduler_service.domain.fixed import MissPolicy, Refused, reservation_capa
 from scheduler_service.rows.schedules import ScheduleRow, ScheduleTask
 from scheduler_service.store import Store
 from scheduler_service.tasks.submission import store_tasks
-from scheduler_service.wire import inbound as convert
+from scheduler_service.wire import inbound
 
 log = logging.getLogger("lowtide.scheduler.schedules")
 
@@ -216,7 +216,7 @@ class ScheduleMaterializer:
         """Submits one occurrence; returns whether the schedule's compare-and-set moved it on, and 1
         if a task was made."""
         try:
-            task = convert.new_task(
+            task = inbound.new_task(
                 self._spec(row, fire_at),
                 defaults=self._config.retry,
                 max_payload=self._config.scheduler.max_payload_bytes,
@@ -255,7 +255,7 @@ class ScheduleMaterializer:
             priority=row.priority,
             idempotency_key=occurrence_key(row, fire_at),
             pool=row.pool,
-            on_miss=convert.MISS_TO_PROTO[row.miss_policy],
+            on_miss=inbound.MISS_TO_PROTO[row.miss_policy],
         )
         spec.start_at.FromDatetime(fire_at)
         spec.start_tolerance.FromMilliseconds(row.start_tolerance_ms)

@@ -166,7 +166,7 @@ class Submission:
         self._config = config
         # The replica: it wakes its own dispatch after a submit, so its NOTIFY is for the others.
         self._scheduler_id = scheduler_id
-        # Tracing on: each task carries the submission's trace context (scheduler_service.tracing).
+        # Tracing on: each task carries the submission's trace context (observe/tracing.py).
         self._tracing = tracing
         self._store = store
         self._dispatcher = dispatcher

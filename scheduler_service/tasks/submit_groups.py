@@ -26,7 +26,7 @@ WRITERS = 2
 # The most tasks one insert stores; the rest wait for the next group.
 MAX_GROUP = 500
 
-# Stores plain tasks of one submitter (see scheduler_service.submission.store_tasks): each task's
+# Stores plain tasks of one submitter (see tasks/submission.py, store_tasks): each task's
 # id, and the tasks as stored, by id.
 Write = Callable[[Sequence[NewTask], str | None], Awaitable[tuple[list[Submitted], dict[int, TaskRow]]]]
 

@@ -1,5 +1,5 @@
 """Rows out as proto messages: a task as the API returns it, and the assignment that hands a
-claimed attempt to its worker (convert.py takes the protos in)."""
+claimed attempt to its worker (inbound.py takes the protos in)."""
 
 from __future__ import annotations
 

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument, TooFast
 from lowtide_proto.lowtide.v1 import worker_pb2
-from scheduler_service.domain.allowance import Allowance
 from scheduler_service.domain.model import Failure, State
 from scheduler_service.domain.retry import after_failure, after_success
-from scheduler_service.fleet.heartbeats import Beats
+from scheduler_service.domain.token_bucket import TokenBucket
+from scheduler_service.fleet.heartbeats import HeartbeatDeadlines
 from scheduler_service.fleet.sessions import WorkerSession
 from scheduler_service.holds.fixed_starts import FixedStarts
 from scheduler_service.observe.tracing import now_ns
@@ -59,7 +59,7 @@ class WorkerReader:
         *,
         store: Store,
         completer: Completer,
-        beats: Beats,
+        beats: HeartbeatDeadlines,
         fixed: FixedStarts,
         metrics: SchedulerMetrics,
         strays: Strays,
@@ -72,8 +72,8 @@ class WorkerReader:
         self.metrics = metrics
 
     async def read(self, session: WorkerSession, messages: AsyncIterator[worker_pb2.WorkerMessage]) -> None:
-        # The messages that may each start a claim (domain.allowance).
-        allowance = Allowance()
+        # The messages that may each start a claim (domain.token_bucket).
+        allowance = TokenBucket()
         async for message in messages:
             if session.closed:
                 # Replaced by a newer stream: nothing more from this one is applied.
@@ -115,7 +115,7 @@ class WorkerReader:
 
     async def _on_heartbeat(self, session: WorkerSession, heartbeat: worker_pb2.Heartbeat) -> None:
         # The lease is renewed with every other session's on the replica's next tick (leases.py),
-        # the listed attempts' heartbeat deadlines within the next window (heartbeats.py).
+        # the listed attempts' heartbeat deadlines within the next window (fleet/heartbeats.py).
         lease = session.lease
         lease.heard = True
         lease.heard_at = time.monotonic()
@@ -187,9 +187,9 @@ class WorkerReader:
             session.wake.set()
 
 
-def _spend(allowance: Allowance) -> None:
+def _spend(allowance: TokenBucket) -> None:
     """TooFast (the stream ends with RESOURCE_EXHAUSTED) once the worker sends the messages that
-    may each start a claim faster than the allowance."""
+    may each start a claim faster than the bucket allows."""
     if not allowance.take(time.monotonic()):
         raise TooFast(
             f"the worker sends slot and hold updates faster than {allowance.rate:g} "

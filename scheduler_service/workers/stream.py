@@ -24,7 +24,7 @@ from lowtide.errors import FailedPrecondition, LowtideError, TooLarge, Unavailab
 from lowtide.grpc_status import abort
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
 from scheduler_service.dispatch.dispatcher import Dispatcher
-from scheduler_service.fleet.heartbeats import Beats
+from scheduler_service.fleet.heartbeats import HeartbeatDeadlines
 from scheduler_service.fleet.sessions import MAX_OUTBOX, Registry, WorkerSession
 from scheduler_service.holds.fixed_starts import FixedStarts
 from scheduler_service.store import Store
@@ -55,7 +55,7 @@ class WorkerStream(worker_pb2_grpc.WorkerServiceServicer):
         registry: Registry,
         dispatcher: Dispatcher,
         completer: Completer,
-        beats: Beats,
+        beats: HeartbeatDeadlines,
         scheduler_id: str,
         heartbeat_interval: timedelta,
         idle_heartbeat_interval: timedelta,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler_service.domain.allowance import Allowance
+from scheduler_service.domain.token_bucket import TokenBucket as Allowance
 
 
 def test_a_burst_then_the_rate() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler_service.domain.skiplist import Source, at_limit, effective_limits, plan_claim, skip_sources
+from scheduler_service.domain.claim_plan import Source, at_limit, effective_limits, plan_claim, skip_sources
 
 
 def test_a_type_at_its_limit_is_in_the_skip_list() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from lowtide.tasks import cancel_all
+from lowtide.background import cancel_all
 
 
 async def test_a_task_that_loses_its_first_cancellation_is_cancelled_again() -> None:

@@ -15,7 +15,7 @@ BURST = 100.0
 
 
 @dataclass(slots=True)
-class Allowance:
+class TokenBucket:
     rate: float = RATE
     burst: float = BURST
     tokens: float = field(init=False)
@@ -26,7 +26,7 @@ class Allowance:
         self.tokens = self.burst
 
     def take(self, now: float) -> bool:
-        """Spends one message of the allowance at `now`; False when none is left."""
+        """Spends one message of the bucket at `now`; False when none is left."""
         if self.at is not None:
             self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
         self.at = now
