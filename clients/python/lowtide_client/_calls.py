@@ -1,10 +1,12 @@
-"""The scheduler's unary calls: one channel, opened lazily, and UNAVAILABLE retried with backoff."""
+"""A service's unary calls: one channel, opened lazily, and UNAVAILABLE retried with backoff
+(the scheduler's for Client, the signal service's for SignalClient)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -25,15 +27,23 @@ _RETRY_BUDGET = 10.0
 
 
 class Calls:
-    """Unary calls to ``SchedulerService`` over one channel.
+    """Unary calls to one service (``SchedulerService`` unless another ``stub`` class is given)
+    over one channel.
 
     Without a ``channel``, one is opened (with ``security``) on the first call, inside the
     running event loop, which ``grpc.aio`` requires, and closed in ``close()``; a channel
     passed in is never closed here, because whoever made it may share it.
     """
 
-    def __init__(self, target: str, security: Security, channel: grpc.aio.Channel | None) -> None:
+    def __init__(
+        self,
+        target: str,
+        security: Security,
+        channel: grpc.aio.Channel | None,
+        stub: Callable[[Any], Any] = scheduler_pb2_grpc.SchedulerServiceStub,
+    ) -> None:
         self._target = target
+        self._make_stub = stub
         self._security = security
         self._channel: Any = channel
         self._owns_channel = channel is None
@@ -47,13 +57,14 @@ class Calls:
         if channel is not None and self._owns_channel:
             await channel.close()
 
-    def _stubs(self) -> Any:
+    def stub(self) -> Any:
+        """The service's stub on the channel (opened now if need be); streaming calls go through it."""
         if self._closed:
             raise RuntimeError("the client is closed")
         if self._stub is None:
             if self._channel is None:
                 self._channel = open_channel(self._target, self._security)
-            self._stub = scheduler_pb2_grpc.SchedulerServiceStub(self._channel)
+            self._stub = self._make_stub(self._channel)
         return self._stub
 
     async def call(self, method: str, request: Any, *, rpc_timeout: float | None = None) -> Any:
@@ -71,7 +82,7 @@ class Calls:
         backoff = Backoff(initial=_RETRY_INITIAL, maximum=_RETRY_MAX)
         give_up_at = time.monotonic() + _RETRY_BUDGET
         while True:
-            rpc = getattr(self._stubs(), method)
+            rpc = getattr(self.stub(), method)
             try:
                 return await rpc(request, timeout=rpc_timeout)
             except grpc.aio.AioRpcError as exc:

@@ -14,13 +14,13 @@ import logging
 from collections.abc import AsyncGenerator
 from datetime import datetime
 from types import TracebackType
-from typing import Any
 
 import grpc
 
+from lowtide_client._calls import Calls
 from lowtide_client._log import log_event
 from lowtide_proto.backoff import Backoff
-from lowtide_proto.channel import Security, open_channel
+from lowtide_proto.channel import Security
 from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 
 __all__ = ["SignalClient"]
@@ -48,13 +48,11 @@ class SignalClient:
         key: str | bytes | None = None,
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
-        self._target = target
         # token: sent as `authorization: Bearer` (auth on); ca, or cert and key for mutual TLS,
         # or credentials: TLS. Ignored when you pass your own channel.
-        self._security = Security(token=token, ca=ca, cert=cert, key=key, credentials=credentials)
-        self._channel: Any = channel
-        self._owns_channel = channel is None
-        self._stub: Any = None
+        security = Security(token=token, ca=ca, cert=cert, key=key, credentials=credentials)
+        # As the scheduler's Client: UNAVAILABLE (the service starting or failing over) is retried.
+        self._calls = Calls(target, security, channel, stub=signal_pb2_grpc.SignalServiceStub)
 
     async def __aenter__(self) -> SignalClient:
         return self
@@ -68,20 +66,13 @@ class SignalClient:
         await self.close()
 
     async def close(self) -> None:
-        channel, self._channel, self._stub = self._channel, None, None
-        if channel is not None and self._owns_channel:
-            await channel.close()
-
-    def _stubs(self) -> Any:
-        if self._stub is None:
-            if self._channel is None:
-                self._channel = open_channel(self._target, self._security)
-            self._stub = signal_pb2_grpc.SignalServiceStub(self._channel)
-        return self._stub
+        await self._calls.close()
 
     async def get(self, name: str = "") -> signal_pb2.SignalState:
         """The signal's latest state (``HasField("value")`` is false until its first value)."""
-        response: signal_pb2.GetSignalResponse = await self._stubs().GetSignal(signal_pb2.GetSignalRequest(name=name))
+        response: signal_pb2.GetSignalResponse = await self._calls.call(
+            "GetSignal", signal_pb2.GetSignalRequest(name=name)
+        )
         return response.state
 
     async def set(
@@ -98,25 +89,27 @@ class SignalClient:
         request = signal_pb2.SetSignalRequest(name=name, value=value, unit=unit, source=source)
         if observed_at is not None:
             request.observed_at.FromDatetime(observed_at)
-        response: signal_pb2.SetSignalResponse = await self._stubs().SetSignal(request)
+        response: signal_pb2.SetSignalResponse = await self._calls.call("SetSignal", request)
         return response.state
 
     async def list(self) -> builtins.list[signal_pb2.SignalState]:
-        response: signal_pb2.ListSignalsResponse = await self._stubs().ListSignals(signal_pb2.ListSignalsRequest())
+        response: signal_pb2.ListSignalsResponse = await self._calls.call(
+            "ListSignals", signal_pb2.ListSignalsRequest()
+        )
         return [*response.signals]
 
     async def history(self, name: str = "", *, limit: int = 0) -> builtins.list[signal_pb2.SignalPoint]:
         """Recent values, oldest first (the server's default of 1000 when ``limit`` is 0)."""
-        response: signal_pb2.GetHistoryResponse = await self._stubs().GetHistory(
-            signal_pb2.GetHistoryRequest(name=name, limit=limit)
+        response: signal_pb2.GetHistoryResponse = await self._calls.call(
+            "GetHistory", signal_pb2.GetHistoryRequest(name=name, limit=limit)
         )
         return [*response.points]
 
     async def forecast(self, name: str = "") -> builtins.list[signal_pb2.SignalPoint]:
         """The feed's latest forecast, in time order (empty when it gives none). To be told of
         each new forecast as it is issued, use ``updates()``."""
-        response: signal_pb2.GetForecastResponse = await self._stubs().GetForecast(
-            signal_pb2.GetForecastRequest(name=name)
+        response: signal_pb2.GetForecastResponse = await self._calls.call(
+            "GetForecast", signal_pb2.GetForecastRequest(name=name)
         )
         return [*response.points]
 
@@ -149,7 +142,7 @@ class SignalClient:
         backoff = Backoff(initial=_RECONNECT_INITIAL, maximum=_RECONNECT_MAX)
         last_version = last_forecast = 0
         while True:
-            call = self._stubs().Subscribe(signal_pb2.SubscribeRequest(name=name))
+            call = self._calls.stub().Subscribe(signal_pb2.SubscribeRequest(name=name))
             try:
                 async for response in call:
                     backoff.reset()
