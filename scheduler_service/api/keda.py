@@ -1,12 +1,7 @@
 """KEDA's external scaler (protos/externalscaler/externalscaler.proto) on the scheduler, so
 Kubernetes scales a pool's worker Deployment on the pool's desired workers.
 
-A ScaledObject's `scalerMetadata` names the pool (`pool`, required) and optionally the queues its
-workers serve (`queues`, comma-separated; default: those of the pool's connected workers, else
-`default`), `slotsPerWorker` (default: the pool's connected workers' mean, else 1), `minWorkers`
-and `maxWorkers`. The metric is the desired worker count itself with a target of 1 per replica,
-so the HPA's `ceil(value / target)` is exactly that count. Work held by a cost hold is left out:
-it waits for a cheaper window, and more workers would not start it.
+Why it works this way: docs/architecture/observe.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
 """Central dispatch: one dispatcher per replica claims for the work, not for each worker.
 
-Sessions that may run the same work form a group (sessions.Registry, domain.dispatch). When a
-group is asked for a claim — by a submit (in this process or, through NOTIFY, in another), by a
-freed slot, by a cancel — the dispatcher claims for all of it at once: due fixed starts first (on
-held slots or any free one), then work that needs resources, then regular work, each in one
-statement up to the group's free slots (at most CLAIM_SLOTS: a large group is served by claims
-in turn), every row recorded for the worker it is handed to. Each group has at most two claims
-running (on different slots), each in a task of its own, so groups do not wait for each other and
-slots freed during a claim are claimed at once.
-Every poll_interval each group claims once anyway: the fallback, per replica, not per worker. A
-poll that nothing else asked for claims for a few slots (PROBE_SLOTS) and for the rest only when
-those came back full, so an idle fleet costs the same whatever its size.
+Why it works this way: docs/architecture/dispatch.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
 """The adaptive concurrency limit of an activity type: TCP Vegas, as Netflix's concurrency-limits
 library has it (VegasLimit behind a WindowedLimit), with a multiplicative decrease on failures.
 
-Each window the leader sees what the type's attempts showed — how many ended, how many failed
-with an error the worker called retryable or ran past a timeout, and their run times — and moves
-the limit from it:
-
-- failures above `tolerance`: the limit falls by the failure rate, at least to `backoff` x
-  limit and at most by half (a failure burst at 200 is down to 25 in three windows);
-- otherwise Vegas: with `baseline` the no-load run time (the least window mean seen, measured
-  again every `probe`) and `rtt` this window's mean, the queue the limit builds downstream is
-  `limit x (1 - baseline / rtt)`. With L = max(1, floor(log10(limit))): a queue of at most L
-  climbs by 6L (nothing queues yet), under 3L by L, over 6L falls by L, else the limit stays;
-- a window whose in-flight (Little's law: run time summed over the window's length) stays under
-  half the limit says nothing about the limit (the type is limited by its demand): it stays.
-
-Everything here is a pure function of the state, the window's figures and `now`; the limit is
-never outside [min, max].
+Why it works this way: docs/architecture/dispatch.md.
 """
 
 from __future__ import annotations

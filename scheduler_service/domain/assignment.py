@@ -2,19 +2,7 @@
 an auction (Bertsekas' forward auction for the assignment problem), so that the tasks that lose
 least by moving are the ones that move.
 
-Each slot of the plan's grid has some units of room (the pool's capacity less what is already
-spoken for), each with a price, 0 at first. A task without room bids for the start whose score
-plus the prices of the units it would take is lowest, raising those prices by how much better
-that start is than its next best (a task with a single start: by the spread of all scores), plus
-`epsilon`; a task it outbids loses all its room and bids
-again. When no task is without room, each has the start that is best at the final prices, and
-the total score is within (number of tasks) x epsilon of the cheapest assignment there is, for
-tasks of one slot each (the case of the GB bench); a task over several slots pays a share of the
-rise in each, which is a heuristic. Expected work (`droppable`) is left out rather than bid above
-its dearest start. The number of bids is bounded: a task still without room at the end gets
-none here (the planner then places it greedily).
-
-Nothing here does I/O; it works on slot indices and scores, not times.
+Why it works this way: docs/architecture/holds.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """Five-field cron expressions (minute hour day-of-month month day-of-week) and their next fire
 time in a time zone. Pure: no I/O, no clock.
 
-Fields take `*`, numbers, ranges `a-b`, steps `*/n` and `a-b/n`, lists `a,b-c`, and names for
-months (JAN..DEC) and weekdays (SUN..SAT; 0 and 7 are both Sunday). As in Vixie cron, when both
-day-of-month and day-of-week are restricted a day matches if either does; a field that starts
-with `*` (such as `*/2`) counts as unrestricted for that rule.
-
-Daylight saving time, in the schedule's own zone:
-- a wall time the clocks pass twice (fall back) fires once, on the first pass, unless the hour
-  field starts with `*`: such a schedule runs by the hour or minute and fires on both passes;
-- a wall time the clocks skip (spring forward) is skipped when the hour field starts with `*`
-  (the interval goes on in real time); otherwise it fires as much later as the clocks jumped
-  (02:30 becomes 03:30), so a daily job still runs that day.
+Why it works this way: docs/architecture/tasks.md.
 """
 
 from __future__ import annotations

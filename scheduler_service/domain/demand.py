@@ -1,18 +1,6 @@
 """Work expected to be submitted: what a plan leaves room for.
 
-A pool that runs only a few tasks at once cannot put all of them into the cheapest window, and
-the tasks pending now are not the only ones that want it: work keeps being submitted, and the
-tasks submitted in an hour will want the same cheap night, with less time left to wait for
-another one. A plan that sees only the pending tasks fills the night with them, and the later
-ones find it full and run at a dear hour. So the planner is told what work to expect, and plans
-it beside the pending tasks (it takes room but gets no plan; a pending task is never refused
-room for it).
-
-The estimate is the seasonal naive forecast of demand: the deferrable work submitted over the
-last day, each with its slack (latest start - submission) and duration, is expected again a day
-later. It costs one aggregate query over the last day, and it is right for steady or daily
-work; for work that comes in bursts it expects the last day's burst again, which makes the plan
-leave room that may go unused (a pending task still takes it when it has no other).
+Why it works this way: docs/architecture/holds.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """How long a worker's lease runs, busy or idle (pure: leases.py applies it every tick).
 
-A worker running attempts must be heard from every heartbeat_interval: its lease runs
-`lease_timeout` from when it was last heard from, and never from before it was given its work
-(so a worker that went silent while idle and is then sent an assignment loses it `lease_timeout`
-later, not at once). A worker running nothing beats only every idle_heartbeat_interval, so its
-lease runs that plus `lease_timeout` from when it was last heard from: then it is given no more
-work, as a busy worker is after `lease_timeout`.
+Why it works this way: docs/architecture/fleet.md.
 """
 
 from __future__ import annotations

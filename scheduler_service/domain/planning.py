@@ -1,45 +1,6 @@
 """Planned release: when a held task with a deadline should start, chosen on the signal's forecast.
 
-A threshold hold releases work at the first moment the signal dips under a threshold, which on a
-real grid is rarely the cheapest moment before the deadline. With a forecast the scheduler can do
-better: it picks, for each task, the start in [earliest, latest start] whose forecast mean
-intensity over the task's estimated duration is lowest.
-
-Many tasks tend to pick the same cheap window, so planning is capacity-aware: tasks are planned
-one by one, tightest latest start first (the ones with the fewest options choose first), each
-taking the cheapest start where the pool still has room; a full window sends a task to its next
-cheapest one. Room is counted on slots of `resolution`, and a task occupies every slot it
-touches, so the pool is never over-booked by rounding.
-
-The pending tasks are not the only ones that will want the cheap window: work keeps coming, and
-a task submitted in an hour, with less time left, may have no other. So the plan can be given
-the work expected to come (`expected`, see scheduler_service.domain.demand), which is planned
-beside the pending tasks, takes room, and gets no plan. Who gets the contested room is then
-decided by auction (scheduler_service.domain.assignment): each task bids for its cheapest start
-at the current prices of room, by how much it would lose by moving, so the task that loses
-least by moving is the one that moves (for tasks of one slot, the cheapest assignment there is,
-within a small epsilon). A pending task is never refused room for expected work: expected work
-is left out first, and since the auction weighs scores rather than how many tasks get room (and
-expected work placed greedily can crowd a task out too), a plan beside expected work that leaves
-a pending task without room it has in the plan of the pending tasks alone gives way to that plan.
-
-A forecast is not the future, and the further ahead the more it is off. Picking the lowest of
-many noisy values picks, more often than not, one that only looks low because of its noise (the
-winner's curse), and re-planning on each new forecast compares the exactly known current value
-with such values again and again, so tasks keep waiting for windows that never come. So when the
-forecast states its expected error at each point (one standard deviation, relative), a start is
-scored not by its forecast mean but by a pessimistic one, mean + caution x sigma (per point, the
-value times 1 + caution x its expected error): waiting must be expected to save more than the
-noise would make it seem to. The current value is known, so starting now is scored as it is. A
-re-plan keeps the task's last plan (`PlanTask.planned`) scored at mean - caution x sigma: the
-task moves only to a start better by more than the noise of both. A forecast that states no
-error (or zero) is planned on as before.
-
-Without a forecast that covers a task's window the plan falls back to the threshold hold, still
-bounded by the latest start; such a task takes no room in the plan, since when it will run is
-not known. Nothing here does I/O and nothing is remembered between calls: a plan is a function
-of the forecast, the tasks, the capacity and `now`, so re-planning on a new forecast is calling
-`plan` again with it.
+Why it works this way: docs/architecture/holds.md.
 """
 
 from __future__ import annotations

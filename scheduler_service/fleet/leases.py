@@ -1,13 +1,6 @@
 """Worker leases, renewed per replica: one statement per tick for every session heard from.
 
-A heartbeat only marks its session heard; every tick (half the heartbeat interval, so a lease
-never waits more than that for its renewal) the replica renews the leases of all the sessions it
-heard from since the last tick in one statement, with those whose lease length changed (they
-began or stopped running attempts, or changed slots; see domain.leases). A worker running nothing
-beats only every idle heartbeat interval, so an idle fleet of N workers costs one commit per tick
-and N / idle_heartbeat_interval heartbeats a second. A session whose renewal finds its lease gone
-(it ran out while the worker was silent, or the worker connected elsewhere) ends as before:
-UNAVAILABLE, and its attempts are lost.
+Why it works this way: docs/architecture/fleet.md.
 """
 
 from __future__ import annotations

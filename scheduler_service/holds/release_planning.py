@@ -1,11 +1,6 @@
 """Planned release of held tasks with a latest start, on the signal's forecast.
 
-A task that may wait (a cost-deferrable type with a deadline, a latest start or a max_defer) is
-released at the cheapest window the forecast shows before its latest start, rather than at the
-first moment the signal dips under the threshold. Its plan moves its `run_at` (so nothing claims
-it before) and its hold deadline (so a hold still on then does not keep it longer). The leader
-plans all such tasks again whenever a new forecast arrives, with the pool's capacity, so many
-tasks do not pile into one window; a submission is planned on its own at once.
+Why it works this way: docs/architecture/holds.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """The scheduler's metrics.
 
-Queue figures come from one grouped query every `metrics_interval` (never per claim) and are
-split here into claimable and held work, so a long wait for a cheap window shows as held depth,
-not as a backlog: a dashboard or alert on `lowtide_queue_depth` / `lowtide_queue_oldest_pending_age`
-never mistakes deferred work for a capacity incident.
-
-Idle is a value, not an absence: every known queue (the default queue, configured queues, queues
-the database knows and queues connected workers serve) reports its figures and its cost hold with
-0 when empty, and every known pool its workers, so a dashboard shows "0" and "hold active" rather
-than "No data" while nothing is pending.
-"""
+Why it works this way: docs/architecture/observe.md."""
 
 from __future__ import annotations
 

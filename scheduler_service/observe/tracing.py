@@ -1,14 +1,6 @@
 """One trace per task: its W3C trace context travels in the task's headers.
 
-At submission, a task whose submitter set no `traceparent` header gets the current span's: the
-SubmitTask call's (the grpc interceptor's span, itself the child of the submitter's when its call
-carried a traceparent in its metadata). Everything after is a child of that context: `task.held`
-(when the task waited on a cost hold or a planned release, recorded at its release with the time
-it began), `task.dispatch` (claim → assignment sent), the worker's run (in the worker library, from
-Assignment.headers) and `task.result` (the report received → recorded). A task with no trace
-context (a schedule's, or one submitted while tracing was off) gets no spans.
-
-Nothing here runs while tracing is off: the components hold a `TaskTraces` or None, checked once.
+Why it works this way: docs/architecture/observe.md.
 """
 
 from __future__ import annotations

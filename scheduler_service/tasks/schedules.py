@@ -1,11 +1,6 @@
 """Recurring schedules: their storage, and the materializer that turns fire times into tasks.
 
-Each fire time of a schedule becomes one fixed-start task, submitted through `submission.store_tasks`
-and so admitted against its pool's reservations like any other. A task is created ahead of its
-start, within the pool's max_hold plus a minute, so that slot holds (planned from start -
-max_hold) find it in time. The materializer runs on the maintenance leader; its task's
-idempotency key `schedule:<id>:<generation>:<fire time>` makes a second leader, or a restart
-between creating a task and advancing the schedule, find the same task instead of a copy.
+Why it works this way: docs/architecture/tasks.md.
 """
 
 from __future__ import annotations

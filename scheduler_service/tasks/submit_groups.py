@@ -1,13 +1,6 @@
 """Group commit of single submissions: concurrent SubmitTask calls of plain tasks stored together.
 
-A plain task (no idempotency key, dependency, fixed start or queue depth limit) is stored by one
-insert that commits on its own. Under a flow of single submits the statement, its commit and the
-wake-up of dispatch each cost more than the row: so while a group is being written the next one
-gathers, and each group is one insert, one commit and one wake-up, as the completer does with
-reports. At a trickle a group is a single task, written at once: nothing waits for company.
-Each caller is answered only once its group has committed (an acknowledged submit is durable),
-with its own task; a group the database refuses is tried task by task, so one task's error is
-its caller's alone.
+Why it works this way: docs/architecture/tasks.md.
 """
 
 from __future__ import annotations
