@@ -29,6 +29,7 @@ from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.submission import Submitted
 from scheduler_service.fleet.sessions import Registry
 from scheduler_service.holds.cost import CostHolds
+from scheduler_service.observe.metrics import held
 from scheduler_service.rows.fleet import PendingGroup
 from scheduler_service.rows.tasks import TaskRow
 from scheduler_service.store import Store
@@ -301,13 +302,13 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
 
         def queue(name: str) -> scheduler_pb2.QueueStatus:
             if name not in queues:
-                held = holds.held_for(name)
+                held_types = holds.held_for(name)
                 queues[name] = scheduler_pb2.QueueStatus(
                     name=name,
                     paused=name in paused,
                     running=running.get(name, 0),
                     cost_hold=holds.active_on(name),
-                    held_types=sorted(held),
+                    held_types=sorted(held_types),
                 )
             return queues[name]
 
@@ -315,7 +316,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             queue(name)
         for group in pending:
             status = queue(group.queue)
-            if group.kind == "activity" and group.activity_type in status.held_types:
+            if held(holds, group):
                 status.held_depth += group.depth
                 status.oldest_held_age_seconds = max(status.oldest_held_age_seconds, group.oldest_age)
             else:

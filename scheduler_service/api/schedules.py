@@ -14,9 +14,9 @@ from lowtide.errors import InvalidArgument, TooLarge
 from lowtide.grpc_status import handles_errors
 from lowtide_proto.lowtide.v1 import schedule_pb2
 from scheduler_service.domain import cron
-from scheduler_service.rows.schedules import ScheduleRow
+from scheduler_service.rows.schedules import NewSchedule, ScheduleRow
 from scheduler_service.store import Store
-from scheduler_service.tasks.schedules import NewSchedule, Schedules
+from scheduler_service.tasks.schedules import Schedules
 from scheduler_service.wire import inbound
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"

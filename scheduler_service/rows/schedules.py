@@ -53,3 +53,20 @@ class ScheduleTask:
     """A task a schedule created (`unstarted_schedule_tasks`)."""
 
     id: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewSchedule:
+    """A validated CreateSchedule request."""
+
+    name: str
+    cron: str
+    time_zone: str
+    activity_type: str
+    queue: str
+    pool: str
+    payload: bytes
+    priority: int
+    tolerance: timedelta
+    on_miss: MissPolicy
+    estimated_duration: timedelta

@@ -16,6 +16,7 @@ from scheduler_service.store.base import Q, attempt_of, retry_policy_of
 from scheduler_service.store.claims import ClaimStore
 from scheduler_service.store.fixed import FixedStore
 from scheduler_service.store.queues import QueueStore
+from scheduler_service.store.schedules import ScheduleStore
 from scheduler_service.store.submissions import SubmissionStore, SubmissionWrites
 from scheduler_service.store.tasks import TaskStore, retries_due
 from scheduler_service.store.waits import WaitStore
@@ -24,7 +25,9 @@ from scheduler_service.store.workers import WorkerStore
 __all__ = ["Q", "Store", "SubmissionWrites", "attempt_of", "retries_due", "retry_policy_of"]
 
 
-class Store(TaskStore, ClaimStore, SubmissionStore, FixedStore, QueueStore, WorkerStore, WaitStore, AdaptiveStore):
+class Store(
+    TaskStore, ClaimStore, SubmissionStore, FixedStore, QueueStore, WorkerStore, WaitStore, AdaptiveStore, ScheduleStore
+):
     def __init__(self, db: Database, *, on_unblocked: Callable[[list[UnblockedRow]], None]) -> None:
         self.db = db
         self.on_unblocked = on_unblocked

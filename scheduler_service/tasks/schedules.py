@@ -1,4 +1,5 @@
-"""Recurring schedules: their storage, and the materializer that turns fire times into tasks.
+"""Recurring schedules: what creating, pausing and deleting one does, and the materializer that
+turns fire times into tasks (their rows through store/schedules.py).
 
 Why it works this way: docs/architecture/tasks.md.
 """
@@ -6,51 +7,26 @@ Why it works this way: docs/architecture/tasks.md.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from lowtide.config import Config
-from lowtide.db import load_queries
 from lowtide.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, TooLarge
 from lowtide_proto.lowtide.v1 import task_pb2
 from scheduler_service.domain.cron import next_fire
-from scheduler_service.domain.fixed import MissPolicy, Refused, reservation_capacity
-from scheduler_service.rows.schedules import ScheduleRow, ScheduleTask
+from scheduler_service.domain.fixed import Refused, reservation_capacity
+from scheduler_service.rows.schedules import NewSchedule, ScheduleRow
 from scheduler_service.store import Store
 from scheduler_service.tasks.submission import store_tasks
 from scheduler_service.wire import inbound
 
 log = logging.getLogger("lowtide.scheduler.schedules")
 
-Q = load_queries("scheduler_service.sql", "schedules.sql")
-
 # Past the pool's max_hold: a task must exist before its slot hold is first planned.
 LOOKAHEAD_MARGIN = timedelta(minutes=1)
 # Schedules read per tick, and tasks created per schedule per tick: a bound on one tick's work,
 # not on throughput (the next tick goes on where this one stopped).
 BATCH = 100
-
-
-@dataclass(frozen=True, slots=True)
-class NewSchedule:
-    """A validated CreateSchedule request."""
-
-    name: str
-    cron: str
-    time_zone: str
-    activity_type: str
-    queue: str
-    pool: str
-    payload: bytes
-    priority: int
-    tolerance: timedelta
-    on_miss: MissPolicy
-    estimated_duration: timedelta
-
-
-def _ms(value: timedelta) -> int:
-    return int(value.total_seconds() * 1000)
 
 
 def occurrence_key(row: ScheduleRow, fire_at: datetime) -> str:
@@ -62,36 +38,18 @@ class Schedules:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._db = store.db
 
     async def create(self, schedule: NewSchedule, next_fire_at: datetime) -> ScheduleRow:
-        row = await self._db.fetch_one_as(
-            ScheduleRow,
-            Q["insert_schedule"],
-            {
-                "name": schedule.name,
-                "cron": schedule.cron,
-                "time_zone": schedule.time_zone,
-                "activity_type": schedule.activity_type,
-                "queue": schedule.queue,
-                "pool": schedule.pool,
-                "payload": schedule.payload,
-                "priority": schedule.priority,
-                "start_tolerance_ms": _ms(schedule.tolerance),
-                "on_miss": schedule.on_miss.value,
-                "estimated_duration_ms": _ms(schedule.estimated_duration),
-                "next_fire_at": next_fire_at,
-            },
-        )
+        row = await self._store.create_schedule(schedule, next_fire_at)
         if row is None:
             raise AlreadyExists(f"schedule {schedule.name!r} exists already")
         return row
 
     async def list_all(self) -> list[ScheduleRow]:
-        return await self._db.fetch_as(ScheduleRow, Q["list_schedules"])
+        return await self._store.schedules()
 
     async def get(self, name: str) -> ScheduleRow:
-        row = await self._db.fetch_one_as(ScheduleRow, Q["get_schedule_by_name"], {"name": name})
+        row = await self._store.schedule_named(name)
         if row is None:
             raise NotFound(f"schedule {name!r} not found")
         return row
@@ -99,7 +57,7 @@ class Schedules:
     async def pause(self, name: str) -> tuple[ScheduleRow, list[int]]:
         """Pauses the schedule and cancels the tasks it created that have not reached their start;
         returns the schedule and those tasks' ids."""
-        row = await self._db.fetch_one_as(ScheduleRow, Q["pause_schedule"], {"name": name})
+        row = await self._store.pause_schedule(name)
         if row is None:
             raise NotFound(f"schedule {name!r} not found")
         return row, await self._cancel_unstarted(row.id)
@@ -114,26 +72,22 @@ class Schedules:
         except (ValueError, ZoneInfoNotFoundError) as error:
             problem = f"schedule {name!r} cannot be resumed: {error}; delete it and create it again"
             raise FailedPrecondition(problem) from None
-        params = {"id": row.id, "next_fire_at": upcoming}
-        resumed = await self._db.fetch_one_as(ScheduleRow, Q["resume_schedule"], params)
+        resumed = await self._store.resume_schedule(row.id, upcoming)
         # Resumed by someone else meanwhile: theirs is as good as ours.
         return resumed or await self.get(name)
 
     async def delete(self, name: str) -> tuple[ScheduleRow, list[int]]:
         """Deletes the schedule and cancels the tasks it created that have not reached their start."""
-        async with self._db.transaction() as tx:
-            # Locked, so the materializer cannot link a task that the delete would then orphan.
-            row = await tx.fetch_one_as(ScheduleRow, Q["lock_schedule"], {"name": name})
-            if row is None:
-                raise NotFound(f"schedule {name!r} not found")
-            unstarted = await tx.fetch_as(ScheduleTask, Q["unstarted_schedule_tasks"], {"id": row.id})
-            await tx.execute(Q["delete_schedule"], {"id": row.id})
+        deleted = await self._store.delete_schedule(name)
+        if deleted is None:
+            raise NotFound(f"schedule {name!r} not found")
+        row, unstarted = deleted
         for task in unstarted:
             await self._store.cancel(task.id)
         return row, [task.id for task in unstarted]
 
     async def _cancel_unstarted(self, schedule_id: int) -> list[int]:
-        unstarted = await self._db.fetch_as(ScheduleTask, Q["unstarted_schedule_tasks"], {"id": schedule_id})
+        unstarted = await self._store.unstarted_schedule_tasks(schedule_id)
         for task in unstarted:
             await self._store.cancel(task.id)
         return [task.id for task in unstarted]
@@ -160,8 +114,7 @@ class ScheduleMaterializer:
     async def tick(self, now: datetime | None = None) -> int:
         """Creates the tasks of every fire time within its pool's lookahead; returns how many."""
         now = now or datetime.now(UTC)
-        params = {"horizon": self.horizon(now), "limit": BATCH}
-        rows = await self._store.db.fetch_as(ScheduleRow, Q["due_schedules"], params)
+        rows = await self._store.due_schedules(self.horizon(now), BATCH)
         created = 0
         for row in rows:
             try:
@@ -172,7 +125,7 @@ class ScheduleMaterializer:
                 # time-driven work nor logs on every tick.
                 message = f"paused: cannot compute its fire times: {error}"
                 log.error("schedule.broken", extra={"schedule": row.name, "detail": message})
-                await self._store.db.execute(Q["break_schedule"], {"id": row.id, "message": message})
+                await self._store.break_schedule(row.id, message)
         return created
 
     async def _materialize(self, row: ScheduleRow, now: datetime) -> int:
@@ -195,7 +148,7 @@ class ScheduleMaterializer:
                     "schedule.occurrences_passed",
                     extra={"schedule": row.name, "from": fire_at.isoformat(), "to": upcoming.isoformat()},
                 )
-                advanced = await self._store.db.execute(Q["skip_occurrence"], params) > 0
+                advanced = await self._store.skip_occurrence(params)
             else:
                 advanced, made = await self._occur(row, fire_at, params, now)
                 created += made
@@ -222,12 +175,12 @@ class ScheduleMaterializer:
         except Refused as refused:
             message = conflict_message(refused, fire_at)
             log.info("schedule.conflict", extra={"schedule": row.name, "detail": message})
-            return await self._store.db.execute(Q["refuse_occurrence"], {**params, "message": message}) > 0, 0
+            return await self._store.refuse_occurrence(params, message), 0
         except (InvalidArgument, TooLarge) as error:
             # The configuration changed under the schedule (a smaller payload limit, say).
             message = f"occurrence at {fire_at.isoformat()} refused: {error}"
-            return await self._store.db.execute(Q["refuse_occurrence"], {**params, "message": message}) > 0, 0
-        advanced = await self._store.db.execute(Q["advance_schedule"], {**params, "task_id": submitted.id}) > 0
+            return await self._store.refuse_occurrence(params, message), 0
+        advanced = await self._store.advance_schedule(params, submitted.id)
         if not advanced and submitted.created and not await self._still_wanted(row):
             # Paused, resumed or deleted between our read and our task: pause and delete have
             # already looked for tasks to cancel, so this one is ours to cancel.
@@ -238,7 +191,7 @@ class ScheduleMaterializer:
         return advanced, int(submitted.created)
 
     async def _still_wanted(self, row: ScheduleRow) -> bool:
-        current = await self._store.db.fetch_one_as(ScheduleRow, Q["get_schedule"], {"id": row.id})
+        current = await self._store.schedule_of(row.id)
         return current is not None and not current.paused and current.generation == row.generation
 
     @staticmethod
