@@ -21,7 +21,7 @@ from scheduler_service.domain.capacity import desired_workers
 from scheduler_service.domain.pacing import paced
 from scheduler_service.fleet.sessions import Registry
 from scheduler_service.holds.signals import SignalHolds
-from scheduler_service.observe.metrics import held
+from scheduler_service.observe.status import held
 from scheduler_service.store import Store
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"

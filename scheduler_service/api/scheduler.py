@@ -28,8 +28,7 @@ from scheduler_service.domain.fixed import Refused
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.submission import Submitted
 from scheduler_service.fleet.sessions import Registry
-from scheduler_service.holds.cost import CostHolds
-from scheduler_service.observe.metrics import held
+from scheduler_service.observe.status import carbon_statuses, hold_status, queue_statuses
 from scheduler_service.rows.fleet import PendingGroup
 from scheduler_service.rows.tasks import TaskRow
 from scheduler_service.store import Store
@@ -294,86 +293,31 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     async def _queues(
         self, pending: list[PendingGroup] | None = None, running: dict[str, int] | None = None
     ) -> list[scheduler_pb2.QueueStatus]:
-        holds = self._dispatcher.holds
         paused = await self._store.paused_queues()
         if pending is None or running is None:
             pending, running = await self._store.pending_by_queue_and_type(), await self._store.running_by_queue()
-        queues: dict[str, scheduler_pb2.QueueStatus] = {}
-
-        def queue(name: str) -> scheduler_pb2.QueueStatus:
-            if name not in queues:
-                held_types = holds.held_for(name)
-                queues[name] = scheduler_pb2.QueueStatus(
-                    name=name,
-                    paused=name in paused,
-                    running=running.get(name, 0),
-                    cost_hold=holds.active_on(name),
-                    held_types=sorted(held_types),
-                )
-            return queues[name]
-
-        for name in [*paused, *running, *self._config.queues]:
-            queue(name)
-        for group in pending:
-            status = queue(group.queue)
-            if held(holds, group):
-                status.held_depth += group.depth
-                status.oldest_held_age_seconds = max(status.oldest_held_age_seconds, group.oldest_age)
-            else:
-                status.depth += group.depth
-                status.oldest_pending_age_seconds = max(status.oldest_pending_age_seconds, group.oldest_age)
-        return [queues[name] for name in sorted(queues)]
+        return queue_statuses(self._dispatcher.holds, paused, pending, running, self._config.queues)
 
     @handles_errors
     async def GetStatus(
         self, request: scheduler_pb2.GetStatusRequest, context: Context
     ) -> scheduler_pb2.GetStatusResponse:
         holds = self._dispatcher.holds
-        every = [self._hold_status(name, hold, holds.types_following(name)) for name, hold in holds.by_signal.items()]
+        every = [
+            hold_status(self._config, name, hold, holds.types_following(name)) for name, hold in holds.by_signal.items()
+        ]
         hold = next(h for h in every if h.signal == holds.default)
         # One read of the backlog serves the queues and the pools.
         pending, running = await self._store.pending_by_queue_and_type(), await self._store.running_by_queue()
         pools = await self.metrics.pool_status(pending, running)
         deferrable = sorted(holds.config.deferrable.union(*(holds.config.per_queue or {}).values()))
         totals = await self._dispatcher.carbon.of(deferrable) if deferrable else {}
-        carbon = []
-        for activity_type, counted in sorted(totals.items()):
-            if counted.tasks:
-                at_submit, at_dispatch = counted.means()
-                carbon.append(
-                    scheduler_pb2.CarbonStatus(
-                        activity_type=activity_type,
-                        tasks=counted.tasks,
-                        mean_at_submit=at_submit,
-                        mean_at_dispatch=at_dispatch,
-                    )
-                )
+        carbon = carbon_statuses(totals)
         queues = await self._queues(pending, running)
         adaptive = await adaptive_status(self._dispatcher.adaptive, self._store)
         return scheduler_pb2.GetStatusResponse(
             queues=queues, pools=pools, hold=hold, carbon=carbon, adaptive_limits=adaptive, holds=every
         )
-
-    def _hold_status(self, name: str, holds: CostHolds, types: list[str]) -> scheduler_pb2.HoldStatus:
-        signal = holds.signal
-        # Until the signal service has told its threshold: the configured one.
-        configured = self._config.signals.get(name)
-        threshold = self._config.cost.defer_threshold
-        if configured is not None and name != self._config.cost.signal:
-            threshold = configured.threshold
-        hold = scheduler_pb2.HoldStatus(
-            signal=name,
-            active=holds.state.active,
-            threshold=signal.threshold if signal else threshold,
-            stale=bool(signal and signal.stale),
-            reason=holds.state.reason,
-            types=types,
-        )
-        if signal is not None and signal.value is not None:
-            hold.value = signal.value
-        if holds.state.since is not None:
-            hold.since.FromDatetime(holds.state.since)
-        return hold
 
 
 def conflict_error(refused: Refused, batch: bool) -> errors.ReservationConflict:

@@ -23,6 +23,7 @@ from scheduler_service.domain.pacing import paced
 from scheduler_service.fleet.sessions import Registry
 from scheduler_service.holds.fixed_starts import FixedStarts
 from scheduler_service.holds.signals import SignalHolds
+from scheduler_service.observe.status import held
 from scheduler_service.observe.task_metrics import TaskMetrics
 from scheduler_service.rows.claims import ClaimedRow
 from scheduler_service.rows.fleet import PendingGroup
@@ -258,11 +259,6 @@ class SchedulerMetrics:
                 event = "metrics.refresh_paced" if slowed else "metrics.refresh_on_interval"
                 log.info(event, extra={"took_s": round(took, 3), "next_in_s": round(wait, 1)})
             await asyncio.sleep(wait)
-
-
-def held(holds: SignalHolds, group: PendingGroup) -> bool:
-    """Whether a cost hold holds this pending work now (it waits for a cheaper window)."""
-    return group.kind == "activity" and group.activity_type in holds.held_for(group.queue)
 
 
 def _figures(status: scheduler_pb2.PoolStatus) -> PoolFigures:

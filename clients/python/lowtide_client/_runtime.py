@@ -28,11 +28,12 @@ from typing import Any
 
 import grpc
 
+from lowtide_client import _stream_tasks as side_tasks
 from lowtide_client._activities import Activity
 from lowtide_client._attempts import Attempts
 from lowtide_client._holds import CostHold, held_now
 from lowtide_client._log import log_event
-from lowtide_client._stream_tasks import Outgoing, Signal, close_when_drained, heartbeat_loop, hold_loop, write_results
+from lowtide_client._stream_tasks import Outgoing, Signal
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.durations import format_duration
 from lowtide_proto.lowtide.v1 import worker_pb2, worker_pb2_grpc
@@ -64,16 +65,6 @@ class Settings:
     cost_deferrable_activities: tuple[str, ...] = ()
     cost_holds: tuple[CostHold, ...] = ()
     hold_check_interval: float = 0.25  # seconds
-
-
-def _stream_broke(error: grpc.aio.AioRpcError) -> bool:
-    """Whether a stream's error means: connect again. UNAVAILABLE (the scheduler stopping, the
-    connection gone), or INTERNAL, which the scheduler never ends a stream with: it is what a
-    proxy in front reports when its connection to the scheduler resets ("RST_STREAM with error
-    code 2"), and what grpc.aio reports in place of the real status when a write of ours failed
-    as the stream ended ("Internal error from Core", grpc/grpc#36066). If the real one named
-    something to fix, the next stream gets it again, unmasked."""
-    return error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
 
 
 class Runtime:
@@ -198,7 +189,7 @@ class Runtime:
                     return
                 reason = "drained by the scheduler" if self._drained.is_set() else "stream ended"
             except grpc.aio.AioRpcError as exc:
-                if not _stream_broke(exc):
+                if not side_tasks.stream_broke(exc):
                     raise
                 reason = f"{exc.code().name}: {exc.details()}"
             except TimeoutError:
@@ -259,12 +250,12 @@ class Runtime:
                 sender,
                 reader,
                 asyncio.create_task(
-                    heartbeat_loop(self._attempts, queue, interval, idle_interval, self._assignments_known)
+                    side_tasks.heartbeat_loop(self._attempts, queue, interval, idle_interval, self._assignments_known)
                 ),
-                asyncio.create_task(close_when_drained(self._drained, self._attempts, queue)),
+                asyncio.create_task(side_tasks.close_when_drained(self._drained, self._attempts, queue)),
             ]
             if self._settings.cost_holds:
-                holds = hold_loop(self._settings.cost_holds, self._settings.hold_check_interval, queue)
+                holds = side_tasks.hold_loop(self._settings.cost_holds, self._settings.hold_check_interval, queue)
                 helpers.append(asyncio.create_task(holds))
             await asyncio.wait({sender, reader}, return_when=asyncio.FIRST_COMPLETED)
             if sender.done() and sender.exception() is None:
@@ -343,9 +334,9 @@ class Runtime:
             if item is Signal.FLUSH:
                 # Cleared before writing, so results finishing meanwhile queue another flush.
                 self._flush_queued = False
-                await write_results(call, self._attempts, self._settings.max_result_batch)
+                await side_tasks.write_results(call, self._attempts, self._settings.max_result_batch)
             elif item is Signal.END:
-                await write_results(call, self._attempts, self._settings.max_result_batch)
+                await side_tasks.write_results(call, self._attempts, self._settings.max_result_batch)
                 await call.done_writing()
                 log_event(logging.INFO, "worker.stream_closing", worker_id=self.worker_id)
                 return

@@ -1,5 +1,6 @@
 """The side tasks of one ``WorkerService.Connect`` stream, beside its reader and writer: the
-heartbeat, the worker's own holds, the results written in batches, and the close after a Drain.
+heartbeat, the worker's own holds, the results written in batches, the close after a Drain, and
+which errors end a stream to connect again.
 They put messages on the stream's outgoing queue, which its one writer sends in order."""
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import enum
 import logging
 from collections.abc import Callable
 from typing import Any
+
+import grpc
 
 from lowtide_client._attempts import Attempts
 from lowtide_client._holds import CostHold, held_now
@@ -91,3 +94,13 @@ async def hold_loop(holds: tuple[CostHold, ...], every: float, queue: asyncio.Qu
             log_event(logging.INFO, "worker.hold_changed", held=",".join(sorted(held)) or "-")
             sent = held
         await asyncio.sleep(every)
+
+
+def stream_broke(error: grpc.aio.AioRpcError) -> bool:
+    """Whether a stream's error means: connect again. UNAVAILABLE (the scheduler stopping, the
+    connection gone), or INTERNAL, which the scheduler never ends a stream with: it is what a
+    proxy in front reports when its connection to the scheduler resets ("RST_STREAM with error
+    code 2"), and what grpc.aio reports in place of the real status when a write of ours failed
+    as the stream ended ("Internal error from Core", grpc/grpc#36066). If the real one named
+    something to fix, the next stream gets it again, unmasked."""
+    return error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
