@@ -183,11 +183,23 @@ async def test_scheduler_killed_between_claim_and_send_strands_nothing(postgres:
         await _progress(url, TASKS // 2)
         await _held(postgres, CLAIM)
         sigkill(processes[0])
+        killed_at = (await query(url, "SELECT now()"))[0][0]
         # Its other held commits (a lease renewal, say) would lock the next scheduler out.
         await postgres.release_commits_but(CLAIM)
         await postgres.commit_locally_from_now()
         await restart(target, logs, processes)
-        await _progress(url, TASKS * 6 // 10)
+
+        async def all_back() -> bool:
+            # Each worker given work by the next scheduler: it has taken the worker's hello, and
+            # ended what was recorded as the worker's and not listed in it, before its first claim.
+            rows = await query(
+                url,
+                "SELECT count(DISTINCT worker_id) FROM lowtide.tasks WHERE state = 'running' "
+                f"AND started_at > '{killed_at}'::timestamptz",
+            )
+            return rows[0][0] == WORKERS
+
+        await eventually(all_back, within=60, interval=0.1)
         await postgres.release_commits()
 
     await _drain(url, tmp_path, kills, settings)
