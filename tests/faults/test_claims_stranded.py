@@ -76,11 +76,18 @@ async def _all_done(url: str, logs: list[Path], *, within: float = 90) -> None:
         raise AssertionError(f"{error}\nrunning (worker, attempt: tasks): {stuck}\n{logs_of(logs)}") from None
 
 
-async def _progress(url: str, at_least: int) -> None:
+async def _progress(url: str, at_least: int, logs: list[Path]) -> None:
     async def far_enough() -> bool:
         return (await states(url)).get("completed", 0) >= at_least
 
-    await eventually(far_enough, within=90, interval=0.02)
+    try:
+        await eventually(far_enough, within=90, interval=0.02)
+    except AssertionError as error:
+        sessions = await query(
+            url,
+            "SELECT state, wait_event, left(query, 60) FROM pg_stat_activity WHERE backend_type = 'client backend'",
+        )
+        raise AssertionError(f"{error}: {await states(url)}; {sessions}\n{logs_of(logs)}") from None
 
 
 async def _held(postgres: Postgres, *statements: tuple[str, ...]) -> None:
@@ -145,14 +152,14 @@ async def test_postgres_killed_mid_drain_strands_nothing(postgres: Postgres, tmp
 
     async def outages(target: str, logs: list[Path], processes: list[subprocess.Popen[bytes]]) -> None:
         # 1. Claims written, their answers held: killed before the scheduler hears of them.
-        await _progress(url, TASKS // 10)
+        await _progress(url, TASKS // 10, logs)
         await _held(postgres, CLAIM)
         await kill_and_start(2.0)
         # 2. Anywhere in the cycle: no commit held.
-        await _progress(url, TASKS * 3 // 10)
+        await _progress(url, TASKS * 3 // 10, logs)
         await kill_and_start(1.0)
         # 3. Claims and completions written, neither answered.
-        await _progress(url, TASKS * 5 // 10)
+        await _progress(url, TASKS * 5 // 10, logs)
         await _held(postgres, CLAIM, FINISH)
         await kill_and_start(3.0)
 
@@ -172,7 +179,7 @@ async def test_scheduler_killed_between_claim_and_send_strands_nothing(postgres:
     async def kills(target: str, logs: list[Path], processes: list[subprocess.Popen[bytes]]) -> None:
         # 1. The claim is written; the scheduler dies before its answer comes, so nothing is sent.
         # The claim lands before the next scheduler starts: the workers' hellos do not list it.
-        await _progress(url, TASKS // 5)
+        await _progress(url, TASKS // 5, logs)
         await _held(postgres, CLAIM)
         sigkill(processes[0])
         await postgres.release_commits()
@@ -180,7 +187,7 @@ async def test_scheduler_killed_between_claim_and_send_strands_nothing(postgres:
         # 2. The same, but the dead scheduler's claim lands only once the workers are back on the
         # next one (its session still waits, as PostgreSQL does not notice a client gone while it
         # waits), after they said what they hold: nothing but a look at the database finds it.
-        await _progress(url, TASKS // 2)
+        await _progress(url, TASKS // 2, logs)
         await _held(postgres, CLAIM)
         sigkill(processes[0])
         killed_at = (await query(url, "SELECT now()"))[0][0]
