@@ -311,6 +311,7 @@ async def run(settings: Settings) -> int:
     text = summary(settings, soak, load=load, work=work, violations=violations, planned=len(planned))
     print(text, flush=True)
     (settings.folder / "summary.txt").write_text(text)
+    (settings.folder / "violations.txt").write_text("".join(f"{v}\n" for v in violations))
     return 1 if violations else 0
 
 
