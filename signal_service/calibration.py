@@ -16,14 +16,17 @@ import itertools
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from opentelemetry.metrics import CallbackOptions, Observation
+
 from lowtide.db import Database, load_queries
 from lowtide.forecast_calibration import WINDOW, Bucket, Calibration, Issued, Record, prior_calibration
 from lowtide.forecast_error import ErrorModel, HorizonError
+from lowtide.metrics import Metrics
 from signal_service.domain import SignalForecast
 
 log = logging.getLogger("lowtide.signal")
@@ -83,6 +86,9 @@ class Calibrations:
 
     def scale(self, name: str) -> float:
         return self._scales.get(name, 1.0)
+
+    def learned(self) -> dict[str, Calibration]:
+        return dict(self._learned)
 
     def current(self, name: str, now: datetime) -> Calibration:
         return self._learned.get(name) or prior_calibration(now, self._prior)
@@ -150,6 +156,33 @@ class Calibrations:
         return learned
 
 
+def register_calibration_metrics(metrics: Metrics, calibrations: Calibrations) -> None:
+    """Each signal's learned error and bias by lead bucket (`lead`: the bucket's start, hours),
+    and the forecast points it was learned from."""
+
+    def observe(field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def callback(options: CallbackOptions) -> Iterable[Observation]:
+            for name, calibration in calibrations.learned().items():
+                for b in calibration.buckets:
+                    yield Observation(getattr(b, field), {"signal": name, "lead": f"{b.lo_h:g}"})
+
+        return callback
+
+    meter = metrics.meter
+    meter.create_observable_gauge(
+        "lowtide.signal.forecast.error", callbacks=[observe("stddev")], description="Expected relative error by lead"
+    )
+    meter.create_observable_gauge(
+        "lowtide.signal.forecast.bias", callbacks=[observe("bias")], description="Learned bias (actual/forecast - 1)"
+    )
+    meter.create_observable_gauge(
+        "lowtide.signal.forecast.samples",
+        callbacks=[observe("samples")],
+        unit="{point}",
+        description="Forecast points the error was learned from",
+    )
+
+
 def _scaled(at: datetime, origin: datetime, scale: float) -> datetime:
     return origin + (at - origin) * scale
 
@@ -167,9 +200,10 @@ def _record(issued: list[IssuedRow], actuals: list[ActualRow], *, origin: dateti
         step = max(timedelta(minutes=1), sorted(b - a for a, b in itertools.pairwise(times))[len(times) // 2 - 1])
         grid = [origin + round((t - origin) / step) * step for t in times]
         record.add_forecast(Issued(_scaled(row.issued_at, origin, scale), tuple(zip(grid, row.value, strict=True))))
-        for at in grid:
-            j = bisect.bisect_left(seen, at)
-            if at not in record.actuals and j < len(seen) and seen[j] < at + step:
+        # Paired at the point's own time: its grid time may be up to half a step off it.
+        for raw, at in zip(times, grid, strict=True):
+            j = bisect.bisect_left(seen, raw)
+            if at not in record.actuals and j < len(seen) and seen[j] < raw + step:
                 record.add_actual(at, actuals[j].value)
     return record
 

@@ -32,7 +32,7 @@ from lowtide.telemetry import Telemetry, server_interceptors, start_telemetry
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.api import SignalApi
-from signal_service.calibration import Calibrations
+from signal_service.calibration import Calibrations, register_calibration_metrics
 from signal_service.fanout import Fanout
 from signal_service.feeds import Feed, FeedSettings, feed_settings, feed_unit, make_feed
 from signal_service.feeds.runner import FeedStats, run_feed
@@ -292,6 +292,8 @@ async def start_signal_service(
         await db.open()
         await signals.start()
         await server.start()
+        if signals.calibrations is not None:
+            register_calibration_metrics(metrics, signals.calibrations)
         register_signal_metrics(
             metrics, signals.fanout, {name: (f.source, feeds.stats[name]) for name, f in feeds.running.items()}
         )

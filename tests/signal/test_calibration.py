@@ -60,6 +60,12 @@ async def test_the_stated_error_converges_to_the_feeds_and_a_restart_keeps_it(da
                 error = _at_lead(points, hours + 0.25).expected_error
                 low, high = model.stddev(timedelta(hours=lo)), model.stddev(timedelta(hours=hi))
                 assert 0.75 * low <= error <= 1.25 * high, (hours, error, low, high)
+            # The metrics show it, by lead bucket, with the points it was learned from.
+            assert server.metrics is not None
+            text = server.metrics.text()
+            assert re.search(r'lowtide_signal_forecast_error\{lead="24",signal="grid"\} 0\.[12]', text), text
+            samples = re.search(r'lowtide_signal_forecast_samples\{lead="24",signal="grid"\} ([0-9.]+)', text)
+            assert samples is not None and float(samples.group(1)) > 100
     finally:
         await server.stop()
 
