@@ -41,6 +41,10 @@ async def test_uk_feed_value_and_forecast_reach_subscribers_and_a_bad_answer_kee
                 assert (state.value, state.high, state.source) == (430.0, True, "uk-carbon-intensity")
                 points = await eventually(client.forecast)
                 assert [p.value for p in points] == [420.0, 380.0]
+                # The API states no error: each point reaches subscribers (and the planner) with the
+                # calibration's, from its prior until the record has taught it (0 here: these
+                # half hours are already past when the forecast is issued).
+                assert [(p.error_source, p.HasField("expected_error")) for p in points] == [("prior", True)] * 2
 
                 # The same half hour again is not stored again.
                 polls = running.feed_stats.fetches
