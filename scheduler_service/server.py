@@ -34,10 +34,12 @@ from scheduler_service.api.keda import SERVICE_NAME as KEDA_SERVICE
 from scheduler_service.api.keda import add_keda_scaler
 from scheduler_service.composition import Parts, build_parts
 from scheduler_service.dispatch.dispatcher import Dispatcher
-from scheduler_service.domain.holds import HoldConfig, local_conflicts
+from scheduler_service.domain.holds import HoldConfig, SignalView, local_conflicts
 from scheduler_service.domain.submission import parse_wake
 from scheduler_service.fleet.sessions import Registry
+from scheduler_service.holds.signals import SignalHolds
 from scheduler_service.observe.metrics import SchedulerMetrics
+from scheduler_service.rows.fleet import StoredSignal
 from scheduler_service.store import Store
 from scheduler_service.tasks.waiters import Waiters
 from scheduler_service.workers.stream import WorkerStream
@@ -158,14 +160,18 @@ async def _listen(
     waiters: Waiters,
     planned: Callable[[], Awaitable[None]],
     *,
+    holds: SignalHolds,
+    store: Store,
     scheduler_id: str,
 ) -> None:
-    """Wake-ups, cancels and new plans from other replicas (and this one), through LISTEN/NOTIFY.
-    A wake-up this replica sent after waking its own dispatch (see wake_payload) is skipped."""
+    """Wake-ups, cancels and new plans from other replicas (and this one), and signal changes the
+    signal service committed, through LISTEN/NOTIFY. A wake-up this replica sent after waking its
+    own dispatch (see wake_payload) is skipped."""
     backoff = Backoff(initial=0.1, maximum=5.0)
     while True:
         try:
-            async with db.listen("lowtide_wake", "lowtide_cancel", "lowtide_plan", "lowtide_done") as notifications:
+            channels = ("lowtide_wake", "lowtide_cancel", "lowtide_plan", "lowtide_done", "lowtide_signal")
+            async with db.listen(*channels) as notifications:
                 backoff.reset()
                 # Plans made before this replica listened were never announced here.
                 await planned()
@@ -188,9 +194,20 @@ async def _listen(
                         await planned()
                     elif channel == "lowtide_done":
                         waiters.finished(int(task_id) for task_id in payload.split(","))
+                    elif channel == "lowtide_signal" and payload in holds.by_signal:
+                        stored = await store.stored_signal(payload)
+                        if stored is not None:
+                            holds.take_stored(signal_view(stored))
         except DatabaseUnavailable as error:
             log.warning("listen.reconnecting", extra={"error": str(error)})
         await asyncio.sleep(backoff.next_delay())
+
+
+def signal_view(stored: StoredSignal) -> SignalView:
+    """A stored signal state as the stream would carry it: high while over its threshold or
+    until its first value (the signal service's rule, signal_service.domain.is_high)."""
+    high = stored.value is None or stored.value > stored.threshold
+    return SignalView(stored.name, stored.value, stored.threshold, high, stored.stale, stored.unit, stored.version)
 
 
 def _database_url(config: Config, database_url: str | None) -> str:
@@ -239,7 +256,14 @@ def _background(
 ) -> list[asyncio.Task[None]]:
     cfg = config.scheduler
     listen = _listen(
-        db, parts.registry, parts.dispatcher, parts.waiters, parts.planner.wake_for_upcoming, scheduler_id=scheduler_id
+        db,
+        parts.registry,
+        parts.dispatcher,
+        parts.waiters,
+        parts.planner.wake_for_upcoming,
+        holds=parts.holds,
+        store=parts.store,
+        scheduler_id=scheduler_id,
     )
     database = follow_database(db, health_servicer, ("", *SERVICES), interval=cfg.heartbeat_interval)
     return [

@@ -135,9 +135,12 @@ class CostHolds:
                         if not self.connected:
                             log.info("signal.subscribed", extra={"target": self.target, "signal": self.signal_name})
                         self.connected = True
-                        self._restart_stale_timer(state.version)
                         backoff.reset()
                         warned = False
+                        if self.signal is not None and state.version < self.signal.version:
+                            # Already taken, newer, from the stored row (take_stored).
+                            continue
+                        self._restart_stale_timer(state.version)
                         self.update(
                             SignalView(
                                 name=state.name,
@@ -173,6 +176,16 @@ class CostHolds:
                 await channel.close()
             self.connected = False
             await asyncio.sleep(backoff.next_delay())
+
+    def take_stored(self, stored: SignalView) -> None:
+        """Takes the state the signal service stored, when it is newer than the one streamed: a
+        change it committed (and announced by NOTIFY) but died or froze before streaming still
+        holds the work it should, instead of the last value streamed ruling until stale_after."""
+        if self.signal is not None and stored.version <= self.signal.version:
+            return
+        log.info("signal.from_store", extra={"signal": self.signal_name, "version": stored.version})
+        self._restart_stale_timer(stored.version)
+        self.update(stored)
 
     def _refresh_forecast(self, state: signal_pb2.SignalState) -> None:
         """The planner's forecast from the feed's latest (streamed beside the state, only when

@@ -97,6 +97,12 @@ class SignalHolds:
         """Moves whenever any signal's forecast does, so the planner plans again."""
         return sum(hold.forecast_version for hold in self.by_signal.values())
 
+    def take_stored(self, stored: SignalView) -> None:
+        """A signal's stored state, read after its NOTIFY (see CostHolds.take_stored)."""
+        hold = self.by_signal.get(stored.name)
+        if hold is not None:
+            hold.take_stored(stored)
+
     async def run(self) -> None:
         """Every signal's subscription, each resubscribing on its own."""
         await asyncio.gather(*(hold.run() for hold in self.by_signal.values()))

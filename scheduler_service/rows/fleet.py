@@ -10,6 +10,18 @@ from scheduler_service.domain.fixed import FixedStart, MissFacts, MissPolicy
 
 
 @dataclass(frozen=True, slots=True)
+class StoredSignal:
+    """A signal's state as the signal service stored it (`stored_signal`)."""
+
+    name: str
+    value: float | None
+    threshold: float
+    stale: bool
+    unit: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
 class PausedQueue:
     """A queue paused now, and since when (`pause_queue`, `paused_queues`)."""
 

@@ -1,6 +1,12 @@
 -- Queues and pools: pause, backlog counts, carbon totals, planned release (store/queues.py).
 -- Fragments ({{_name}}) are shared by every file of this folder.
 
+-- stored_signal --
+-- A signal's state as the signal service stored it: read when its NOTIFY (lowtide_signal) says it
+-- changed, so a change committed by a signal service that died or froze before streaming it still
+-- reaches the scheduler's hold (the stream is the fast path, the row the truth).
+SELECT name, value, threshold, stale, unit, version FROM lowtide.signals WHERE name = %(name)s
+
 -- pause_queue --
 -- Pauses a queue (from now; pausing a paused queue keeps its first pause time).
 INSERT INTO lowtide.queues (name, paused, paused_at) VALUES (%(name)s, true, now())

@@ -18,6 +18,7 @@ from scheduler_service.rows.fleet import (
     RecentDeferrable,
     ReleaseDue,
     ResumedQueue,
+    StoredSignal,
     TypeRunning,
     WorkerCount,
 )
@@ -25,6 +26,9 @@ from scheduler_service.store.base import Q, StoreBase, ms
 
 
 class QueueStore(StoreBase):
+    async def stored_signal(self, name: str) -> StoredSignal | None:
+        return await self.db.fetch_one_as(StoredSignal, Q["stored_signal"], {"name": name})
+
     async def pause_queue(self, name: str) -> PausedQueue:
         row = await self.db.fetch_one_as(PausedQueue, Q["pause_queue"], {"name": name})
         assert row is not None
