@@ -170,7 +170,8 @@ async def _listen(
     backoff = Backoff(initial=0.1, maximum=5.0)
     while True:
         try:
-            channels = ("lowtide_wake", "lowtide_cancel", "lowtide_plan", "lowtide_done", "lowtide_signal")
+            # lowtide_done last: its LISTEN is the one a connection's last statement shows once all are taken.
+            channels = ("lowtide_signal", "lowtide_wake", "lowtide_cancel", "lowtide_plan", "lowtide_done")
             async with db.listen(*channels) as notifications:
                 backoff.reset()
                 # Plans made before this replica listened were never announced here.
