@@ -239,6 +239,7 @@ def _worker_stream(
         scheduler_id=scheduler_id,
         lease_timeout=cfg.lease_timeout,
         uncertain=core.dispatcher.uncertain,
+        counter=core.metrics.strays_returned,
     )
     stream = WorkerStream(
         store=core.store,

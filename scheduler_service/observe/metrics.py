@@ -96,6 +96,12 @@ class SchedulerMetrics:
             "this replica: reconnected (the worker came back within reconnect_grace) or released (its attempts "
             "given up at once, or once the grace ran out)",
         )
+        self.strays_returned = meter.create_counter(
+            "lowtide.dispatch.strays_returned",
+            unit="{attempt}",
+            description="Attempts recorded as running on a connected worker that never got them (a claim committed "
+            "but unanswered), put back pending without counting an attempt",
+        )
         self.purged = meter.create_counter(
             "lowtide.task.purged",
             unit="{task}",

@@ -27,6 +27,8 @@ import time
 from collections.abc import Sequence
 from datetime import timedelta
 
+from opentelemetry.metrics import Counter
+
 from lowtide.errors import DatabaseUnavailable
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.lowtide.v1 import task_pb2
@@ -53,8 +55,11 @@ class Strays:
         scheduler_id: str,
         lease_timeout: timedelta,
         uncertain: asyncio.Event,
+        counter: Counter | None = None,
     ) -> None:
         self._store = store
+        # lowtide.dispatch.strays_returned: what an operator sees of this sweep's work.
+        self._counter = counter
         self._registry = registry
         self._completer = completer
         self._scheduler_id = scheduler_id
@@ -156,6 +161,8 @@ class Strays:
             self._returning.pop(ref, None)
         if returned:
             self.returned += len(returned)
+            if self._counter is not None:
+                self._counter.add(len(returned))
             log.warning(
                 "dispatch.strays_returned",
                 extra={

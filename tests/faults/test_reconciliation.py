@@ -18,7 +18,7 @@ from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2
 from scheduler_service.server import Scheduler, start_scheduler
 from tests.conftest import make_config
 from tests.faults.support import RawWorker
-from tests.helpers import eventually
+from tests.helpers import eventually, scrape_metrics
 
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
 # make_config's lease: whatever a worker does not hold is handed out again within about this.
@@ -146,3 +146,11 @@ async def test_an_attempt_recorded_for_the_worker_but_never_sent_is_handed_out_a
         await worker.raw.report([ref])
         done = await client.wait(stray.id, timeout=timedelta(seconds=30))
         assert (done.state, done.attempt) == (COMPLETED, 1)
+    # An operator sees the sweep's work in the metrics, not only in the logs.
+    port = scheduler.metrics.metrics.port
+    assert port is not None
+
+    async def counted() -> bool:
+        return "lowtide_dispatch_strays_returned_total 1.0" in await asyncio.to_thread(scrape_metrics, port)
+
+    await eventually(counted, within=15)

@@ -55,6 +55,26 @@ async def test_the_sync_client_submits_waits_lists_and_cancels(scheduler: Schedu
     assert listed == [typed.id]
 
 
+def _paused_then_resumed(target: str) -> tuple[bool, int, bool, task_pb2.Task]:
+    with SyncClient(target) as client:
+        paused = client.pause_queue("default")
+        held = client.submit("echo", b"later")
+        # Paused: nothing claims it, however long the script looks.
+        state = client.get(held.id).state
+        resumed = client.resume_queue("default")
+        return paused.paused, state, resumed.paused, client.wait(held.id, timeout=timedelta(seconds=20))
+
+
+async def test_the_sync_client_pauses_and_resumes_a_queue(scheduler: Scheduler) -> None:
+    worker = Worker(target=scheduler.target, slots=1)
+    worker.register("echo", lambda payload: payload)
+    async with worker:
+        paused, state, still_paused, done = await asyncio.to_thread(_paused_then_resumed, scheduler.target)
+    assert paused and not still_paused
+    assert state == task_pb2.TASK_STATE_PENDING
+    assert done.state == task_pb2.TASK_STATE_COMPLETED and done.result == b"later"
+
+
 def test_a_closed_sync_client_says_so() -> None:
     client = SyncClient("127.0.0.1:1")
     client.close()

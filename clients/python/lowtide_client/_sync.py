@@ -46,7 +46,8 @@ class SyncSubmitted(Generic[_R]):
 
 
 class SyncClient:
-    """Blocking ``submit``/``get``/``wait``/``list``/``cancel``; takes ``Client``'s arguments.
+    """Blocking ``submit``/``get``/``wait``/``list``/``cancel``/``retry``, ``pause_queue`` and
+    ``resume_queue``; takes ``Client``'s arguments.
 
     Use it as ``with SyncClient(...) as client:`` or call ``close()``.
     """
@@ -114,6 +115,13 @@ class SyncClient:
 
     def retry(self, task_id: int, *, if_attempt: int | None = None) -> task_pb2.Task:
         return self._run(self._client.retry(task_id, if_attempt=if_attempt))
+
+    def pause_queue(self, queue: str, *, create: bool = False) -> scheduler_pb2.QueueStatus:
+        """As ``Client.pause_queue``: an unknown queue is NOT_FOUND unless ``create``."""
+        return self._run(self._client.pause_queue(queue, create=create))
+
+    def resume_queue(self, queue: str) -> scheduler_pb2.QueueStatus:
+        return self._run(self._client.resume_queue(queue))
 
     def wait(self, task_id: int, *, timeout: timedelta = timedelta(seconds=30)) -> task_pb2.Task:
         return self._run(self._client.wait(task_id, timeout=timeout))
