@@ -116,6 +116,7 @@ def check_cost_config(config: Config) -> HoldConfig:
         per_queue,
         type_signals={t: c.signal for t, c in config.types.items() if c.signal},
         queue_signals={q: c.signal for q, c in config.queues.items() if c.signal},
+        pool_signals={p: c.signal for p, c in config.pools.items() if c.signal},
     )
     _warn_unknown_signals(config, holds)
     every_held = holds.deferrable.union(*per_queue.values())

@@ -264,15 +264,29 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
     check_margins(sections, lambda section, name: _where(section, name, env))
     resources = _resources(data)
     auth = _auth(_table_or_fail(data, "auth"), env)
+    signals = _tables(data, "signals", SignalDefinition)
+    pools = _tables(data, "pools", PoolConfig)
+    _check_pool_signals(pools, {sections["cost"].signal, *signals})
     return Config(
         types=_tables(data, "types", TypeConfig),
-        signals=_tables(data, "signals", SignalDefinition),
+        signals=signals,
         queues=_tables(data, "queues", QueueConfig),
-        pools=_tables(data, "pools", PoolConfig),
+        pools=pools,
         resources=resources,
         auth=auth,
         **sections,
     )
+
+
+def _check_pool_signals(pools: Mapping[str, PoolConfig], known: set[str]) -> None:
+    """A pool's signal is one this configuration defines: a pool bound to a name nothing feeds
+    would be planned on no forecast, its work held for ever."""
+    for name, pool in sorted(pools.items()):
+        if pool.signal and pool.signal not in known:
+            raise ConfigError(
+                f"[pools.{name}] signal: no signal {pool.signal!r} is defined "
+                f"(known: {', '.join(sorted(known))}; define it as [signals.{pool.signal}])"
+            )
 
 
 def _table_or_fail(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:

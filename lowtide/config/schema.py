@@ -140,6 +140,10 @@ class PoolConfig:
     max_hold: timedelta = key(5 * MIN, within(timedelta(0), 1 * DAY))
     # Reservations starting within this horizon count in the pool's desired workers.
     autoscale_horizon: timedelta = key(10 * MIN, within(timedelta(0), LONGEST))
+    # The signal of the pool's grid (`[signals.NAME]` or the default, [cost] signal): a task that
+    # names several pools is planned on each one's forecast and released where and when it is
+    # cheapest (docs/how-to/regions.md). Empty: the signal its work follows anyway.
+    signal: str = ""
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,9 @@ class HoldConfig:
     per_queue: Mapping[str, frozenset[str]] | None = None
     type_signals: Mapping[str, str] | None = None
     queue_signals: Mapping[str, str] | None = None
+    # The signal of each pool's grid (`[pools.NAME] signal`): where a task naming several pools
+    # is planned, and what its carbon is counted on when it runs there.
+    pool_signals: Mapping[str, str] | None = None
 
     def for_queue(self, queue: str) -> frozenset[str]:
         extra = (self.per_queue or {}).get(queue, frozenset())
@@ -115,8 +118,15 @@ class HoldConfig:
         return (self.type_signals or {}).get(activity_type) or (self.queue_signals or {}).get(queue) or default
 
     def signals(self, default: str) -> frozenset[str]:
-        """Every signal some work follows, the default among them."""
-        return frozenset({default, *(self.type_signals or {}).values(), *(self.queue_signals or {}).values()})
+        """Every signal some work follows or some pool is bound to, the default among them."""
+        return frozenset(
+            {
+                default,
+                *(self.type_signals or {}).values(),
+                *(self.queue_signals or {}).values(),
+                *(self.pool_signals or {}).values(),
+            }
+        )
 
 
 def held_types(

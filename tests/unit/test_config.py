@@ -144,6 +144,7 @@ BAD_TOML = [
     ("[pools.gpu]\nreservable_fraction = 0.0\n", "[pools.gpu] reservable_fraction: must be above 0 and at most 1"),
     ("[pools.gpu]\nreservable_fraction = 1.5\n", "[pools.gpu] reservable_fraction: must be above 0 and at most 1"),
     ('[pools.gpu]\nmax_hold = "25h"\n', "[pools.gpu] max_hold: must be between 0s and 24h"),
+    ('[pools.eu]\nsignal = "de"\n', "[pools.eu] signal: no signal 'de' is defined (known: grid;"),
     ("[queues.q]\nmax_depth = 0\n", "[queues.q] max_depth: must be between 1 and"),
     ('[queues.q]\noverflow = "drop"\n', "[queues.q] overflow: must be one of 'reject', 'shed_lowest', 'shed_oldest'"),
     ("[signals.price]\nthreshold = inf\n", "[signals.price] threshold: must be a finite number, not inf"),
@@ -285,3 +286,14 @@ def test_durations_are_written_in_days_too(tmp_path: Path) -> None:
     path.write_text('[scheduler]\nretention = "7d"\n')
     assert load_config(path, env={}).scheduler.retention == timedelta(days=7)
     assert load_config(None, env={"LOWTIDE_SCHEDULER_RETENTION": "1d12h"}).scheduler.retention == timedelta(hours=36)
+
+
+def test_a_pool_is_bound_to_a_signal_the_configuration_defines(tmp_path: Path) -> None:
+    path = tmp_path / "lowtide.toml"
+    path.write_text(
+        '[signals.de]\nthreshold = 300.0\n\n[pools.eu-central]\nsignal = "de"\n\n[pools.eu-west]\nsignal = "grid"\n'
+    )
+    config = load_config(path, env={})
+    assert config.pool("eu-central").signal == "de"
+    assert config.pool("eu-west").signal == "grid"
+    assert config.pool("other").signal == ""
