@@ -1,6 +1,8 @@
 """`lowtide up --demo`: the replayed 2020 GB grid trace drives the signal, two demo workers run
 `echo` and the cost-deferrable `train`, a generator submits a mix every second, and a live line
-shows what is held, claimable and running as the signal crosses its threshold.
+shows what is held, claimable and running as the signal crosses its threshold. With
+`--recorded`, the signal is the recorded UK week instead (the `recorded` feed): the forecasts
+the UK Carbon Intensity API issued in March 2023, as issued, and the values that came.
 
 The trace is carbon intensity of the Great Britain grid, 2019-12-20 to 2021-01-09, from Wiesner
 et al., "Let's Wait Awhile: How Temporal Workload Shifting Can Reduce Carbon Emissions in the
@@ -25,12 +27,16 @@ DEMO_THRESHOLD = "215"
 DEMO_SPEED = "1440"
 
 
-def demo_env() -> dict[str, str]:
+# The recorded week's median (of the values that came, 14 to 21 March 2023).
+RECORDED_THRESHOLD = "155"
+
+
+def demo_env(*, recorded: bool = False) -> dict[str, str]:
     """Settings the demo's services get, unless the user set them."""
     return {
-        "LOWTIDE_SIGNAL_FEED": "replay",
+        "LOWTIDE_SIGNAL_FEED": "recorded" if recorded else "replay",
         "LOWTIDE_SIGNAL_REPLAY_SPEED": DEMO_SPEED,
-        "LOWTIDE_COST_DEFER_THRESHOLD": DEMO_THRESHOLD,
+        "LOWTIDE_COST_DEFER_THRESHOLD": RECORDED_THRESHOLD if recorded else DEMO_THRESHOLD,
         "LOWTIDE_COST_DEFERRABLE_ACTIVITIES": "train",
     }
 

@@ -94,7 +94,7 @@ def dev_auth(config: Config, env: dict[str, str]) -> str:
     )
 
 
-async def run_up(config: Config, *, demo: bool = False) -> int:
+async def run_up(config: Config, *, demo: bool = False, recorded: bool = False) -> int:
     env = dict(os.environ)
     auth_line = dev_auth(config, env)
     loop = asyncio.get_running_loop()
@@ -117,7 +117,7 @@ async def run_up(config: Config, *, demo: bool = False) -> int:
     # The scheduler subscribes to the signal service this process starts, wherever it listens.
     env.setdefault("LOWTIDE_SCHEDULER_SIGNAL_TARGET", config.signal.listen)
     if demo:
-        for key, value in demo_env().items():
+        for key, value in demo_env(recorded=recorded).items():
             env.setdefault(key, value)
     stack = _Stack.of(config, env, demo)
     security = _health_security()
@@ -297,8 +297,7 @@ def _banner(config: Config, env: dict[str, str], where: str, auth_line: str, dem
         f"  console:   {console} (web console: signal, held work, pools, tasks)\n"
         f"  auth:      {auth_line}\n"
         + (
-            "demo: the 2020 GB grid trace replayed at a day per minute, threshold 215 gCO2/kWh;\n"
-            "  two demo workers; every second 2 echo + 1 train (held while the signal is high);\n"
+            _demo_line(env) + "  two demo workers; every second 2 echo + 1 train (held while the signal is high);\n"
             f"  open {console} to watch the signal rise, the train tasks wait and go when it falls\n"
             if demo
             else "try, in another shell:\n"
@@ -309,3 +308,12 @@ def _banner(config: Config, env: dict[str, str], where: str, auth_line: str, dem
         + "Ctrl-C stops everything.",
         flush=True,
     )
+
+
+def _demo_line(env: dict[str, str]) -> str:
+    threshold = env.get("LOWTIDE_COST_DEFER_THRESHOLD", "")
+    if env.get("LOWTIDE_SIGNAL_FEED") == "recorded":
+        played = "the UK API's recorded week (its forecasts as issued, the values that came)"
+    else:
+        played = "the 2020 GB grid trace"
+    return f"demo: {played} replayed at a day per minute, threshold {threshold} gCO2/kWh;\n"

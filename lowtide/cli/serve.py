@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from lowtide.cli.common import Commands, Parents, serve_service
 from lowtide.config import Config
@@ -11,7 +12,13 @@ from lowtide.config import Config
 async def _up(args: argparse.Namespace, config: Config) -> int:
     from lowtide.up import run_up
 
-    return await run_up(config, demo=args.demo)
+    if args.recorded and not args.demo:
+        print(
+            'lowtide up: --recorded is for the demo (--demo --recorded); else set [signal] feed = "recorded"',
+            file=sys.stderr,
+        )
+        return 2
+    return await run_up(config, demo=args.demo, recorded=args.recorded)
 
 
 async def _scheduler_serve(args: argparse.Namespace, config: Config) -> int:
@@ -34,6 +41,11 @@ def register(commands: Commands, parents: Parents) -> None:
     up = commands.add_parser("up", parents=[parents.common], help="run lowtide (embedded PostgreSQL unless configured)")
     up.add_argument(
         "--demo", action="store_true", help="replayed grid trace, demo workers and a task generator, shown live"
+    )
+    up.add_argument(
+        "--recorded",
+        action="store_true",
+        help="with --demo: the recorded UK week (the forecasts the UK API issued, and the values that came)",
     )
     up.set_defaults(handler=_up)
 

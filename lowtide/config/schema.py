@@ -162,7 +162,16 @@ class QueueConfig:
 
 
 # The feeds signal_service.feeds.make_feed knows.
-FEEDS = ("static", "replay", "uk-carbon-intensity", "electricitymaps", "watttime", "energy-charts", "entsoe")
+FEEDS = (
+    "static",
+    "replay",
+    "recorded",
+    "uk-carbon-intensity",
+    "electricitymaps",
+    "watttime",
+    "energy-charts",
+    "entsoe",
+)
 # Electricity Maps' emissionFactorType values; the first is the API's default and ours.
 EMISSION_FACTORS = ("lifecycle", "direct")
 # WattTime's signals: its index (a percentile, no forecast) or its marginal emissions (MOER, in
@@ -177,7 +186,7 @@ class SignalConfig:
     listen: str = key("127.0.0.1:50052", listen_address)
     # Prometheus /metrics (empty: not served).
     metrics_listen: str = key("127.0.0.1:9465", listen_address_or_off)
-    # static (SetSignal only), replay, uk-carbon-intensity, electricitymaps, watttime,
+    # static (SetSignal only), replay, recorded, uk-carbon-intensity, electricitymaps, watttime,
     # energy-charts or entsoe (docs/how-to/feeds.md).
     feed: str = key("static", one_of(*FEEDS))
     # The default signal's unit; empty means the feed's own (gCO2/kWh; for watttime percentile,
@@ -208,6 +217,13 @@ class SignalConfig:
     replay_forecast_error: float = key(0.05, within(0.0, 1.0))
     replay_forecast_error_1h: float = key(0.03, within(0.0, 1.0))
     replay_forecast_error_24h: float = key(0.15, within(0.0, 1.0))
+    # Recorded (played at replay_speed from replay_start, looping as replay_loop says): the
+    # forecasts a real feed issued and the values that came. A bundled recording (uk-2023-03: the
+    # UK Carbon Intensity API, national, 14-21 March 2023), or your own two CSV files,
+    # recorded_forecasts (`issued_at,target,forecast`) and recorded_actuals (`target,actual`).
+    recording: str = key("uk-2023-03", one_of("uk-2023-03"))
+    recorded_forecasts: str = ""
+    recorded_actuals: str = ""
     # Empty base_url means the feed's public API.
     base_url: str = ""
     token: str = ""
@@ -271,6 +287,9 @@ class SignalDefinition:
     replay_start: str = ""
     replay_speed: float = key(1440.0, within(0.0, 1e9, above=True))
     replay_loop: bool = True
+    recording: str = key("uk-2023-03", one_of("uk-2023-03"))
+    recorded_forecasts: str = ""
+    recorded_actuals: str = ""
     # Unset: `[signal]`'s. A day-ahead price changes once an hour (or every 15 minutes): a
     # stale_after shorter than that marks it stale between two prices.
     refresh: timedelta | None = key(None, within(100 * MS, 1 * DAY))

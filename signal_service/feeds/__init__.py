@@ -17,11 +17,21 @@ from signal_service.feeds.electricitymaps import ElectricityMaps
 from signal_service.feeds.energy_charts import EnergyCharts
 from signal_service.feeds.entsoe import Entsoe
 from signal_service.feeds.prices import UNIT as PRICE_UNIT
+from signal_service.feeds.recorded import Recorded, load_recording
 from signal_service.feeds.replay import Replay, load_trace, trace_unit
 from signal_service.feeds.uk_carbon_intensity import UkCarbonIntensity
 from signal_service.feeds.watttime import WattTime
 
-FEEDS = ("static", "replay", "uk-carbon-intensity", "electricitymaps", "watttime", "energy-charts", "entsoe")
+FEEDS = (
+    "static",
+    "replay",
+    "recorded",
+    "uk-carbon-intensity",
+    "electricitymaps",
+    "watttime",
+    "energy-charts",
+    "entsoe",
+)
 
 __all__ = ["FEEDS", "Feed", "FeedError", "FeedSettings", "feed_settings", "feed_unit", "make_feed"]
 
@@ -38,6 +48,9 @@ _FEED_KEYS = (
     "replay_start",
     "replay_speed",
     "replay_loop",
+    "recording",
+    "recorded_forecasts",
+    "recorded_actuals",
 )
 
 
@@ -106,17 +119,26 @@ def make_feed(config: SignalConfig, *, where: str = "[signal]") -> Feed | None:
         raise ConfigError(str(error).replace("[signal]", where)) from None
 
 
+def _start(config: SignalConfig) -> datetime | None:
+    if not config.replay_start:
+        return None
+    try:
+        return datetime.fromisoformat(config.replay_start)
+    except ValueError:
+        raise ConfigError(f"[signal] replay_start: {config.replay_start!r} is not an ISO 8601 time") from None
+
+
 def _make_feed(config: SignalConfig) -> Feed | None:
     timeout = config.timeout.total_seconds()
     if config.feed == "static":
         return None
+    if config.feed == "recorded":
+        recording = load_recording(
+            config.recording, forecasts=config.recorded_forecasts, actuals=config.recorded_actuals
+        )
+        return Recorded(recording, speed=config.replay_speed, start=_start(config), loop=config.replay_loop)
     if config.feed == "replay":
-        start = None
-        if config.replay_start:
-            try:
-                start = datetime.fromisoformat(config.replay_start)
-            except ValueError:
-                raise ConfigError(f"[signal] replay_start: {config.replay_start!r} is not an ISO 8601 time") from None
+        start = _start(config)
         return Replay(
             load_trace(config.replay_file),
             speed=config.replay_speed,

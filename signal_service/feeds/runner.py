@@ -125,6 +125,13 @@ async def refresh_forecast(feed: Feed, signals: Signals, name: str, stats: FeedS
     return True
 
 
+def _issue(feed: Feed) -> object:
+    """Which forecast a feed that can say so (a recording: `forecast_issue()`) gives now; None
+    for the others, which are asked every refresh."""
+    issue = getattr(feed, "forecast_issue", None)
+    return None if issue is None else issue()
+
+
 def lease_ttl(interval: float) -> timedelta:
     """Long enough to outlast a few polls (and their retries), so a leader keeps it."""
     return timedelta(seconds=max(3 * interval, 2.0))
@@ -141,11 +148,13 @@ async def run_feed(
     feed: Feed, signals: Signals, name: str, *, refresh: float, stats: FeedStats, holder: str, lease: str = FEED_LEASE
 ) -> None:
     """Polls while this replica holds the feed's lease, until cancelled; the forecast is
-    refreshed at most once per `refresh` (once a day while the feed's plan has none). Each
+    refreshed at most once per `refresh` (once a day while the feed's plan has none), and as soon as a
+    recording issues its next one. Each
     signal's feed runs in a loop of its own, under a lease of its own: one feed waiting on a
     slow API, or failing, never delays another."""
     loop = asyncio.get_running_loop()
     forecast_due = loop.time()
+    issued = _issue(feed)
     leading = False
     try:
         while True:
@@ -156,7 +165,8 @@ async def run_feed(
                 log.info("feed.leading" if leading else "feed.following", extra={"feed": feed.source, "signal": name})
             if leading:
                 await poll_once(feed, signals, name, stats)
-                if feed.has_forecast and loop.time() >= forecast_due:
+                if feed.has_forecast and (loop.time() >= forecast_due or _issue(feed) != issued):
+                    issued = _issue(feed)
                     available = await refresh_forecast(feed, signals, name, stats)
                     forecast_due = loop.time() + (refresh if available else FORECAST_UNAVAILABLE_RETRY)
             wait = feed.interval(refresh)

@@ -405,3 +405,18 @@ async def test_sigterm_kills_a_service_that_does_not_stop_within_the_grace(sessi
     assert re.search(r"up\.killed service=scheduler pid=" + str(frozen), log), log
     assert scheduler_child(up) is None
     assert postmaster_pid(session.data_dir) is None, "the embedded PostgreSQL outlived `lowtide up`"
+
+
+def test_up_recorded_without_demo_is_refused_saying_what_to_do(tmp_path: Path) -> None:
+    env = user_env(tmp_path / "data", f"127.0.0.1:{free_port()}")
+    done = subprocess.run(
+        [sys.executable, "-m", "lowtide", "up", "--recorded"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--demo --recorded" in done.stderr and 'feed = "recorded"' in done.stderr
+    assert not (tmp_path / "data").exists()

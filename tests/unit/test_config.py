@@ -105,7 +105,7 @@ BAD_VALUES = [
     ("LOWTIDE_COST_ON_STALE", "maybe", "[cost] on_stale): must be one of 'hold', 'release', not 'maybe'"),
     ("LOWTIDE_COST_SIGNAL", "", "[cost] signal): must not be empty"),
     ("LOWTIDE_SIGNAL_LISTEN", "localhost:-1", "[signal] listen): must be host:port with a port from 0 to 65535"),
-    ("LOWTIDE_SIGNAL_FEED", "ukci", "[signal] feed): must be one of 'static', 'replay', 'uk-carbon-intensity'"),
+    ("LOWTIDE_SIGNAL_FEED", "ukci", "[signal] feed): must be one of 'static', 'replay', 'recorded', 'uk-"),
     ("LOWTIDE_SIGNAL_STALE_AFTER", "0s", "[signal] stale_after): must be between 1s and 8784h"),
     ("LOWTIDE_SIGNAL_REFRESH", "0s", "[signal] refresh): must be between 100ms and 24h"),
     ("LOWTIDE_SIGNAL_REPLAY_SPEED", "0", "[signal] replay_speed): must be above 0 and at most 1e+09, not 0"),
