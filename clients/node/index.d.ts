@@ -152,6 +152,8 @@ export interface SubmitOptions {
   /** An attempt running longer fails (and may be retried); the activity sees it as ctx.deadline. */
   startToCloseTimeoutMs?: number;
   headers?: Record<string, string>;
+  /** The pools it may run in (each a configured [pools.NAME]); none: any pool that runs its type. */
+  pools?: string[];
 }
 
 /** A promise-based client of SchedulerService. */

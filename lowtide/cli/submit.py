@@ -88,6 +88,7 @@ def _headers(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _submit_options(args: argparse.Namespace, idempotency_key: str | None) -> TaskOptions:
+    pool, pools = _pools(args)
     options: TaskOptions = {
         "idempotency_key": idempotency_key,
         "queue": args.queue,
@@ -102,7 +103,8 @@ def _submit_options(args: argparse.Namespace, idempotency_key: str | None) -> Ta
         "start_to_close_timeout": args.start_to_close,
         "heartbeat_timeout": args.heartbeat_timeout,
         "max_defer": args.max_defer,
-        "pool": args.pool,
+        "pool": pool,
+        "pools": pools,
         "start_at": args.start_at,
         "start_in": args.start_in,
         "start_tolerance": args.tolerance,
@@ -114,6 +116,16 @@ def _submit_options(args: argparse.Namespace, idempotency_key: str | None) -> Ta
     if args.on_miss:
         options["on_miss"] = args.on_miss.replace("-", "_")
     return options
+
+
+def _pools(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """`--pool`: the pool a fixed start reserves (one), or the pools any other task may run in."""
+    named: list[str] = args.pool or []
+    if args.start_at is not None or args.start_in is not None:
+        if len(named) > 1:
+            raise InvalidArgument("--pool", "a fixed start reserves capacity in one pool")
+        return (named[0] if named else ""), []
+    return "", named
 
 
 async def _say_if_no_worker(client: Client, task_id: int, which: str) -> None:
@@ -211,7 +223,13 @@ def add_submit(task_commands: Commands, parents: Parents) -> None:
     submit.add_argument("--start-to-close", type=duration, metavar="DURATION")
     submit.add_argument("--heartbeat-timeout", type=duration, metavar="DURATION", help="at least 1s")
     submit.add_argument("--max-defer", type=duration, metavar="DURATION", help="longest a cost hold may defer it")
-    submit.add_argument("--pool", default="", help="the pool whose capacity a fixed start reserves")
+    submit.add_argument(
+        "--pool",
+        action="append",
+        metavar="NAME",
+        help="a pool the task may run in (repeatable; none: any that runs its type); "
+        "for a fixed start, the one pool whose capacity it reserves",
+    )
     submit.add_argument("--start-at", type=timestamp, metavar="TIME", help="fixed start, ISO 8601")
     submit.add_argument("--start-in", type=duration, metavar="DURATION", help="fixed start, from now")
     submit.add_argument("--tolerance", type=duration, metavar="DURATION", help="fixed start tolerance (1s)")

@@ -1,4 +1,4 @@
--- lowtide's schema after migration 0023_forecast_calibration.sql: what the migrations in
+-- lowtide's schema after migration 0024_task_pools.sql: what the migrations in
 -- lowtide/db/migrations make, one table whole in one place. Written by `make schema`
 -- (scripts/schema_snapshot.py), never by hand; the migrations are what a database runs.
 
@@ -270,6 +270,8 @@ CREATE TABLE lowtide.tasks (
     submitted_by text,
     headers jsonb DEFAULT '{}'::jsonb NOT NULL,
     heartbeat_details bytea,
+    pools text[],
+    planned_pool text,
     CONSTRAINT tasks_kind_check CHECK ((kind = ANY (ARRAY['activity'::text, 'workflow'::text]))),
     CONSTRAINT tasks_on_miss_check CHECK ((on_miss = ANY (ARRAY['run_late'::text, 'skip'::text]))),
     CONSTRAINT tasks_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'timed_out'::text, 'skipped'::text, 'shed'::text])))

@@ -80,6 +80,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
             max_payload=self._config.scheduler.max_payload_bytes,
             type_defaults=self._config.types,
             resources=self._config.resources,
+            pools=self._config.pools,
         )
 
     def _who(self, context: Context) -> TokenEntry | None:

@@ -247,6 +247,7 @@ class Dispatcher:
                 limits=self.limits(),
                 held=self.held_map(key),
                 signal=self.holds.value,
+                pool=key.pool,
             )
             sent = await self._send(taken, rows, claimed_ns)
         full = fixed_full or resources_full or (sent and len(rows) == wanted)

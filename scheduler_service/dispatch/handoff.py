@@ -46,6 +46,8 @@ class Handoff:
             key = group.key
             if task.queue not in key.queues or task.activity_type not in key.activity_types:
                 continue
+            if task.pools and key.pool not in task.pools:
+                continue
             if task.activity_type in self._dispatcher.held_map(key).get(task.queue, frozenset()):
                 continue
             for session in group.members.values():

@@ -65,6 +65,9 @@ class NewTask:
     planned_release_at: datetime | None = None
     planned_intensity: float | None = None
     plan_reason: str | None = None
+    # The pools it may run in (empty: any), and the one its plan placed it in.
+    pools: tuple[str, ...] = ()
+    planned_pool: str | None = None
     # Sent to the worker of every attempt (a trace context, say); validated by wire.inbound.headers.
     headers: Mapping[str, str] = field(default_factory=dict)
 

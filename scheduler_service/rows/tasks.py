@@ -69,6 +69,8 @@ class TaskRow:
     plan_reason: str | None
     submitted_by: str | None
     headers: dict[str, str]
+    pools: list[str] | None
+    planned_pool: str | None
     # The tasks this one depends on, ascending; None for none.
     depends_on: list[int] | None
     # The newest heartbeat details its activity reported; None for none (and in a listing).

@@ -42,6 +42,16 @@ t.id, t.attempt, t.worker_id, t.queue, t.kind, t.activity_type, t.payload, t.max
           t.hold_deadline, CASE WHEN t.planned_release_at IS NOT NULL AND t.attempt = 1 THEN t.created_at END
           AS planned_since, t.signal_at_dispatch, t.signal_at_submit
 
+-- _pool_allows --
+-- The task (t) may run in the claiming workers' pool %(pool)s: it names no pools, or names this
+-- one and was placed here by its plan (or nowhere), or its latest start has come (a release lead
+-- before it, as the hold lets go), from when any pool it names may take it. A row of a task
+-- naming pools is read and dropped here by the other pools' claims only once it is due.
+(t.pools IS NULL
+ OR %(pool)s::text = ANY(t.pools)
+    AND (t.planned_pool IS NULL OR t.planned_pool = %(pool)s::text
+         OR t.latest_start - %(release_lead)s::interval <= now()))
+
 -- _claim_slots --
 -- The free slots a claim fills, in the order rows are handed out (domain.dispatch.hand_out): one
 -- slot of every worker of %(workers)s in turn (the dispatcher rotates who is first), while each
@@ -99,7 +109,7 @@ candidates AS (
         SELECT t.id, t.priority, t.run_at
         FROM lowtide.tasks t
         WHERE t.state = 'pending' AND t.start_at IS NULL AND t.resources IS NULL AND t.queue = p.queue
-          AND t.activity_type = p.activity_type AND t.run_at <= now()
+          AND t.activity_type = p.activity_type AND t.run_at <= now() AND {{_pool_allows}}
         ORDER BY t.priority DESC, t.run_at, t.id
         LIMIT p.cap
     ) c
@@ -111,7 +121,7 @@ candidates AS (
         FROM lowtide.tasks t
         WHERE t.state = 'pending' AND t.kind = 'workflow' AND t.start_at IS NULL AND t.resources IS NULL
           AND t.queue = p.queue
-          AND t.activity_type = p.activity_type AND t.run_at <= now()
+          AND t.activity_type = p.activity_type AND t.run_at <= now() AND {{_pool_allows}}
         ORDER BY t.priority DESC, t.run_at, t.id
         LIMIT p.cap
     ) c
@@ -123,6 +133,7 @@ candidates AS (
         FROM lowtide.tasks t
         WHERE t.state = 'pending' AND t.hold_deadline IS NOT NULL AND t.resources IS NULL AND t.queue = p.queue
           AND t.activity_type = p.activity_type AND t.hold_deadline <= now() AND t.run_at <= now()
+          AND {{_pool_allows}}
         ORDER BY t.hold_deadline
         LIMIT p.cap
     ) c
@@ -167,7 +178,7 @@ locked AS (
     SELECT t.id
     FROM lowtide.tasks t
     WHERE t.state = 'pending' AND t.start_at IS NULL AND t.resources IS NULL AND t.queue = %(queue)s::text
-      AND t.activity_type = %(activity_type)s::text AND t.run_at <= now()
+      AND t.activity_type = %(activity_type)s::text AND t.run_at <= now() AND {{_pool_allows}}
       AND EXISTS (SELECT 1 FROM live)
       AND NOT EXISTS (SELECT 1 FROM lowtide.queues q WHERE q.name = %(queue)s::text AND q.paused)
     ORDER BY t.priority DESC, t.run_at, t.id
@@ -250,7 +261,7 @@ WHERE t.state = 'pending' AND t.resources IS NOT NULL AND t.run_at <= now()
   AND t.queue = ANY(%(queues)s::text[]) AND t.activity_type = ANY(%(types)s::text[])
   AND t.queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
   AND (t.start_at IS NOT NULL AND t.pool = %(pool)s AND {{_fixed_claimable}}
-       OR t.start_at IS NULL
+       OR t.start_at IS NULL AND {{_pool_allows}}
           AND NOT (t.kind = 'activity' AND (t.queue || E'\x1f' || t.activity_type) = ANY(%(held)s::text[])))
 ORDER BY (t.start_at IS NOT NULL) DESC, t.priority DESC, t.run_at, t.id
 LIMIT %(limit)s

@@ -9,7 +9,8 @@ INSERT INTO lowtide.tasks (
     schedule_to_start_ms, start_to_close_ms, heartbeat_ms, schedule_to_start_deadline,
     max_defer_ms, hold_deadline, signal_at_submit,
     pool, start_at, start_tolerance_ms, on_miss, estimated_duration_ms, run_at, deps_pending, resources,
-    latest_start, planned_release_at, planned_intensity, plan_reason, submitted_by, headers
+    latest_start, planned_release_at, planned_intensity, plan_reason, submitted_by, headers,
+    pools, planned_pool
 )
 SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_key,
        n.max_attempts, n.initial_backoff_ms, n.backoff_coefficient, n.max_backoff_ms,
@@ -29,7 +30,7 @@ SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_ke
             ELSE COALESCE(n.start_at, GREATEST(n.planned_release_at, now()), now()) END,
        n.deps_pending, n.resources::jsonb,
        n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason, %(submitted_by)s::text,
-       n.headers::jsonb
+       n.headers::jsonb, string_to_array(n.allowed_pools, E'\x1f'), n.planned_pool
 FROM unnest(
     %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
     %(priorities)s::int[], %(idempotency_keys)s::text[], %(max_attempts)s::int[],
@@ -39,12 +40,13 @@ FROM unnest(
     %(start_ats)s::timestamptz[], %(start_tolerance_ms)s::bigint[], %(on_miss)s::text[],
     %(estimated_duration_ms)s::bigint[], %(deps_pending)s::int[], %(resources)s::text[],
     %(latest_starts)s::timestamptz[], %(planned_release_ats)s::timestamptz[], %(planned_intensities)s::float8[],
-    %(plan_reasons)s::text[], %(headers)s::text[]
+    %(plan_reasons)s::text[], %(headers)s::text[], %(allowed_pools)s::text[], %(planned_pools)s::text[]
 ) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, idempotency_key, max_attempts,
                       initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable,
                       schedule_to_start_ms, start_to_close_ms, heartbeat_ms, max_defer_ms, pool,
                       start_at, start_tolerance_ms, on_miss, estimated_duration_ms, deps_pending, resources,
-                      latest_start, planned_release_at, planned_intensity, plan_reason, headers, ord)
+                      latest_start, planned_release_at, planned_intensity, plan_reason, headers,
+                      allowed_pools, planned_pool, ord)
 ORDER BY n.ord
 ON CONFLICT (idempotency_key, submitted_by) WHERE idempotency_key IS NOT NULL DO NOTHING
 
@@ -87,7 +89,7 @@ WITH inserted AS (
         backoff_coefficient, max_backoff_ms, non_retryable_error_types, schedule_to_start_ms,
         start_to_close_ms, heartbeat_ms, schedule_to_start_deadline, max_defer_ms, hold_deadline,
         signal_at_submit, pool, estimated_duration_ms, run_at, resources, latest_start,
-        planned_release_at, planned_intensity, plan_reason, submitted_by, headers,
+        planned_release_at, planned_intensity, plan_reason, submitted_by, headers, pools, planned_pool,
         state, attempt, worker_id, started_at, close_deadline, heartbeat_deadline, signal_at_dispatch
     )
     SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.max_attempts, n.initial_backoff_ms,
@@ -100,7 +102,7 @@ WITH inserted AS (
                 THEN LEAST(n.latest_start - %(release_lead)s::interval, n.planned_release_at) END,
            %(signal)s::float8, n.pool, n.estimated_duration_ms, GREATEST(n.planned_release_at, now()),
            n.resources::jsonb, n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason,
-           %(submitted_by)s::text, n.headers::jsonb,
+           %(submitted_by)s::text, n.headers::jsonb, string_to_array(n.allowed_pools, E'\x1f'), n.planned_pool,
            CASE WHEN h.worker_id IS NULL THEN 'pending' ELSE 'running' END,
            CASE WHEN h.worker_id IS NULL THEN 0 ELSE 1 END,
            h.worker_id, h.at, h.at + n.start_to_close_ms * interval '1 millisecond',
@@ -112,12 +114,13 @@ WITH inserted AS (
         %(schedule_to_start_ms)s::bigint[], %(start_to_close_ms)s::bigint[], %(heartbeat_ms)s::bigint[],
         %(max_defer_ms)s::bigint[], %(pools)s::text[], %(estimated_duration_ms)s::bigint[],
         %(resources)s::text[], %(latest_starts)s::timestamptz[], %(planned_release_ats)s::timestamptz[],
-        %(planned_intensities)s::float8[], %(plan_reasons)s::text[], %(headers)s::text[], %(workers)s::text[]
+        %(planned_intensities)s::float8[], %(plan_reasons)s::text[], %(headers)s::text[], %(workers)s::text[],
+        %(allowed_pools)s::text[], %(planned_pools)s::text[]
     ) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, max_attempts, initial_backoff_ms,
                           backoff_coefficient, max_backoff_ms, non_retryable, schedule_to_start_ms,
                           start_to_close_ms, heartbeat_ms, max_defer_ms, pool, estimated_duration_ms,
                           resources, latest_start, planned_release_at, planned_intensity, plan_reason,
-                          headers, worker, ord)
+                          headers, worker, allowed_pools, planned_pool, ord)
     LEFT JOIN LATERAL (
         SELECT n.worker AS worker_id, now() AS at
         WHERE n.worker IS NOT NULL

@@ -18,7 +18,7 @@ t.id, t.queue, t.kind, t.activity_type, t.priority, t.idempotency_key, t.state, 
        t.signal_at_dispatch, t.pool, t.start_at, t.start_tolerance_ms, t.on_miss, t.estimated_duration_ms,
        t.missed, t.miss_reason, t.start_hit, t.deps_pending, t.has_dependents, t.shed_reason, t.resources,
        t.latest_start, t.planned_release_at, t.planned_intensity, t.plan_reason, t.submitted_by,
-       t.headers, (SELECT array_agg(d.depends_on ORDER BY d.depends_on) FROM lowtide.task_dependencies d
+       t.headers, t.pools, t.planned_pool, (SELECT array_agg(d.depends_on ORDER BY d.depends_on) FROM lowtide.task_dependencies d
         WHERE d.task_id = t.id) AS depends_on
 
 -- get_task --

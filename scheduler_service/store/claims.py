@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from scheduler_service.domain.claim_plan import ClaimPlan, plan_claim
+from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.domain.resources import free, pick
 from scheduler_service.rows.claims import ClaimedRow, ResourceCandidate, ResourceUse, RunningCount, RunningOn
 from scheduler_service.store.base import SEPARATOR, Q, StoreBase
@@ -23,6 +24,7 @@ class ClaimStore(StoreBase):
         limits: Mapping[str, int],
         held: Mapping[str, frozenset[str]] | None = None,
         signal: float | None = None,
+        pool: str = "default",
     ) -> list[ClaimedRow]:
         """Claims up to one task per free slot of `slots` ((worker id, free slots), in the order
         of domain.dispatch.take_slots: rows go to them as domain.dispatch.hand_out says) in one
@@ -33,7 +35,8 @@ class ClaimStore(StoreBase):
         Types with a concurrency limit are locked and counted inside the same transaction, so
         replicas claiming at once never overshoot a limit together. Claims run on the connections
         that keep one generic plan per statement (lowtide.db.connector, _GENERIC_PLANS). `held`
-        maps a queue to the types a cost hold holds on it; `signal` is recorded on each claimed task.
+        maps a queue to the types a cost hold holds on it; `signal` is recorded on each claimed task;
+        `pool` is the workers' pool (a task naming pools runs only in those, see _pool_allows).
         """
         limit = sum(free for _, free in slots)
         if limit == 0:
@@ -43,7 +46,7 @@ class ClaimStore(StoreBase):
             # Nothing to count first: one statement, committed on its own (no BEGIN and COMMIT
             # round trips around it).
             plan = plan_claim(queues, worker_types, 2 * limit, limits=limits, running={}, held=held)
-            sql, params = _claim_statement(slots, plan, limit, signal)
+            sql, params = _claim_statement(slots, plan, limit, signal, pool)
             return await self.db.fetch_as(ClaimedRow, sql, params, planned=True)
         async with self.db.transaction(planned=True) as tx:
             await tx.execute(Q["lock_types"], {"types": limited})
@@ -52,7 +55,7 @@ class ClaimStore(StoreBase):
             plan = plan_claim(queues, worker_types, 2 * limit, limits=limits, running=running, held=held)
             if plan.empty:
                 return []
-            sql, params = _claim_statement(slots, plan, limit, signal)
+            sql, params = _claim_statement(slots, plan, limit, signal, pool)
             return await tx.fetch_as(ClaimedRow, sql, params)
 
     async def claim_fixed_due(
@@ -108,6 +111,7 @@ class ClaimStore(StoreBase):
                     "types": list(worker_types),
                     "held": held_pairs,
                     "limit": room * 4,
+                    "release_lead": RELEASE_LEAD,
                 },
             )
             available = free(capacities, used)
@@ -159,20 +163,24 @@ class ClaimStore(StoreBase):
 
 
 def _claim_statement(
-    slots: Sequence[tuple[str, int]], plan: ClaimPlan, limit: int, signal: float | None
+    slots: Sequence[tuple[str, int]], plan: ClaimPlan, limit: int, signal: float | None, pool: str
 ) -> tuple[str, dict[str, object]]:
     """The claim to run for `plan`: claim_pair when it has one open pair and nothing held (the
     rows are locked as they are read, no candidates), claim_tasks otherwise."""
     if len(plan.open) == 1 and not plan.held:
         queue, activity_type, cap = plan.open[0]
         params = {**_slot_params(slots), "queue": queue, "activity_type": activity_type, "cap": min(cap, limit)}
-        return Q["claim_pair"], {**params, "signal": signal}
-    return Q["claim_tasks"], _claim_params(slots, plan, signal)
+        return Q["claim_pair"], {**params, "signal": signal, "pool": pool, "release_lead": RELEASE_LEAD}
+    return Q["claim_tasks"], _claim_params(slots, plan, signal, pool)
 
 
-def _claim_params(slots: Sequence[tuple[str, int]], plan: ClaimPlan, signal: float | None) -> dict[str, object]:
+def _claim_params(
+    slots: Sequence[tuple[str, int]], plan: ClaimPlan, signal: float | None, pool: str
+) -> dict[str, object]:
     return {
         **_slot_params(slots),
+        "pool": pool,
+        "release_lead": RELEASE_LEAD,
         "queues": [p[0] for p in plan.open],
         "types": [p[1] for p in plan.open],
         "caps": [p[2] for p in plan.open],

@@ -53,6 +53,8 @@ def _task_columns(tasks: Sequence[NewTask]) -> dict[str, list[Any]]:
         "planned_intensities": [t.planned_intensity for t in tasks],
         "plan_reasons": [t.plan_reason for t in tasks],
         "headers": [json.dumps(dict(t.headers)) for t in tasks],
+        "allowed_pools": [SEPARATOR.join(t.pools) or None for t in tasks],
+        "planned_pools": [t.planned_pool for t in tasks],
     }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -258,6 +258,26 @@ def dependencies(ids: Sequence[int]) -> tuple[int, ...]:
     return tuple(sorted(set(ids)))
 
 
+# The most pools one task may name.
+MAX_POOLS = 16
+
+
+def task_pools(names: Sequence[str], known: Collection[str]) -> tuple[str, ...]:
+    """The pools a task may run in, each a configured one ("default" is always known), at most
+    MAX_POOLS, in the order named without repeats."""
+    if len(names) > MAX_POOLS:
+        raise InvalidArgument("pools", f"{len(names)} pools is over the limit of {MAX_POOLS}")
+    out: list[str] = []
+    for value in names:
+        pool = name("pools", value)
+        if pool != "default" and pool not in known:
+            shown = ", ".join(sorted({"default", *known}))
+            raise InvalidArgument("pools", f"no pool {pool!r} is configured (known: {shown})")
+        if pool not in out:
+            out.append(pool)
+    return tuple(out)
+
+
 def new_task(
     spec: task_pb2.TaskSpec,
     *,
@@ -266,6 +286,7 @@ def new_task(
     type_defaults: Mapping[str, TypeConfig] | None = None,
     now: datetime | None = None,
     resources: Mapping[str, int] | None = None,
+    pools: Collection[str] = (),
 ) -> NewTask:
     if spec.kind not in PROTO_TO_KIND:
         raise InvalidArgument("kind", f"unknown task kind {spec.kind}")
@@ -287,6 +308,8 @@ def new_task(
     latest, duration = (None, None) if fixed else latest_start(spec, type_config, max_defer, moment)
     if fixed and (spec.HasField("deadline") or spec.HasField("latest_start")):
         raise InvalidArgument("deadline", "a fixed start has no deadline: its start is fixed")
+    if fixed and spec.pools:
+        raise InvalidArgument("pools", "a fixed start runs in the pool it reserves (pool), not in several")
     return NewTask(
         queue=name("queue", spec.queue, default="default"),
         kind=PROTO_TO_KIND[spec.kind],
@@ -306,6 +329,7 @@ def new_task(
         latest_start=latest,
         duration=duration,
         headers=headers(spec.headers),
+        pools=task_pools(spec.pools, pools) if spec.pools else (),
     )
 
 

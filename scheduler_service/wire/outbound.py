@@ -96,6 +96,8 @@ def task_message(row: TaskRow) -> task_pb2.Task:
         plan_reason=row.plan_reason or "",
         headers=row.headers,
         heartbeat_details=row.heartbeat_details or b"",
+        pools=row.pools or [],
+        planned_pool=row.planned_pool or "",
     )
 
 

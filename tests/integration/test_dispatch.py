@@ -298,6 +298,8 @@ async def test_a_claim_locks_only_the_rows_it_takes(database_url: str) -> None:
                     "held_types": [],
                     "held_caps": [],
                     "signal": None,
+                    "pool": "default",
+                    "release_lead": timedelta(seconds=1),
                 }
                 first = await open_claim.fetch(Q["claim_tasks"], params)
                 second = await store.claim(
@@ -341,6 +343,8 @@ async def test_a_claim_of_one_type_takes_rows_off_the_index_past_those_another_c
                 "activity_type": "a",
                 "cap": 3,
                 "signal": None,
+                "pool": "default",
+                "release_lead": timedelta(seconds=1),
             }
             async with db.transaction() as open_claim:
                 first = await open_claim.fetch(Q["claim_pair"], params)

@@ -35,6 +35,8 @@ class SchedulerClient {
     if (options.heartbeatTimeoutMs) task.heartbeat_timeout = fromMillis(options.heartbeatTimeoutMs);
     if (options.startToCloseTimeoutMs) task.start_to_close_timeout = fromMillis(options.startToCloseTimeoutMs);
     if (Object.keys(encoded.headers).length > 0) task.headers = encoded.headers;
+    // The pools it may run in (configured [pools.NAME]); none: any pool that runs its type.
+    if (options.pools && options.pools.length > 0) task.pools = [...options.pools];
     const response = await this._call('SubmitTask', { task });
     return response.task;
   }

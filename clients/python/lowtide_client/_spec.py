@@ -57,6 +57,9 @@ class TaskOptions(TypedDict, total=False):
     resources: Mapping[str, int] | None
     deadline: datetime | None
     latest_start: datetime | None
+    # The pools it may run in (each a configured [pools.NAME]); none: any that runs its type. A
+    # deferrable task with a latest start and several pools runs where and when it is cheapest.
+    pools: Sequence[str]
     # Carried to the worker of every attempt (a trace context, say); see TaskSpec.headers.
     headers: Mapping[str, str] | None
 
@@ -73,8 +76,9 @@ def task_spec(activity_type: str, payload: bytes | str = b"", **options: Unpack[
     """
     if not activity_type:
         raise ValueError("activity_type must not be empty")
-    if isinstance(options.get("non_retryable_error_types"), str):
-        raise TypeError("non_retryable_error_types must be a sequence of str, not a single str")
+    for listed in ("non_retryable_error_types", "pools"):
+        if isinstance(options.get(listed), str):
+            raise TypeError(f"{listed} must be a sequence of str, not a single str")
     spec = task_pb2.TaskSpec(
         queue=options.get("queue", "default"),
         kind=task_pb2.TaskKind.ValueType(options.get("kind", task_pb2.TASK_KIND_ACTIVITY)),
@@ -96,6 +100,7 @@ def task_spec(activity_type: str, payload: bytes | str = b"", **options: Unpack[
         if timeout is not None:
             getattr(spec, name).CopyFrom(_duration(name, timeout))
     spec.depends_on.extend(options.get("depends_on", ()))
+    spec.pools.extend(options.get("pools", ()))
     for name, moment in (("deadline", options.get("deadline")), ("latest_start", options.get("latest_start"))):
         if moment is not None:
             if moment.tzinfo is None:

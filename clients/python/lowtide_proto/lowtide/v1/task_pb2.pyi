@@ -203,6 +203,7 @@ class TaskSpec(_message.Message):
     DEADLINE_FIELD_NUMBER: _builtins.int
     LATEST_START_FIELD_NUMBER: _builtins.int
     HEADERS_FIELD_NUMBER: _builtins.int
+    POOLS_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """"default" when empty"""
     kind: Global___TaskKind.ValueType
@@ -289,6 +290,14 @@ class TaskSpec(_message.Message):
         keys and values together at most 8192 bytes.
         """
 
+    @_builtins.property
+    def pools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The pools the task may run in (each a configured [pools.NAME]; at most 16). Empty: any pool
+        that runs its type, as before. A deferrable task with a latest start and several pools is
+        planned on each pool's signal forecast and capacity and released in the pool and at the hour
+        that are cheapest; a worker of another allowed pool takes it only from its latest start on.
+        """
+
     def __init__(
         self,
         *,
@@ -314,10 +323,11 @@ class TaskSpec(_message.Message):
         deadline: _timestamp_pb2.Timestamp | None = ...,
         latest_start: _timestamp_pb2.Timestamp | None = ...,
         headers: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        pools: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "estimated_duration", b"estimated_duration", "heartbeat_timeout", b"heartbeat_timeout", "latest_start", b"latest_start", "max_defer", b"max_defer", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "deadline", b"deadline", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "headers", b"headers", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "latest_start", b"latest_start", "max_defer", b"max_defer", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "priority", b"priority", "queue", b"queue", "resources", b"resources", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "deadline", b"deadline", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "headers", b"headers", "heartbeat_timeout", b"heartbeat_timeout", "idempotency_key", b"idempotency_key", "kind", b"kind", "latest_start", b"latest_start", "max_defer", b"max_defer", "on_miss", b"on_miss", "payload", b"payload", "pool", b"pool", "pools", b"pools", "priority", b"priority", "queue", b"queue", "resources", b"resources", "retry_policy", b"retry_policy", "schedule_to_start_timeout", b"schedule_to_start_timeout", "start_at", b"start_at", "start_in", b"start_in", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -488,6 +498,8 @@ class Task(_message.Message):
     PLAN_REASON_FIELD_NUMBER: _builtins.int
     HEADERS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_DETAILS_FIELD_NUMBER: _builtins.int
+    POOLS_FIELD_NUMBER: _builtins.int
+    PLANNED_POOL_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     queue: _builtins.str
     kind: Global___TaskKind.ValueType
@@ -524,6 +536,7 @@ class Task(_message.Message):
     """The newest heartbeat details its activity reported (Heartbeat.details), kept after the
     attempt ends; empty in a listing and when none were reported.
     """
+    planned_pool: _builtins.str
     @_builtins.property
     def retry_policy(self) -> Global___RetryPolicy: ...
     @_builtins.property
@@ -564,6 +577,10 @@ class Task(_message.Message):
 
     @_builtins.property
     def headers(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def pools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The pools it may run in (TaskSpec.pools), and the one its plan chose (empty: none chosen)."""
+
     def __init__(
         self,
         *,
@@ -610,10 +627,12 @@ class Task(_message.Message):
         plan_reason: _builtins.str = ...,
         headers: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         heartbeat_details: _builtins.bytes = ...,
+        pools: _abc.Iterable[_builtins.str] | None = ...,
+        planned_pool: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity", "_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "created_at", b"created_at", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "heartbeat_timeout", b"heartbeat_timeout", "last_failure", b"last_failure", "latest_start", b"latest_start", "max_defer", b"max_defer", "planned_intensity", b"planned_intensity", "planned_release_at", b"planned_release_at", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity", "_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "dependencies_pending", b"dependencies_pending", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "headers", b"headers", "heartbeat_details", b"heartbeat_details", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "latest_start", b"latest_start", "max_defer", b"max_defer", "miss_reason", b"miss_reason", "missed", b"missed", "on_miss", b"on_miss", "payload", b"payload", "plan_reason", b"plan_reason", "planned_intensity", b"planned_intensity", "planned_release_at", b"planned_release_at", "pool", b"pool", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "resources", b"resources", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "shed_reason", b"shed_reason", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity", "_signal_at_dispatch", b"_signal_at_dispatch", "_signal_at_submit", b"_signal_at_submit", "_start_hit", b"_start_hit", "activity_type", b"activity_type", "attempt", b"attempt", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "dependencies_pending", b"dependencies_pending", "depends_on", b"depends_on", "estimated_duration", b"estimated_duration", "finished_at", b"finished_at", "headers", b"headers", "heartbeat_details", b"heartbeat_details", "heartbeat_timeout", b"heartbeat_timeout", "id", b"id", "idempotency_key", b"idempotency_key", "kind", b"kind", "last_failure", b"last_failure", "latest_start", b"latest_start", "max_defer", b"max_defer", "miss_reason", b"miss_reason", "missed", b"missed", "on_miss", b"on_miss", "payload", b"payload", "plan_reason", b"plan_reason", "planned_intensity", b"planned_intensity", "planned_pool", b"planned_pool", "planned_release_at", b"planned_release_at", "pool", b"pool", "pools", b"pools", "priority", b"priority", "queue", b"queue", "released_by", b"released_by", "resources", b"resources", "result", b"result", "retry_policy", b"retry_policy", "run_at", b"run_at", "schedule_to_start_timeout", b"schedule_to_start_timeout", "shed_reason", b"shed_reason", "signal_at_dispatch", b"signal_at_dispatch", "signal_at_submit", b"signal_at_submit", "start_at", b"start_at", "start_hit", b"start_hit", "start_to_close_timeout", b"start_to_close_timeout", "start_tolerance", b"start_tolerance", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__planned_intensity: _TypeAlias = _typing.Literal["planned_intensity"]  # noqa: Y015
     _WhichOneofArgType__planned_intensity: _TypeAlias = _typing.Literal["_planned_intensity", b"_planned_intensity"]  # noqa: Y015
