@@ -34,6 +34,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
+from lowtide.calibrated_forecast import planning_points
 from lowtide.forecast_calibration import Calibration, Issued, Record
 from lowtide.forecast_error import ErrorModel
 from scheduler_service.domain.demand import LOOKBACK, Submitted, expected_arrivals
@@ -139,8 +140,8 @@ class Learned:
         now = self._rows.times[k]
         issued = self._source.newest(k)
         actual = self._rows.values[k]
-        anchored = calibration.correct(issued.issued_at, issued.points, now=now, actual=actual)
-        points = [(now, actual, 0.0), *(p for p in anchored if p[0] > now)]
+        # Production's path: the scheduler plans on the same (scheduler_service.holds.cost).
+        points = planning_points(calibration, issued.issued_at, issued.points, now=now, actual=actual)
         forecast = Forecast.of(points, end=issued.points[-1][0] + ROW)
         self._cache[k] = forecast
         return forecast

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
@@ -11,6 +12,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from lowtide import errors
+from lowtide.forecast_calibration import Calibration
 from lowtide.grpc_status import abort, handles_errors
 from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
 from signal_service.domain import Point, SignalForecast, SignalState
@@ -51,16 +53,45 @@ def state_message(state: SignalState) -> signal_pb2.SignalState:
 def _points(points: Sequence[Point]) -> list[signal_pb2.SignalPoint]:
     return [
         signal_pb2.SignalPoint(
-            at=_timestamp(p.at), value=p.value, expected_error=p.expected_error, error_source=p.error_source
+            at=_timestamp(p.at),
+            value=p.value,
+            expected_error=p.expected_error,
+            error_source=p.error_source,
+            bias=p.bias,
         )
         for p in points
     ]
+
+
+def calibration_message(calibration: Calibration, lead_scale: float) -> signal_pb2.ForecastCalibration:
+    persistence = list(calibration.persistence) or [0.0] * len(calibration.buckets)
+    return signal_pb2.ForecastCalibration(
+        buckets=[
+            signal_pb2.CalibrationBucket(
+                from_hours=b.lo_h,
+                to_hours=0.0 if math.isinf(b.hi_h) else b.hi_h,
+                forecasts=b.forecasts,
+                samples=b.samples,
+                bias=b.bias,
+                error=b.stddev,
+                persistence=persists,
+            )
+            for b, persists in zip(calibration.buckets, persistence, strict=True)
+        ],
+        caution=calibration.caution,
+        caution_jobs=calibration.caution_jobs,
+        days=calibration.days,
+        lead_scale=lead_scale,
+        learned_at=_timestamp(calibration.at),
+    )
 
 
 def forecast_message(forecast: SignalForecast) -> signal_pb2.Forecast:
     message = signal_pb2.Forecast(points=_points(forecast.points), source=forecast.source, version=forecast.version)
     if forecast.issued_at is not None:
         message.issued_at.CopyFrom(_timestamp(forecast.issued_at))
+    if forecast.calibration is not None:
+        message.calibration.CopyFrom(calibration_message(forecast.calibration, forecast.lead_scale))
     return message
 
 
@@ -162,4 +193,6 @@ class SignalApi(signal_pb2_grpc.SignalServiceServicer):
         response = signal_pb2.GetForecastResponse(points=message.points, source=message.source, version=message.version)
         if message.HasField("issued_at"):
             response.issued_at.CopyFrom(message.issued_at)
+        if message.HasField("calibration"):
+            response.calibration.CopyFrom(message.calibration)
         return response

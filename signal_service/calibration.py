@@ -94,23 +94,31 @@ class Calibrations:
         return self._learned.get(name) or prior_calibration(now, self._prior)
 
     def apply(self, forecast: SignalForecast) -> SignalForecast:
-        """The forecast with every point stating an expected error and where it comes from."""
+        """The forecast with every point stating an expected error and where it comes from; of a
+        feed that states none, with the learned bias of each point and the calibration itself,
+        which the planner corrects the points with (lowtide.calibrated_forecast)."""
         if not forecast.points or forecast.issued_at is None:
             return forecast
         issued, scale = forecast.issued_at, self.scale(forecast.name)
         calibration = self.current(forecast.name, issued)
-        points = []
+        stated = []
         for p in forecast.points:
             if p.expected_error is not None:
-                points.append(dataclasses.replace(p, error_source=FEED))
+                stated.append(dataclasses.replace(p, error_source=FEED))
                 continue
             lead = (p.at - issued) * scale
-            points.append(
+            stated.append(
                 dataclasses.replace(
-                    p, expected_error=calibration.stddev(lead), error_source=error_source(calibration, lead)
+                    p,
+                    expected_error=calibration.stddev(lead),
+                    error_source=error_source(calibration, lead),
+                    bias=calibration.bias(lead),
                 )
             )
-        return dataclasses.replace(forecast, points=tuple(points))
+        if any(p.error_source == FEED for p in stated):
+            # The feed states its errors: planned on as stated, with no correction.
+            return dataclasses.replace(forecast, points=tuple(stated))
+        return dataclasses.replace(forecast, points=tuple(stated), calibration=calibration, lead_scale=scale)
 
     async def record_forecast(self, forecast: SignalForecast) -> None:
         if not forecast.points or forecast.issued_at is None:

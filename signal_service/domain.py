@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from lowtide.errors import InvalidArgument
+from lowtide.forecast_calibration import Calibration
 
 # Units whose values cannot be negative. Power prices can (and do) go below zero, so a signal in
 # any other unit may carry a negative value.
@@ -86,6 +87,8 @@ class Point:
     value: float
     expected_error: float | None = None
     error_source: str = ""
+    # The learned bias at the point's lead (actual / forecast - 1), when its error is not the feed's.
+    bias: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,10 @@ class SignalForecast:
     source: str
     version: int
     issued_at: datetime | None
+    # What the signal's calibration learned, when the points' errors are its (not the feed's),
+    # and the feed's time per wall-clock time its leads are counted in (a replay's speed).
+    calibration: Calibration | None = None
+    lead_scale: float = 1.0
 
 
 def is_high(value: float | None, threshold: float) -> bool:

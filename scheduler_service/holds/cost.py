@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 
+from lowtide.calibrated_forecast import planning_points
 from lowtide_client import SignalClient
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.channel import Security, keepalive_options, open_channel
@@ -29,8 +30,9 @@ from scheduler_service.domain.holds import (
     initial_hold,
     next_hold,
 )
-from scheduler_service.domain.planning import Forecast
+from scheduler_service.domain.planning import CAUTION, Forecast
 from scheduler_service.domain.timings import HoldEpisode
+from scheduler_service.wire.forecast import calibration_of
 
 log = logging.getLogger("lowtide.scheduler.cost")
 
@@ -77,6 +79,9 @@ class CostHolds:
         # The feed's forecast as of the latest state (None: the feed gives none), and where from.
         self.forecast: Forecast | None = None
         self.forecast_source = ""
+        # How many standard deviations of a point's error a plan allows for: the caution the
+        # signal's calibration found to pay on this feed, else the planner's default.
+        self.forecast_caution = CAUTION
         # Grows with every new forecast, so the planner knows when to plan again.
         self.forecast_version = 0
         # The feed's latest forecast as streamed by the signal service (None: none yet).
@@ -193,14 +198,28 @@ class CostHolds:
         start at the next interval. A new version tells the planner to plan again."""
         feed = self._feed_forecast
         now = self._clock()
-        # Each point with its expected error, when the feed states one (0: planned on as given).
-        points = [] if feed is None else [(p.at.ToDatetime(tzinfo=UTC), p.value, p.expected_error) for p in feed.points]
-        ahead = [(at, value, error) for at, value, error in points if at > now]
-        # The current value is known: it states no error.
-        known = [(now, state.value, 0.0)] if state.HasField("value") else []
-        forecast = Forecast.of(known + ahead) if len(known) + len(ahead) > 1 else None
-        if forecast != self.forecast:
+        actual = state.value if state.HasField("value") else None
+        calibration = calibration_of(feed.calibration) if feed is not None and feed.HasField("calibration") else None
+        caution = CAUTION
+        if feed is not None and calibration is not None:
+            # A bare feed: its points corrected by what the signal's calibration learned, as the
+            # carbon bench's `replanned_learned` mode does, with the caution that paid.
+            issued = feed.issued_at.ToDatetime(tzinfo=UTC)
+            bare = [(p.at.ToDatetime(tzinfo=UTC), p.value) for p in feed.points]
+            scale = feed.calibration.lead_scale or 1.0
+            points = planning_points(calibration, issued, bare, now=now, actual=actual, scale=scale)
+            caution = calibration.caution
+        else:
+            # Each point with its expected error, when the feed states one (0: planned on as given).
+            given = [] if feed is None else feed.points
+            raw = [(p.at.ToDatetime(tzinfo=UTC), p.value, p.expected_error) for p in given]
+            # The current value is known: it states no error.
+            known = [] if actual is None else [(now, actual, 0.0)]
+            points = known + [(at, value, error) for at, value, error in raw if at > now]
+        forecast = Forecast.of(points) if len(points) > 1 else None
+        if forecast != self.forecast or caution != self.forecast_caution:
             self.forecast = forecast
+            self.forecast_caution = caution
             self.forecast_source = feed.source if feed is not None and forecast is not None else ""
             self.forecast_version += 1
 
@@ -213,7 +232,12 @@ class CostHolds:
         if feed is None or not feed.points:
             return f"no forecast from the feed{value}"
         issued = f" issued {feed.issued_at.ToDatetime().strftime('%H:%M:%S')}Z" if feed.HasField("issued_at") else ""
-        return f"{feed.source} #{feed.version}{issued}, {len(feed.points)} points{value}"
+        origin = f"{feed.source} #{feed.version}{issued}, {len(feed.points)} points{value}"
+        if feed.HasField("calibration"):
+            learned = feed.calibration
+            record = f"learned over {learned.days:.1f} days" if learned.days else "the prior's"
+            origin += f"; bias and error {record}, caution {self.forecast_caution:g}"
+        return origin
 
     def _restart_stale_timer(self, version: int) -> None:
         """Counts stale_after from the arrival of a new version (a resubscription's first

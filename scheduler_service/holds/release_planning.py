@@ -48,7 +48,7 @@ def plan_tasks(
     now = now or datetime.now(UTC)
     low = not holds.state.active
     pool = Capacity(max(1, capacity), tuple(committed))
-    plans = plan(tasks, holds.forecast, pool, now, signal_low=low, expected=expected)
+    plans = plan(tasks, holds.forecast, pool, now, signal_low=low, caution=holds.forecast_caution, expected=expected)
     # Which forecast a plan came from, so `task explain` can say so.
     origin = holds.forecast_origin
     return [replace(p, reason=f"{p.reason} (forecast: {origin})") if p.kind is PlanKind.FORECAST else p for p in plans]

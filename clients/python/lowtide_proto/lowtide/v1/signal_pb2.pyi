@@ -81,6 +81,7 @@ class SignalPoint(_message.Message):
     VALUE_FIELD_NUMBER: _builtins.int
     EXPECTED_ERROR_FIELD_NUMBER: _builtins.int
     ERROR_SOURCE_FIELD_NUMBER: _builtins.int
+    BIAS_FIELD_NUMBER: _builtins.int
     value: _builtins.float
     expected_error: _builtins.float
     """A forecast point's expected relative error, one standard deviation (0.05 is 5 %), when the
@@ -91,6 +92,12 @@ class SignalPoint(_message.Message):
     N days" (the signal's calibration, from the forecasts the feed issued and the values that
     came), or "prior" (too little record yet at this lead). Empty on history points.
     """
+    bias: _builtins.float
+    """A forecast point's learned bias at its lead (actual / forecast - 1 over the feed's record:
+    -0.1 means the values that came were 10 % under the forecast), when its error is the
+    calibration's or the prior's (0 until learned); unset when the feed states its own error,
+    and on history points.
+    """
     @_builtins.property
     def at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -100,16 +107,114 @@ class SignalPoint(_message.Message):
         value: _builtins.float = ...,
         expected_error: _builtins.float | None = ...,
         error_source: _builtins.str = ...,
+        bias: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_error", b"_expected_error", "at", b"at", "expected_error", b"expected_error"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_bias", b"_bias", "_expected_error", b"_expected_error", "at", b"at", "bias", b"bias", "expected_error", b"expected_error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_error", b"_expected_error", "at", b"at", "error_source", b"error_source", "expected_error", b"expected_error", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bias", b"_bias", "_expected_error", b"_expected_error", "at", b"at", "bias", b"bias", "error_source", b"error_source", "expected_error", b"expected_error", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__bias: _TypeAlias = _typing.Literal["bias"]  # noqa: Y015
+    _WhichOneofArgType__bias: _TypeAlias = _typing.Literal["_bias", b"_bias"]  # noqa: Y015
     _WhichOneofReturnType__expected_error: _TypeAlias = _typing.Literal["expected_error"]  # noqa: Y015
     _WhichOneofArgType__expected_error: _TypeAlias = _typing.Literal["_expected_error", b"_expected_error"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__bias) -> _WhichOneofReturnType__bias | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__expected_error) -> _WhichOneofReturnType__expected_error | None: ...
 
 Global___SignalPoint: _TypeAlias = SignalPoint  # noqa: Y015
+
+@_typing.final
+class ForecastCalibration(_message.Message):
+    """What a signal's calibration learned from its feed's record (the forecasts the feed issued and
+    the values that came), for a planner to plan on the error the feed makes: take each point's
+    bias out, move the points after now by as much of the error the forecast makes now as
+    persists, weigh each point by its error, with the caution that paid on this feed. Absent when
+    the feed states its own errors.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUCKETS_FIELD_NUMBER: _builtins.int
+    CAUTION_FIELD_NUMBER: _builtins.int
+    CAUTION_JOBS_FIELD_NUMBER: _builtins.int
+    DAYS_FIELD_NUMBER: _builtins.int
+    LEAD_SCALE_FIELD_NUMBER: _builtins.int
+    LEARNED_AT_FIELD_NUMBER: _builtins.int
+    caution: _builtins.float
+    """How many standard deviations of a point's error a later start is scored above its value."""
+    caution_jobs: _builtins.int
+    """The jobs re-played on the record to choose the caution (0: the prior's caution)."""
+    days: _builtins.float
+    """The span of the record it was learned from."""
+    lead_scale: _builtins.float
+    """The feed's time per wall-clock time, which leads are counted in: 1 for a live feed, a
+    replay's speed for a replayed one.
+    """
+    @_builtins.property
+    def buckets(self) -> _containers.RepeatedCompositeFieldContainer[Global___CalibrationBucket]:
+        """By lead time, in time order."""
+
+    @_builtins.property
+    def learned_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        buckets: _abc.Iterable[Global___CalibrationBucket] | None = ...,
+        caution: _builtins.float = ...,
+        caution_jobs: _builtins.int = ...,
+        days: _builtins.float = ...,
+        lead_scale: _builtins.float = ...,
+        learned_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["learned_at", b"learned_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["buckets", b"buckets", "caution", b"caution", "caution_jobs", b"caution_jobs", "days", b"days", "lead_scale", b"lead_scale", "learned_at", b"learned_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForecastCalibration: _TypeAlias = ForecastCalibration  # noqa: Y015
+
+@_typing.final
+class CalibrationBucket(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FROM_HOURS_FIELD_NUMBER: _builtins.int
+    TO_HOURS_FIELD_NUMBER: _builtins.int
+    FORECASTS_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
+    BIAS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    PERSISTENCE_FIELD_NUMBER: _builtins.int
+    from_hours: _builtins.float
+    """Leads in [from_hours, to_hours) (in the feed's time); to_hours is 0 on the last, open one."""
+    to_hours: _builtins.float
+    forecasts: _builtins.int
+    """Forecasts and points it was learned from (0: the prior's figures)."""
+    samples: _builtins.int
+    bias: _builtins.float
+    """actual / forecast - 1, and the relative error around it (one standard deviation)."""
+    error: _builtins.float
+    persistence: _builtins.float
+    """How much of the error a forecast makes now is still there this much later."""
+    def __init__(
+        self,
+        *,
+        from_hours: _builtins.float = ...,
+        to_hours: _builtins.float = ...,
+        forecasts: _builtins.int = ...,
+        samples: _builtins.int = ...,
+        bias: _builtins.float = ...,
+        error: _builtins.float = ...,
+        persistence: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bias", b"bias", "error", b"error", "forecasts", b"forecasts", "from_hours", b"from_hours", "persistence", b"persistence", "samples", b"samples", "to_hours", b"to_hours"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CalibrationBucket: _TypeAlias = CalibrationBucket  # noqa: Y015
 
 @_typing.final
 class GetSignalRequest(_message.Message):
@@ -264,6 +369,7 @@ class Forecast(_message.Message):
     SOURCE_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     ISSUED_AT_FIELD_NUMBER: _builtins.int
+    CALIBRATION_FIELD_NUMBER: _builtins.int
     source: _builtins.str
     """The feed that issued it."""
     version: _builtins.int
@@ -274,6 +380,10 @@ class Forecast(_message.Message):
 
     @_builtins.property
     def issued_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def calibration(self) -> Global___ForecastCalibration:
+        """What the signal's calibration learned, when its points' errors are the calibration's."""
+
     def __init__(
         self,
         *,
@@ -281,10 +391,11 @@ class Forecast(_message.Message):
         source: _builtins.str = ...,
         version: _builtins.int = ...,
         issued_at: _timestamp_pb2.Timestamp | None = ...,
+        calibration: Global___ForecastCalibration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["issued_at", b"issued_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["calibration", b"calibration", "issued_at", b"issued_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["issued_at", b"issued_at", "points", b"points", "source", b"source", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calibration", b"calibration", "issued_at", b"issued_at", "points", b"points", "source", b"source", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -403,6 +514,7 @@ class GetForecastResponse(_message.Message):
     SOURCE_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     ISSUED_AT_FIELD_NUMBER: _builtins.int
+    CALIBRATION_FIELD_NUMBER: _builtins.int
     source: _builtins.str
     version: _builtins.int
     """The forecast's version (0: none issued yet) and when it was issued, as in Subscribe."""
@@ -412,6 +524,10 @@ class GetForecastResponse(_message.Message):
 
     @_builtins.property
     def issued_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def calibration(self) -> Global___ForecastCalibration:
+        """As in Subscribe's Forecast."""
+
     def __init__(
         self,
         *,
@@ -419,10 +535,11 @@ class GetForecastResponse(_message.Message):
         source: _builtins.str = ...,
         version: _builtins.int = ...,
         issued_at: _timestamp_pb2.Timestamp | None = ...,
+        calibration: Global___ForecastCalibration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["issued_at", b"issued_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["calibration", b"calibration", "issued_at", b"issued_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["issued_at", b"issued_at", "points", b"points", "source", b"source", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calibration", b"calibration", "issued_at", b"issued_at", "points", b"points", "source", b"source", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,42 @@
+"""The forecast a plan weighs, made from a feed's bare forecast and what the signal's calibration
+learned from the feed's record (lowtide.forecast_calibration): the current value first, known,
+then each later point with its bias taken out, moved by as much of the error the forecast makes
+now as the record says persists, and stating the error learned for its lead.
+
+The scheduler's release planning and the carbon bench's `replanned_learned` mode both make their
+forecast here, so what the bench measures is what production plans on. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from lowtide.forecast_calibration import Calibration
+
+
+def planning_points(
+    calibration: Calibration,
+    issued_at: datetime,
+    points: Iterable[tuple[datetime, float]],
+    *,
+    now: datetime,
+    actual: float | None,
+    scale: float = 1.0,
+) -> list[tuple[datetime, float, float]]:
+    """(time, value, relative error) for a plan at `now`: (now, actual, 0) when the current
+    value is known, then the forecast's points after `now`, corrected. `scale` is the feed's
+    time per wall-clock time (a replay's speed): the calibration counts leads in the feed's time."""
+    if scale <= 0:
+        raise ValueError(f"a lead scale must be positive ({scale})")
+    listed = sorted(points)
+
+    def feed_time(at: datetime) -> datetime:
+        return at if scale == 1.0 else issued_at + (at - issued_at) * scale
+
+    # The corrected points come back in time order, the order of `listed` (scaling keeps it).
+    corrected = calibration.correct(
+        issued_at, [(feed_time(at), value) for at, value in listed], now=feed_time(now), actual=actual
+    )
+    ahead = [(at, value, error) for (at, _), (_, value, error) in zip(listed, corrected, strict=True) if at > now]
+    return ahead if actual is None else [(now, actual, 0.0), *ahead]

@@ -1,0 +1,28 @@
+"""The signal service's forecast calibration, from its message (lowtide.v1.ForecastCalibration)
+back into what the planner corrects a forecast with (lowtide.forecast_calibration)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC
+
+from lowtide.forecast_calibration import BUCKET_EDGES_H, Bucket, Calibration
+from lowtide_proto.lowtide.v1 import signal_pb2
+
+
+def calibration_of(message: signal_pb2.ForecastCalibration) -> Calibration | None:
+    """The calibration, or None when its lead buckets are not this version's (a signal service
+    of another release): the forecast is then planned on its points' errors alone."""
+    buckets = tuple(
+        Bucket(b.from_hours, b.to_hours or math.inf, b.forecasts, b.samples, b.bias, b.error) for b in message.buckets
+    )
+    if tuple(b.lo_h for b in buckets) != BUCKET_EDGES_H:
+        return None
+    return Calibration(
+        at=message.learned_at.ToDatetime(tzinfo=UTC),
+        buckets=buckets,
+        caution=message.caution,
+        caution_jobs=message.caution_jobs,
+        days=message.days,
+        persistence=tuple(b.persistence for b in message.buckets),
+    )

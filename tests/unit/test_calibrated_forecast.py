@@ -1,0 +1,47 @@
+"""The forecast a plan weighs on a bare feed (lowtide.calibrated_forecast): bias out by lead, the
+current value first, and a replay's leads counted in its own time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from lowtide.calibrated_forecast import planning_points
+from lowtide.forecast_calibration import Issued, Record
+
+HOUR = timedelta(hours=1)
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _biased_record() -> Record:
+    """Three days of hourly forecasts, right up to 6 h ahead and 25 % high beyond."""
+    record = Record()
+    for h in range(72):
+        issued = START + h * HOUR
+        points = tuple((issued + i * HOUR / 2, 300.0 * (1.25 if i >= 12 else 1.0)) for i in range(1, 97))
+        record.add_forecast(Issued(issued, points))
+    for i in range(72 * 2):
+        record.add_actual(START + i * HOUR / 2, 300.0)
+    return record
+
+
+def test_the_bias_comes_out_by_lead_and_the_current_value_leads() -> None:
+    now = START + 72 * HOUR
+    calibration = _biased_record().learn(now)
+    points = [(now + 2 * HOUR, 300.0), (now + 10 * HOUR, 375.0)]
+    got = planning_points(calibration, now, points, now=now, actual=280.0)
+    assert got[0] == (now, 280.0, 0.0)
+    assert got[1][1] == 300.0
+    # 375 x (1 - 0.2 x the record's weight, 72 / 80): about 307.
+    assert 300 < got[2][1] < 315
+    assert [p[0] for p in got] == [now, now + 2 * HOUR, now + 10 * HOUR]
+
+
+def test_a_replays_leads_are_counted_in_its_time() -> None:
+    now = START + 72 * HOUR
+    calibration = _biased_record().learn(now)
+    # At 3600x, ten seconds of wall clock are ten hours of the feed's.
+    second = timedelta(seconds=1)
+    points = [(now + 2 * second, 300.0), (now + 10 * second, 375.0)]
+    got = planning_points(calibration, now, points, now=now, actual=None, scale=3600)
+    assert [p[0] for p in got] == [now + 2 * second, now + 10 * second]
+    assert got[0][1] == 300.0 and 300 < got[1][1] < 315
