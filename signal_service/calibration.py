@@ -75,11 +75,14 @@ class Calibrations:
         *,
         scales: Mapping[str, float] | None = None,
         prior: ErrorModel | None = None,
+        priors: Mapping[str, ErrorModel] | None = None,
         every: timedelta = LEARN_EVERY,
     ) -> None:
         self._db = db
         self._scales = dict(scales or {})
+        # The prior of each signal (`[signals.NAME] forecast_error_prior_*`), else `prior`.
         self._prior = prior or HorizonError()
+        self._priors = dict(priors or {})
         self._every = every
         self._learned: dict[str, Calibration] = {}
         self._last_learn: dict[str, datetime] = {}
@@ -90,8 +93,11 @@ class Calibrations:
     def learned(self) -> dict[str, Calibration]:
         return dict(self._learned)
 
+    def prior(self, name: str) -> ErrorModel:
+        return self._priors.get(name, self._prior)
+
     def current(self, name: str, now: datetime) -> Calibration:
-        return self._learned.get(name) or prior_calibration(now, self._prior)
+        return self._learned.get(name) or prior_calibration(now, self.prior(name))
 
     def apply(self, forecast: SignalForecast) -> SignalForecast:
         """The forecast with every point stating an expected error and where it comes from; of a
@@ -155,7 +161,7 @@ class Calibrations:
         issued_rows = await self._db.fetch_as(IssuedRow, Q["issued_forecasts"], {**params, "limit": MAX_FORECASTS})
         actual_rows = await self._db.fetch_as(ActualRow, Q["actuals"], {**params, "limit": MAX_ACTUALS})
         record = _record(issued_rows, actual_rows, origin=since, scale=scale)
-        learned = await asyncio.to_thread(record.learn, _scaled(now, since, scale), self._prior)
+        learned = await asyncio.to_thread(record.learn, _scaled(now, since, scale), self.prior(name))
         body = json.dumps(_encode(learned))
         await self._db.execute(Q["save_calibration"], {"name": name, "learned_at": now, "body": body})
         await self._db.execute(Q["trim_issued_forecasts"], {**params, "keep": MAX_FORECASTS})

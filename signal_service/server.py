@@ -23,6 +23,7 @@ from lowtide.background import cancel_all
 from lowtide.config import Config
 from lowtide.db import Database, apply_migrations
 from lowtide.errors import ConfigError, DatabaseUnavailable, LowtideError
+from lowtide.forecast_error import ErrorModel, HorizonError
 from lowtide.grpc_options import signal_server_options
 from lowtide.grpc_status import RefuseUndecodable
 from lowtide.listen import add_listen_port
@@ -254,6 +255,17 @@ def _background(
     return background
 
 
+def _priors(config: Config) -> dict[str, ErrorModel]:
+    """Each signal's forecast error prior: `[signals.NAME]`'s, else `[signal]`'s."""
+    base = config.signal
+    priors: dict[str, ErrorModel] = {
+        config.cost.signal: HorizonError(base.forecast_error_prior_1h, base.forecast_error_prior_24h)
+    }
+    for name, definition in config.signals.items():
+        priors[name] = HorizonError(*definition.forecast_error_prior(base))
+    return priors
+
+
 async def start_signal_service(
     config: Config, *, database_url: str | None = None, feed: Feed | None = None
 ) -> SignalServer:
@@ -278,7 +290,7 @@ async def start_signal_service(
             Fanout(),
             definitions(config, units=feeds.units()),
             default=config.cost.signal,
-            calibrations=Calibrations(db, scales=scales, every=cfg.calibrate_every),
+            calibrations=Calibrations(db, scales=scales, priors=_priors(config), every=cfg.calibrate_every),
         )
         # Closed last: the spans of the calls the server ends while stopping are flushed too (in a
         # thread: the export must not stop the event loop, another service of this process may run on it).

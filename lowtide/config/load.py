@@ -24,6 +24,7 @@ from lowtide.config.schema import (
     Config,
     PoolConfig,
     QueueConfig,
+    SignalConfig,
     SignalDefinition,
     TokenEntry,
     TypeConfig,
@@ -267,6 +268,7 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
     signals = _tables(data, "signals", SignalDefinition)
     pools = _tables(data, "pools", PoolConfig)
     _check_pool_signals(pools, {sections["cost"].signal, *signals})
+    _check_priors(sections["signal"], signals)
     return Config(
         types=_tables(data, "types", TypeConfig),
         signals=signals,
@@ -286,6 +288,17 @@ def _check_pool_signals(pools: Mapping[str, PoolConfig], known: set[str]) -> Non
             raise ConfigError(
                 f"[pools.{name}] signal: no signal {pool.signal!r} is defined "
                 f"(known: {', '.join(sorted(known))}; define it as [signals.{pool.signal}])"
+            )
+
+
+def _check_priors(base: SignalConfig, signals: Mapping[str, SignalDefinition]) -> None:
+    """A signal's forecast error prior, with what it takes from `[signal]`, grows with the lead."""
+    for name, definition in signals.items():
+        at_1h, at_24h = definition.forecast_error_prior(base)
+        if at_24h < at_1h:
+            raise ConfigError(
+                f"[signals.{name}] forecast_error_prior_24h: must be at least forecast_error_prior_1h "
+                f"({at_1h:g}), not {at_24h:g}: the prior's error grows with the lead"
             )
 
 

@@ -139,6 +139,7 @@ MARGINS: tuple[tuple[str, str, str, int, str], ...] = (
     ("scheduler", "leader_lease", "maintenance_interval", 2, "the leader renews its lease once per maintenance round"),
     ("scheduler", "max_message_bytes", "max_payload_bytes", 1, "a payload travels inside one gRPC message"),
     ("retry", "max_backoff", "initial_backoff", 1, "the first backoff is initial_backoff"),
+    ("signal", "forecast_error_prior_24h", "forecast_error_prior_1h", 1, "the prior's error grows with the lead"),
 )
 
 

@@ -199,6 +199,13 @@ class SignalConfig:
     # How often each signal's forecast calibration learns again from its record (the forecasts
     # the feed issued and the values that came; docs/explanation/forecast-error.md).
     calibrate_every: timedelta = key(10 * MIN, within(100 * MS, 1 * DAY))
+    # The error a bare forecast's points are stated with (and planned on) until the calibration
+    # has learned the feed's own: a relative error (one standard deviation) growing from
+    # forecast_error_prior_1h one hour ahead to forecast_error_prior_24h a day ahead (in
+    # proportion under an hour, at the same rate beyond). Per lead, the calibration blends from
+    # it toward the record's figures as forecasts come: half each after 8 issued forecasts.
+    forecast_error_prior_1h: float = key(0.03, within(0.0, 1.0))
+    forecast_error_prior_24h: float = key(0.15, within(0.0, 1.0))
     # Replay: trace seconds played per wall-clock second (1440 = one day per minute), from
     # replay_start (ISO 8601; empty = the trace's first row), of replay_file (empty = bundled GB 2020).
     replay_speed: float = key(1440.0, within(0.0, 1e9, above=True))
@@ -295,10 +302,21 @@ class SignalDefinition:
     refresh: timedelta | None = key(None, within(100 * MS, 1 * DAY))
     timeout: timedelta | None = key(None, within(100 * MS, 10 * MIN))
     stale_after: timedelta | None = key(None, within(1 * S, LONGEST))
+    # Unset: `[signal]`'s. The prior of this signal's forecast calibration.
+    forecast_error_prior_1h: float | None = key(None, within(0.0, 1.0))
+    forecast_error_prior_24h: float | None = key(None, within(0.0, 1.0))
 
     @property
     def has_feed(self) -> bool:
         return self.feed not in ("", "static")
+
+    def forecast_error_prior(self, base: SignalConfig) -> tuple[float, float]:
+        """(error at 1 h, error at 24 h) of this signal's prior: its own, else `[signal]`'s."""
+        at_1h, at_24h = self.forecast_error_prior_1h, self.forecast_error_prior_24h
+        return (
+            base.forecast_error_prior_1h if at_1h is None else at_1h,
+            base.forecast_error_prior_24h if at_24h is None else at_24h,
+        )
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,11 @@ def test_toml_values_and_environment_overrides(tmp_path: Path) -> None:
         ("[types.x]\nadaptive_concurrency = { initial = 300 }\n", "initial: must be between min (1) and max (200)"),
         ('[types.x]\nadaptive_concurrency = { probe = "soon" }\n', "adaptive_concurrency.probe"),
         ("[types.x]\nlocal = true\nadaptive_concurrency = {}\n", "a local activity runs inline"),
+        ("[signals.de]\nforecast_error_prior_1h = 1.5\n", "[signals.de] forecast_error_prior_1h: must be between 0"),
+        (
+            "[signals.de]\nforecast_error_prior_1h = 0.2\n",
+            "[signals.de] forecast_error_prior_24h: must be at least forecast_error_prior_1h (0.2), not 0.15",
+        ),
     ],
 )
 def test_bad_config_is_refused_with_the_key_named(tmp_path: Path, text: str, message: str) -> None:
@@ -110,6 +115,12 @@ BAD_VALUES = [
     ("LOWTIDE_SIGNAL_REFRESH", "0s", "[signal] refresh): must be between 100ms and 24h"),
     ("LOWTIDE_SIGNAL_REPLAY_SPEED", "0", "[signal] replay_speed): must be above 0 and at most 1e+09, not 0"),
     ("LOWTIDE_SIGNAL_REPLAY_FORECAST_ERROR", "-0.1", "[signal] replay_forecast_error): must be between 0 and 1"),
+    ("LOWTIDE_SIGNAL_FORECAST_ERROR_PRIOR_24H", "2", "[signal] forecast_error_prior_24h): must be between 0 and 1"),
+    (
+        "LOWTIDE_SIGNAL_FORECAST_ERROR_PRIOR_1H",
+        "0.2",
+        "[signal] forecast_error_prior_24h: must be at least [signal] forecast_error_prior_1h (0.2), not 0.15",
+    ),
     ("LOWTIDE_SIGNAL_TIMEOUT", "0s", "[signal] timeout): must be between 100ms and 10m"),
     ("LOWTIDE_SIGNAL_REPLAY_LOOP", "sometimes", "[signal] replay_loop): not a boolean: 'sometimes'"),
     ("LOWTIDE_SIGNAL_EMISSION_FACTOR", "LCA", "[signal] emission_factor): must be one of 'lifecycle', 'direct'"),
