@@ -26,6 +26,9 @@ class TaskFacts:
     planned_release_at: datetime | None = None
     planned_intensity: float | None = None
     plan_reason: str | None = None
+    # The pool its plan placed it in (a task naming several pools), and its latest start.
+    planned_pool: str | None = None
+    latest_start: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +51,13 @@ def _at(moment: datetime) -> str:
 
 def explain(task: TaskFacts, env: Surroundings) -> tuple[str, list[str]]:
     """A sentence for people and the reasons as codes, most decisive first."""
+    placed = f"; placed in pool {task.planned_pool}: {task.plan_reason}" if task.planned_pool else ""
     if task.state == "running":
         since = f" since {_at(task.started_at)}" if task.started_at else ""
-        return f"running: attempt {task.attempt} on worker {task.worker_id}{since}", ["running"]
+        return f"running: attempt {task.attempt} on worker {task.worker_id}{since}{placed}", ["running"]
     if task.state != "pending":
         note = " (released by max_defer while held)" if task.released_by == "max_defer" else ""
-        return f"{task.state}: the task has ended{note}", [task.state]
+        return f"{task.state}: the task has ended{note}{placed}", [task.state]
     parts: list[str] = []
     codes: list[str] = []
     if env.queue_paused_since is not None:
@@ -65,8 +69,16 @@ def explain(task: TaskFacts, env: Surroundings) -> tuple[str, list[str]]:
         codes.append("dependencies")
     elif task.planned_release_at is not None and task.attempt == 0 and task.run_at > env.now:
         expected = f", forecast mean {task.planned_intensity:g}" if task.planned_intensity is not None else ""
-        parts.append(f"planned release at {_at(task.planned_release_at)}{expected}: {task.plan_reason}")
+        where = f" in pool {task.planned_pool}" if task.planned_pool else ""
+        parts.append(f"planned release{where} at {_at(task.planned_release_at)}{expected}: {task.plan_reason}")
         codes.append("planned_release")
+    elif task.planned_pool and task.attempt == 0:
+        until = f" until its latest start at {_at(task.latest_start)}" if task.latest_start else ""
+        parts.append(
+            f"released in pool {task.planned_pool}: only its workers take it{until}, then any pool it names "
+            f"({task.plan_reason})"
+        )
+        codes.append("placed")
     elif task.run_at > env.now:
         wait = (task.run_at - env.now) / timedelta(seconds=1)
         parts.append(f"waiting out its retry backoff until {_at(task.run_at)} ({wait:.1f}s left)")

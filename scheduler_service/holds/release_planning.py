@@ -25,6 +25,7 @@ from scheduler_service.domain.planning import (
     release_by,
 )
 from scheduler_service.fleet.sessions import Registry
+from scheduler_service.holds import regions
 from scheduler_service.holds.cost import CostHolds
 from scheduler_service.holds.signals import SignalHolds
 from scheduler_service.rows.fleet import PlannableTask
@@ -34,6 +35,8 @@ log = logging.getLogger("lowtide.scheduler.planning")
 
 # Plan again at least this often (forecasts drift even when their version does not move).
 REPLAN_EVERY = 60.0
+# How often the leader looks whether a pool gained or lost all its workers (pools bound to signals).
+POOLS_EVERY = 1.0
 
 
 def plan_tasks(
@@ -81,6 +84,12 @@ class ReleasePlanner:
         self._config = config
         self._planned_version = -1
         self._planned_at = 0.0
+        # The pools with room when the leader last placed tasks that name pools (a change plans
+        # again: a pool whose workers went away is planned around), and when it last looked.
+        self._open_pools: frozenset[str] | None = None
+        self._pools_seen_at = 0.0
+        # Placements made per pool, for the metrics.
+        self.placed_by_pool: dict[str, int] = {}
 
     async def wake_for_upcoming(self) -> None:
         """Sets this replica's wake-ups for the planned releases due within REPLAN_EVERY (the
@@ -94,14 +103,51 @@ class ReleasePlanner:
         wanted = set(types)
         return sum(s.slots for s in self._registry if wanted & set(s.activity_types))
 
+    def pool_slots(self) -> dict[str, int]:
+        """Slots of this replica's connected workers, by pool."""
+        slots: dict[str, int] = {}
+        for session in self._registry:
+            slots[session.pool] = slots.get(session.pool, 0) + session.slots
+        return slots
+
+    def _place_submitted(self, index: int, task: NewTask) -> NewTask:
+        """A new task naming pools, placed on its own among them (see plan_submitted)."""
+        assert task.latest_start is not None and task.duration is not None
+        alone = PlanTask(index, datetime.now(UTC), release_by(task.latest_start), task.duration)
+        [placement] = regions.placed(
+            self._config,
+            self._holds,
+            [(alone, task.pools, None, task.queue, task.activity_type)],
+            self.pool_slots(),
+            datetime.now(UTC),
+        )
+        release = placement.plan
+        self.wake_at(release.release_at)
+        return replace(
+            task,
+            planned_release_at=release_time(release),
+            planned_intensity=release.expected_intensity,
+            plan_reason=placement.reason,
+            planned_pool=regions.chosen_pool(placement),
+        )
+
     def plan_submitted(self, tasks: Sequence[NewTask]) -> list[NewTask]:
         """Plans the release of each new task that may wait for a cheaper window, on its own
-        (the leader plans them all together, with the pool's capacity, on the next forecast)."""
+        (the leader plans them all together, with the pool's capacity, on the next forecast);
+        one that names pools is placed among them too."""
         out = []
         for index, task in enumerate(tasks):
             if task.latest_start is not None:
                 # A held task runs by its latest start: be awake then, not a poll later.
                 self.wake_at(release_by(task.latest_start))
+            if (
+                task.pools
+                and task.latest_start is not None
+                and task.duration is not None
+                and deferrable(self._holds, task.queue, task.activity_type, task.kind.value)
+            ):
+                out.append(self._place_submitted(index, task))
+                continue
             # Planned on the forecast of the signal this type follows.
             holds = self._holds.following(task.queue, task.activity_type)
             if (
@@ -125,6 +171,17 @@ class ReleasePlanner:
             )
         return out
 
+    async def _pools_changed(self) -> bool:
+        """Whether the pools with connected workers changed since the last look (at most every
+        POOLS_EVERY, and only when some pool is bound to a signal)."""
+        if not self._holds.config.pool_signals or time.monotonic() - self._pools_seen_at < POOLS_EVERY:
+            return False
+        self._pools_seen_at = time.monotonic()
+        open_pools = frozenset(p.pool for p in await self._store.pools() if p.slots > 0)
+        changed = self._open_pools is not None and open_pools != self._open_pools
+        self._open_pools = open_pools
+        return changed
+
     async def _recent_deferrable(self, types: set[str]) -> list[Submitted]:
         """The deferrable work of the last day, which the plan expects again (one query)."""
         rows = await self._store.recent_deferrable(sorted(types), LOOKBACK)
@@ -141,8 +198,9 @@ class ReleasePlanner:
         ]
 
     async def tick(self) -> None:
-        """Plans again when the forecast changed (or a while has passed); leader only."""
-        fresh = self._holds.forecast_version != self._planned_version
+        """Plans again when the forecast changed, a pool gained or lost all its workers (with
+        pools bound to signals), or a while has passed; leader only."""
+        fresh = self._holds.forecast_version != self._planned_version or await self._pools_changed()
         if not fresh and time.monotonic() - self._planned_at < REPLAN_EVERY:
             return
         self._planned_version = self._holds.forecast_version
@@ -150,15 +208,51 @@ class ReleasePlanner:
         rows = [
             r for r in await self._store.plannable_tasks() if deferrable(self._holds, r.queue, r.activity_type, r.kind)
         ]
+        await self._place([r for r in rows if r.pools])
         # Each task is planned on the forecast of the signal its type follows, beside the
         # others that follow the same signal.
         by_signal: dict[str, list[PlannableTask]] = {}
         for r in rows:
+            if r.pools:
+                continue
             by_signal.setdefault(
                 self._holds.config.signal_for(r.queue, r.activity_type, self._holds.default), []
             ).append(r)
         for name, group in sorted(by_signal.items()):
             await self._plan(self._holds.by_signal[name], group)
+
+    async def _place(self, rows: list[PlannableTask]) -> None:
+        """Places the tasks that name pools: each pool on its own signal's forecast, with the
+        slots of its connected workers (any replica's); a pool without workers is planned around."""
+        if not rows:
+            return
+        now = datetime.now(UTC)
+        slots = {p.pool: p.slots for p in await self._store.pools()}
+        tasks = [
+            (
+                PlanTask(
+                    r.id,
+                    r.created_at,
+                    release_by(r.latest_start),
+                    timedelta(milliseconds=r.estimated_duration_ms or 30 * 60 * 1000),
+                    r.planned_release_at if r.planned_pool is not None else None,
+                ),
+                tuple(r.pools or ()),
+                r.planned_pool,
+                r.queue,
+                r.activity_type,
+            )
+            for r in rows
+        ]
+        placements = regions.placed(self._config, self._holds, tasks, slots, now)
+        await self._store.apply_plans(
+            [(p.task_id, release_time(p.plan), p.plan.expected_intensity, p.reason) for p in placements],
+            [regions.chosen_pool(p) for p in placements],
+        )
+        for (task, *_), placement in zip(tasks, placements, strict=True):
+            self.wake_at(min(placement.plan.release_at, task.latest_start))
+            self.placed_by_pool[placement.region] = self.placed_by_pool.get(placement.region, 0) + 1
+        log.info("planning.placed", extra={"tasks": len(placements), "pools": sorted(slots)})
 
     async def _plan(self, holds: CostHolds, rows: list[PlannableTask]) -> None:
         """Plans the tasks that follow one signal, on its forecast."""

@@ -122,6 +122,9 @@ class PlannableTask:
     estimated_duration_ms: int | None
     # The release its last plan chose (None: not planned on a forecast yet).
     planned_release_at: datetime | None
+    # The pools it may run in (None: any), and the one its last plan placed it in.
+    pools: list[str] | None
+    planned_pool: str | None
 
 
 @dataclass(frozen=True, slots=True)

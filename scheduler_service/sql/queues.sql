@@ -118,7 +118,8 @@ ORDER BY w.pool
 
 -- plannable_tasks --
 -- Pending first attempts with a latest start: the tasks whose release the planner chooses.
-SELECT id, queue, activity_type, kind, created_at, latest_start, estimated_duration_ms, planned_release_at
+SELECT id, queue, activity_type, kind, created_at, latest_start, estimated_duration_ms, planned_release_at,
+       pools, planned_pool
 FROM lowtide.tasks
 WHERE state = 'pending' AND attempt = 0 AND latest_start IS NOT NULL AND start_at IS NULL
   AND deps_pending = 0
@@ -142,15 +143,18 @@ ORDER BY 1
 LIMIT 20000
 
 -- apply_plans --
--- Moves planned tasks' release (never past their latest start) and records why.
+-- Moves planned tasks' release (never past their latest start) and records why, and for a task
+-- naming pools the one its plan placed it in (NULL: any of them).
 UPDATE lowtide.tasks t
 SET run_at = CASE WHEN p.release_at IS NULL THEN t.run_at ELSE GREATEST(p.release_at, now()) END,
     hold_deadline = LEAST(t.latest_start - %(release_lead)s::interval, p.release_at),
     planned_release_at = p.release_at,
     planned_intensity = p.intensity,
-    plan_reason = p.reason
-FROM unnest(%(ids)s::bigint[], %(release_ats)s::timestamptz[], %(intensities)s::float8[], %(reasons)s::text[])
-     AS p(id, release_at, intensity, reason)
+    plan_reason = p.reason,
+    planned_pool = p.pool
+FROM unnest(%(ids)s::bigint[], %(release_ats)s::timestamptz[], %(intensities)s::float8[], %(reasons)s::text[],
+            %(planned_pools)s::text[])
+     AS p(id, release_at, intensity, reason, pool)
 WHERE t.id = p.id AND t.state = 'pending' AND t.attempt = 0
 
 -- notify_plans --

@@ -99,8 +99,13 @@ class QueueStore(StoreBase):
         params = {"types": list(types), "lookback": lookback}
         return await self.db.fetch_as(RecentDeferrable, Q["recent_deferrable"], params)
 
-    async def apply_plans(self, plans: Sequence[tuple[int, datetime | None, float | None, str]]) -> None:
-        """Stores the plans and tells every replica (NOTIFY, at commit) to time its wake-ups."""
+    async def apply_plans(
+        self,
+        plans: Sequence[tuple[int, datetime | None, float | None, str]],
+        pools: Sequence[str | None] | None = None,
+    ) -> None:
+        """Stores the plans (with the pool each placed its task in, for tasks naming pools) and
+        tells every replica (NOTIFY, at commit) to time its wake-ups."""
         if not plans:
             return
         params = {
@@ -108,6 +113,7 @@ class QueueStore(StoreBase):
             "release_ats": [p[1] for p in plans],
             "intensities": [p[2] for p in plans],
             "reasons": [p[3] for p in plans],
+            "planned_pools": list(pools) if pools is not None else [None] * len(plans),
             "release_lead": RELEASE_LEAD,
         }
         async with self.db.transaction() as tx:

@@ -38,6 +38,8 @@ def facts_of(row: TaskRow) -> TaskFacts:
         planned_release_at=row.planned_release_at,
         planned_intensity=row.planned_intensity,
         plan_reason=row.plan_reason,
+        planned_pool=row.planned_pool,
+        latest_start=row.latest_start,
     )
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from scheduler_service.domain.explain import Surroundings, TaskFacts, explain
 from scheduler_service.domain.holds import HoldPolicy, HoldState, OnStale, SignalView, initial_hold, next_hold
+from scheduler_service.domain.placement import PlaceTask, Region, place
 from scheduler_service.domain.planning import Capacity, Forecast, PlanTask, plan
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -125,6 +126,42 @@ def cases() -> list[tuple[str, str]]:
         explain(fallback, Surroundings(now=NOW, workers_for_type=1))[0],
         "planned release at 13:30:00: no forecast; held until the signal falls under its threshold, at the latest "
         "2026-03-01T13:30:00+00:00",
+    )
+
+    # Where and when: placed in the cleaner of two pools, released there, and run.
+    central = Forecast.of((start + timedelta(minutes=30 * i), v) for i, v in enumerate((200, 190, 180, 240, 250)))
+    west = Forecast.of((start + timedelta(minutes=30 * i), v) for i, v in enumerate((260, 255, 250, 245, 240)))
+    regions = [
+        Region("eu-central", central, Capacity(2), unit="gCO2/kWh"),
+        Region("eu-west", west, Capacity(2), unit="gCO2/kWh"),
+    ]
+    [where] = place([PlaceTask(task, ("eu-west", "eu-central"))], regions, NOW, resolution=timedelta(minutes=5))
+    placed = replace(
+        PENDING,
+        run_at=where.plan.release_at,
+        planned_release_at=where.plan.release_at,
+        planned_intensity=where.plan.expected_intensity,
+        plan_reason=where.reason,
+        planned_pool=where.region,
+        latest_start=start + timedelta(minutes=90),
+    )
+    add(
+        explain(placed, Surroundings(now=NOW, workers_for_type=1))[0],
+        "planned release in pool eu-central at 13:00:00, forecast mean 180: eu-central at 13:00: 180 gCO2/kWh "
+        "against 260 gCO2/kWh in eu-west now; lowest forecast mean 180 over 30m for a start in "
+        "[2026-03-01T12:00:00+00:00, 2026-03-01T13:30:00+00:00]",
+    )
+    add(
+        explain(replace(placed, run_at=NOW), Surroundings(now=NOW, workers_for_type=1))[0],
+        "released in pool eu-central: only its workers take it until its latest start at 13:30:00, then any pool "
+        "it names (eu-central at 13:00: 180 gCO2/kWh against 260 gCO2/kWh in eu-west now; lowest forecast mean "
+        "180 over 30m for a start in [2026-03-01T12:00:00+00:00, 2026-03-01T13:30:00+00:00])",
+    )
+    add(
+        explain(replace(placed, state="completed"), Surroundings(now=NOW))[0],
+        "completed: the task has ended; placed in pool eu-central: eu-central at 13:00: 180 gCO2/kWh against 260 "
+        "gCO2/kWh in eu-west now; lowest forecast mean 180 over 30m for a start in "
+        "[2026-03-01T12:00:00+00:00, 2026-03-01T13:30:00+00:00]",
     )
 
     # Running and finished tasks.

@@ -1,0 +1,77 @@
+"""Where and when for held tasks that name pools: each pool planned on its own grid's signal
+(`[pools.NAME] signal`, else the signal the task's type follows) with the room its connected
+workers have, and the task placed by scheduler_service.domain.placement."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+
+from lowtide.config import Config
+from scheduler_service.domain.placement import Placement, PlaceTask, Region, place
+from scheduler_service.domain.planning import Capacity, PlanKind, PlanTask
+from scheduler_service.holds.signals import SignalHolds
+
+# The capacity planning's time step, as planning.plan's default.
+RESOLUTION = timedelta(minutes=5)
+
+
+def pool_signal(config: Config, holds: SignalHolds, pool: str, queue: str, activity_type: str) -> str:
+    """The signal a pool is planned on: its own (`[pools.NAME] signal`), else the one the task's
+    type follows (as a task naming no pools is planned)."""
+    own = config.pool(pool).signal
+    if own and own in holds.by_signal:
+        return own
+    return holds.config.signal_for(queue, activity_type, holds.default)
+
+
+def regions(
+    config: Config,
+    holds: SignalHolds,
+    names: Sequence[str],
+    slots: Mapping[str, int],
+    *,
+    queue: str,
+    activity_type: str,
+) -> list[Region]:
+    """The pools `names` as the placement sees them: forecast, room (the slots of their connected
+    workers; none: the pool is planned around) and what each one's threshold hold says now."""
+    out = []
+    for name in names:
+        hold = holds.by_signal[pool_signal(config, holds, name, queue, activity_type)]
+        unit = hold.signal.unit if hold.signal is not None else ""
+        out.append(
+            Region(
+                name,
+                hold.forecast,
+                Capacity(max(0, slots.get(name, 0))),
+                signal_low=not hold.state.active,
+                unit=unit,
+            )
+        )
+    return out
+
+
+def placed(
+    config: Config,
+    holds: SignalHolds,
+    tasks: Sequence[tuple[PlanTask, tuple[str, ...], str | None, str, str]],
+    slots: Mapping[str, int],
+    now: datetime,
+) -> list[Placement]:
+    """One placement per task ((its plan task, the pools it names, the pool its last plan chose,
+    its queue, its type)), in the order given. The pools are planned once for all of them, on
+    the signals of the first task's queue and type where a pool has none of its own."""
+    if not tasks:
+        return []
+    names = sorted({name for _, pools, _, _, _ in tasks for name in pools})
+    _, _, _, queue, activity_type = tasks[0]
+    places = regions(config, holds, names, slots, queue=queue, activity_type=activity_type)
+    given = [PlaceTask(task, pools, last) for task, pools, last, _, _ in tasks]
+    return place(given, places, now, resolution=RESOLUTION)
+
+
+def chosen_pool(placement: Placement) -> str | None:
+    """The pool a placement holds its task for: None when no forecast placed it (the threshold
+    hold decides when, and any pool it names may take it)."""
+    return None if placement.plan.kind is PlanKind.THRESHOLD else placement.region
