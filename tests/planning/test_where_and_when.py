@@ -1,0 +1,135 @@
+"""Where and when through the real services: two pools bound to two replayed grid signals, a
+worker in each, and a deferrable task allowed in both. It runs in the pool whose grid is cleaner
+within its window, by the plan, and `task explain` says so; when that pool's workers go away,
+the task is planned around it and runs in the other pool before its latest start."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from lowtide.config import Config, CostConfig, PoolConfig, SignalConfig, SignalDefinition
+from lowtide_client import Client, TaskState, Worker
+from scheduler_service.server import Scheduler, start_scheduler
+from signal_service.server import SignalServer, start_signal_service
+from tests.conftest import NO_AUTH, make_config
+from tests.helpers import eventually
+
+COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
+START = datetime(2020, 1, 1, tzinfo=UTC)
+# Ten-minute rows played at 600x: a row a second. Great Britain's grid (eu-west) stays at 260;
+# Germany's (eu-central) is dirtier but for a clean spell 12 to 16 rows in.
+GB = [260] * 40
+DE = [300] * 12 + [150] * 4 + [300] * 24
+
+
+@dataclass
+class Services:
+    signal: SignalServer
+    scheduler: Scheduler
+
+
+def _trace(path: Path, values: list[int]) -> str:
+    rows = [f"{(START + timedelta(minutes=10 * i)).strftime('%Y-%m-%d %H:%M:%S')},{v}" for i, v in enumerate(values)]
+    path.write_text("Time,Carbon Intensity\n" + "\n".join(rows) + "\n")
+    return str(path)
+
+
+def _signals(tmp_path: Path) -> dict[str, SignalDefinition]:
+    def replayed(name: str, values: list[int]) -> SignalDefinition:
+        file = _trace(tmp_path / f"{name}.csv", values)
+        return SignalDefinition(feed="replay", replay_file=file, replay_speed=600.0, replay_loop=False, threshold=250)
+
+    return {"gb": replayed("gb", GB), "de": replayed("de", DE)}
+
+
+@pytest.fixture
+async def regions(database_url: str, tmp_path: Path) -> AsyncIterator[Services]:
+    signals = _signals(tmp_path)
+    # The type follows the default signal, set by no one: held, so only the plan releases it.
+    cost = CostConfig(defer_threshold=250.0, deferrable_activities=("train",))
+    signal_config = SignalConfig(
+        listen="127.0.0.1:0",
+        metrics_listen="127.0.0.1:0",
+        replay_forecast_model="iid",
+        replay_forecast_error=0.0,
+        refresh=timedelta(milliseconds=200),
+    )
+    signal = await start_signal_service(
+        Config(signal=signal_config, cost=cost, signals=signals, auth=NO_AUTH), database_url=database_url
+    )
+    pools = {"eu-west": PoolConfig(signal="gb"), "eu-central": PoolConfig(signal="de")}
+    config = replace(make_config(signal_target=signal.target), cost=cost, signals=signals, pools=pools)
+    scheduler = await start_scheduler(config, database_url=database_url)
+    yield Services(signal, scheduler)
+    await scheduler.stop(grace=0.5)
+    await signal.stop(grace=0.5)
+
+
+def _worker(scheduler: Scheduler, pool: str, ran: dict[str, str]) -> Worker:
+    worker = Worker(target=scheduler.target, pool=pool, slots=1)
+
+    @worker.activity("train")
+    async def train(payload: bytes) -> bytes:
+        ran[payload.decode()] = pool
+        return payload
+
+    return worker
+
+
+async def _forecasts_known(services: Services) -> bool:
+    by_signal = services.scheduler.dispatcher.holds.by_signal
+    return all(by_signal[name].forecast is not None for name in ("gb", "de"))
+
+
+async def _connected(services: Services, *pools: str) -> bool:
+    return set(pools) <= {s.pool for s in services.scheduler.registry}
+
+
+async def _submit(client: Client, name: str, latest: datetime) -> int:
+    task = await client.submit(
+        "train", name, pools=["eu-west", "eu-central"], latest_start=latest, estimated_duration=timedelta(seconds=1)
+    )
+    return task.id
+
+
+async def test_a_task_runs_in_the_cleaner_pool_by_the_plan_and_around_a_pool_that_drops(regions: Services) -> None:
+    await eventually(lambda: _forecasts_known(regions), within=20)
+    ran: dict[str, str] = {}
+    target = regions.scheduler.target
+    async with Client(target) as client, _worker(regions.scheduler, "eu-west", ran):
+        central = _worker(regions.scheduler, "eu-central", ran)
+        await central.__aenter__()
+        await eventually(lambda: _connected(regions, "eu-west", "eu-central"))
+        # B is placed in eu-central, for its clean spell; then eu-central's only worker leaves.
+        latest_b = datetime.now(UTC) + timedelta(seconds=25)
+        b = await _submit(client, "b", latest_b)
+        placed = await client.get(b)
+        assert placed.planned_pool == "eu-central", placed.plan_reason
+        await central.__aexit__(None, None, None)
+        done_b = await client.wait(b, timeout=timedelta(seconds=30))
+        assert done_b.state == COMPLETED and ran["b"] == "eu-west"
+        # Planned around the pool that dropped, not left to its latest start.
+        assert done_b.started_at.ToDatetime(tzinfo=UTC) < latest_b - timedelta(seconds=5)
+        assert done_b.planned_pool == "eu-west"
+
+        # A, with both pools staffed, goes to eu-central's clean spell and runs there.
+        async with _worker(regions.scheduler, "eu-central", ran):
+            await eventually(lambda: _connected(regions, "eu-west", "eu-central"))
+            a = await _submit(client, "a", datetime.now(UTC) + timedelta(seconds=20))
+            task = await client.get(a)
+            assert task.planned_pool == "eu-central" and task.planned_intensity == pytest.approx(150)
+            explained = (await client.explain(a)).explanation
+            assert "planned release in pool eu-central at" in explained
+            assert "150 gCO2/kWh against 260 gCO2/kWh in eu-west now" in explained
+            done_a = await client.wait(a, timeout=timedelta(seconds=30))
+        assert done_a.state == COMPLETED and ran["a"] == "eu-central"
+        planned = done_a.planned_release_at.ToDatetime(tzinfo=UTC)
+        assert done_a.started_at.ToDatetime(tzinfo=UTC) >= planned - timedelta(milliseconds=50)
+        assert "placed in pool eu-central" in (await client.explain(a)).explanation
+    await asyncio.sleep(0)
