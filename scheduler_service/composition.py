@@ -18,10 +18,10 @@ from scheduler_service.domain.holds import HoldConfig, HoldPolicy, OnStale
 from scheduler_service.fleet.leadership import Leadership
 from scheduler_service.fleet.leases import Leases
 from scheduler_service.fleet.sessions import Registry
-from scheduler_service.holds.cost import CostHolds
+from scheduler_service.holds.cost import CostHolds, LoopWatch
 from scheduler_service.holds.fixed_starts import DuePools, FixedStarts
 from scheduler_service.holds.release_planning import ReleasePlanner
-from scheduler_service.holds.signals import SignalHolds
+from scheduler_service.holds.signals import SignalHolds, stored_reader
 from scheduler_service.maintenance import Maintenance
 from scheduler_service.observe.carbon_totals import CarbonTotals
 from scheduler_service.observe.metrics import DEFAULT as DEFAULT_QUEUE
@@ -74,10 +74,11 @@ class _Core:
     leadership: Leadership
 
 
-def _cost_holds(config: Config, hold_config: HoldConfig, parked: HeldReferences) -> SignalHolds:
+def _cost_holds(config: Config, hold_config: HoldConfig, parked: HeldReferences, store: Store) -> SignalHolds:
     """One subscription per signal some work follows. release_below is in the default signal's
     unit, so only its hold has it; min_hold and on_stale apply to every hold."""
     default = config.cost.signal
+    watch = LoopWatch()
     by_signal = {
         name: CostHolds(
             target=config.scheduler.signal_target,
@@ -92,10 +93,12 @@ def _cost_holds(config: Config, hold_config: HoldConfig, parked: HeldReferences)
             stale_after=_stale_after(config, name),
             token=config.auth.signal_token or None,
             ca=config.tls.signal_ca or None,
+            read=stored_reader(store),
+            watch=watch,
         )
         for name in sorted(hold_config.signals(default))
     }
-    return SignalHolds(by_signal, default=default, config=hold_config)
+    return SignalHolds(by_signal, default=default, config=hold_config, watch=watch)
 
 
 def _stale_after(config: Config, signal: str) -> timedelta:
@@ -123,7 +126,7 @@ def _dispatch_core(
     due = DuePools(registry)
     store = Store(db, on_unblocked=due.unblocked)
     parked = HeldReferences(registry)
-    holds = _cost_holds(config, hold_config, parked)
+    holds = _cost_holds(config, hold_config, parked, store)
     fixed = FixedStarts(store, registry, config, due)
     traces = None if telemetry.tracer is None else TaskTraces(telemetry.tracer)
     leadership = Leadership()

@@ -34,12 +34,11 @@ from scheduler_service.api.keda import SERVICE_NAME as KEDA_SERVICE
 from scheduler_service.api.keda import add_keda_scaler
 from scheduler_service.composition import Parts, build_parts
 from scheduler_service.dispatch.dispatcher import Dispatcher
-from scheduler_service.domain.holds import HoldConfig, SignalView, local_conflicts
+from scheduler_service.domain.holds import HoldConfig, local_conflicts
 from scheduler_service.domain.submission import parse_wake
 from scheduler_service.fleet.sessions import Registry
 from scheduler_service.holds.signals import SignalHolds
 from scheduler_service.observe.metrics import SchedulerMetrics
-from scheduler_service.rows.fleet import StoredSignal
 from scheduler_service.store import Store
 from scheduler_service.tasks.waiters import Waiters
 from scheduler_service.workers.stream import WorkerStream
@@ -162,7 +161,6 @@ async def _listen(
     planned: Callable[[], Awaitable[None]],
     *,
     holds: SignalHolds,
-    store: Store,
     scheduler_id: str,
 ) -> None:
     """Wake-ups, cancels and new plans from other replicas (and this one), and signal changes the
@@ -197,19 +195,10 @@ async def _listen(
                     elif channel == "lowtide_done":
                         waiters.finished(int(task_id) for task_id in payload.split(","))
                     elif channel == "lowtide_signal" and payload in holds.by_signal:
-                        stored = await store.stored_signal(payload)
-                        if stored is not None:
-                            holds.take_stored(signal_view(stored))
+                        await holds.refresh(payload)
         except DatabaseUnavailable as error:
             log.warning("listen.reconnecting", extra={"error": str(error)})
         await asyncio.sleep(backoff.next_delay())
-
-
-def signal_view(stored: StoredSignal) -> SignalView:
-    """A stored signal state as the stream would carry it: high while over its threshold or
-    until its first value (the signal service's rule, signal_service.domain.is_high)."""
-    high = stored.value is None or stored.value > stored.threshold
-    return SignalView(stored.name, stored.value, stored.threshold, high, stored.stale, stored.unit, stored.version)
 
 
 def _database_url(config: Config, database_url: str | None) -> str:
@@ -264,7 +253,6 @@ def _background(
         parts.waiters,
         parts.planner.wake_for_upcoming,
         holds=parts.holds,
-        store=parts.store,
         scheduler_id=scheduler_id,
     )
     database = follow_database(db, health_servicer, ("", *SERVICES), interval=cfg.heartbeat_interval)

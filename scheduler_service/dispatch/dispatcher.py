@@ -112,12 +112,22 @@ class Dispatcher:
             if limited:
                 self.wake_for(sorted(limited))
 
-    def held_map(self, key: GroupKey) -> dict[str, frozenset[str]]:
-        """Per queue, the types the cost hold holds for the group's workers now (read from memory)."""
+    def held_map(self, key: GroupKey, *, confirmed: bool = False) -> dict[str, frozenset[str]]:
+        """Per queue, the types the cost hold holds for the group's workers now (read from memory);
+        with `confirmed`, also those whose signal's view is not confirmed (for what starts now)."""
         return {
-            queue: self.holds.held_for(queue, worker_deferrable=key.cost_deferrable, worker_held=key.predicate_held)
+            queue: self.holds.held_for(
+                queue, worker_deferrable=key.cost_deferrable, worker_held=key.predicate_held, confirmed=confirmed
+            )
             for queue in key.queues
         }
+
+    async def _held_to_claim(self, key: GroupKey) -> dict[str, frozenset[str]]:
+        """The held map a claim applies: the views of the signals holding the group's types
+        confirmed first (a stored row read when one is not, see CostHolds.confirm), so a replica
+        that was frozen or starved never releases held work on what it knew before."""
+        await self.holds.confirm(self.holds.signals_of(key.queues, key.activity_types, key.cost_deferrable))
+        return self.held_map(key, confirmed=True)
 
     def wake_for(self, pairs: Iterable[tuple[str, str]]) -> None:
         """Routes a dispatch reference to each group: wake it, park it, or leave it alone."""
@@ -240,12 +250,13 @@ class Dispatcher:
         claimed_ns = now_ns()
         wanted = sum(free for _, free in taken)
         with _reserved(taken):
+            held = await self._held_to_claim(key)
             rows = await self._store.claim(
                 slots=[(s.worker_id, free) for s, free in taken],
                 queues=key.queues,
                 worker_types=key.activity_types,
                 limits=self.limits(),
-                held=self.held_map(key),
+                held=held,
                 signal=self.holds.value,
                 pool=key.pool,
             )
@@ -300,13 +311,14 @@ class Dispatcher:
         claimed_ns = now_ns()
         key = group.key
         with _reserved(taken):
+            held = await self._held_to_claim(key)
             rows = await self._store.claim_with_resources(
                 fixed_slots=fixed_slots,
                 free_slots=free_slots,
                 pool=key.pool,
                 queues=key.queues,
                 worker_types=key.activity_types,
-                held=self.held_map(key),
+                held=held,
                 capacities=self.resources,
                 signal=self.holds.value,
             )

@@ -48,7 +48,8 @@ class Handoff:
                 continue
             if task.pools and key.pool not in task.pools:
                 continue
-            if task.activity_type in self._dispatcher.held_map(key).get(task.queue, frozenset()):
+            # Held, or held until its signal's view is confirmed (which a claim does, not a hand).
+            if task.activity_type in self._dispatcher.held_map(key, confirmed=True).get(task.queue, frozenset()):
                 continue
             for session in group.members.values():
                 # A session whose key changed is regrouped by the next claim first.

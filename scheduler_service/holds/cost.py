@@ -4,6 +4,13 @@ The scheduler subscribes to the signal service and keeps the latest state in mem
 dispatcher reads it once before each claim — no query and no RPC per claim. Until the first value
 arrives the signal counts as high, so held work never starts before the scheduler knows the
 signal. When the hold ends, every dispatcher is woken at once (push, not poll).
+
+A view is trusted for held work only while it is confirmed: a value streamed or read from the
+stored row (the signal service's truth) within CONFIRM_WITHIN, and, once the replica's event loop
+has stalled (a frozen process, a starved machine), only a stored row read after the stall: what
+the stream or a NOTIFY delivers after one may be old news, with newer values still queued behind
+it. Before claiming held types on an unconfirmed view, the dispatcher reads the row (`confirm`):
+one query per signal and CONFIRM_WITHIN at most, never one per task.
 """
 
 from __future__ import annotations
@@ -12,7 +19,9 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -36,6 +45,40 @@ from scheduler_service.wire.forecast import calibration_of
 
 log = logging.getLogger("lowtide.scheduler.cost")
 
+# How long a confirmed view is trusted for held work without a newer word (a streamed state, or
+# the stored row read); no longer than the soak allows a change to take to reach dispatch.
+CONFIRM_WITHIN = 2.0
+# The event loop not running for this long counts as a stall: the process was frozen or starved,
+# and what waited in its sockets meanwhile is read only now.
+STALL = 1.0
+
+
+class LoopWatch:
+    """Notices the replica's event loop not running for STALL or more (monotonic time jumps
+    between two looks), from its own ticks and from every look anyone takes (`look`), so a
+    stall is noticed by whoever runs first after it."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *, stall: float = STALL) -> None:
+        self._clock = clock
+        self._stall = stall
+        self._last_look = clock()
+        # When the latest stall was noticed (-inf: never).
+        self.last_stall = -math.inf
+
+    def look(self) -> float:
+        """Now (monotonic), after noting a stall since the last look."""
+        now = self._clock()
+        if now - self._last_look > self._stall:
+            self.last_stall = now
+            log.info("loop.stalled", extra={"seconds": round(now - self._last_look, 3)})
+        self._last_look = max(self._last_look, now)
+        return now
+
+    async def run(self) -> None:
+        while True:
+            self.look()
+            await asyncio.sleep(self._stall / 4)
+
 
 class CostHolds:
     def __init__(
@@ -51,6 +94,8 @@ class CostHolds:
         ca: str | None = None,
         stale_after: timedelta | None = None,
         keepalive: tuple[int, int] | None = None,
+        read: Callable[[str], Awaitable[SignalView | None]] | None = None,
+        watch: LoopWatch | None = None,
     ) -> None:
         self.target = target
         # The token and CA to reach the signal service with ([auth] signal_token, [tls] signal_ca).
@@ -63,6 +108,12 @@ class CostHolds:
         self._clock = clock
         self.signal: SignalView | None = None
         self.state = initial_hold(policy, clock())
+        # The stored state of a signal, by name (None: no confirmation, the view is always trusted).
+        self._read = read
+        self.watch = watch or LoopWatch()
+        # When (monotonic) the view was last confirmed by the stream, and by a stored read's start.
+        self._streamed = -math.inf
+        self._read_at = -math.inf
         # The latest hold that ended (for the time-held histogram); None: none has yet.
         self.last_hold: HoldEpisode | None = None
         self.connected = False
@@ -145,6 +196,7 @@ class CostHolds:
                         if self.signal is not None and state.version < self.signal.version:
                             # Already taken, newer, from the stored row (take_stored).
                             continue
+                        self._streamed = self.watch.look()
                         self._restart_stale_timer(state.version)
                         self.update(
                             SignalView(
@@ -191,6 +243,33 @@ class CostHolds:
         log.info("signal.from_store", extra={"signal": self.signal_name, "version": stored.version})
         self._restart_stale_timer(stored.version)
         self.update(stored)
+
+    def confirmed(self) -> bool:
+        """Whether the view may release held work now: confirmed within CONFIRM_WITHIN, and
+        by a stored read made after the event loop's latest stall, if it ever stalled."""
+        if self._read is None:
+            return True
+        now = self.watch.look()
+        if self._read_at < self.watch.last_stall:
+            return False
+        return now - max(self._read_at, self._streamed) <= CONFIRM_WITHIN
+
+    async def confirm(self) -> None:
+        """Reads the stored state unless the view is confirmed (a hold on needs no confirming:
+        it releases nothing), and takes it when newer. Raises DatabaseUnavailable as a claim does."""
+        if not (self.state.active or self.confirmed()):
+            await self.refresh()
+
+    async def refresh(self) -> None:
+        """Reads the stored state and takes it when newer: the view is confirmed as of the
+        read's start (after a NOTIFY, or by `confirm`)."""
+        if self._read is None:
+            return
+        began = self.watch.look()
+        stored = await self._read(self.signal_name)
+        if stored is not None:
+            self.take_stored(stored)
+        self._read_at = max(self._read_at, began)
 
     def _refresh_forecast(self, state: signal_pb2.SignalState) -> None:
         """The planner's forecast from the feed's latest (streamed beside the state, only when

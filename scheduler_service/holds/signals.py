@@ -7,21 +7,29 @@ a type named are the default signal's (`[cost] signal`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 
 from scheduler_service.domain.holds import HoldConfig, HoldState, SignalView, held_types_by_signal
 from scheduler_service.domain.planning import Forecast
 from scheduler_service.domain.timings import HoldEpisode
-from scheduler_service.holds.cost import CostHolds
+from scheduler_service.holds.cost import CostHolds, LoopWatch
+from scheduler_service.rows.fleet import StoredSignal
+from scheduler_service.store import Store
+
+UNCONFIRMED = "the signal's last value is not confirmed yet (read again before held work is released)"
 
 
 class SignalHolds:
-    def __init__(self, by_signal: Mapping[str, CostHolds], *, default: str, config: HoldConfig) -> None:
+    def __init__(
+        self, by_signal: Mapping[str, CostHolds], *, default: str, config: HoldConfig, watch: LoopWatch | None = None
+    ) -> None:
         if default not in by_signal:
             raise ValueError(f"no hold for the default signal {default!r}")
         self.by_signal = dict(by_signal)
         self.default = default
         self.config = config
+        # The event loop's watch the holds share (a stall makes every view unconfirmed).
+        self.watch = watch or LoopWatch()
 
     @property
     def main(self) -> CostHolds:
@@ -32,11 +40,18 @@ class SignalHolds:
         return self.by_signal[self.config.signal_for(queue, activity_type, self.default)]
 
     def held_for(
-        self, queue: str, *, worker_deferrable: Iterable[str] = (), worker_held: Iterable[str] = ()
+        self,
+        queue: str,
+        *,
+        worker_deferrable: Iterable[str] = (),
+        worker_held: Iterable[str] = (),
+        confirmed: bool = False,
     ) -> frozenset[str]:
+        """The types held on `queue`; with `confirmed`, also those whose signal's view is not
+        confirmed (what may start now, as opposed to what to wake or park for)."""
         return held_types_by_signal(
             queue,
-            holds=self.states(),
+            holds=self.confirmed_states() if confirmed else self.states(),
             default=self.default,
             config=self.config,
             worker_deferrable=worker_deferrable,
@@ -45,6 +60,36 @@ class SignalHolds:
 
     def states(self) -> dict[str, HoldState]:
         return {name: hold.state for name, hold in self.by_signal.items()}
+
+    def confirmed_states(self) -> dict[str, HoldState]:
+        """Each signal's hold, on for a view not confirmed (CostHolds.confirmed)."""
+        return {
+            name: hold.state if hold.state.active or hold.confirmed() else HoldState(True, None, UNCONFIRMED)
+            for name, hold in self.by_signal.items()
+        }
+
+    def signals_of(self, queues: Iterable[str], types: Collection[str], worker_deferrable: Iterable[str]) -> set[str]:
+        """The signals whose holds hold some of `types` on `queues`."""
+        extra = frozenset(worker_deferrable)
+        return {
+            self.config.signal_for(queue, t, self.default)
+            for queue in queues
+            for t in (self.config.for_queue(queue) | extra) & frozenset(types)
+        }
+
+    async def confirm(self, names: Iterable[str]) -> None:
+        """Confirms each named signal's view, reading its stored row where needed, before a claim
+        that may start the types it holds (CostHolds.confirm)."""
+        for name in sorted(set(names)):
+            hold = self.by_signal.get(name)
+            if hold is not None:
+                await hold.confirm()
+
+    async def refresh(self, name: str) -> None:
+        """Reads signal `name`'s stored state after its NOTIFY (CostHolds.refresh)."""
+        hold = self.by_signal.get(name)
+        if hold is not None:
+            await hold.refresh()
 
     def active_on(self, queue: str) -> bool:
         """Whether some signal holds some configured type on `queue` now."""
@@ -97,16 +142,27 @@ class SignalHolds:
         """Moves whenever any signal's forecast does, so the planner plans again."""
         return sum(hold.forecast_version for hold in self.by_signal.values())
 
-    def take_stored(self, stored: SignalView) -> None:
-        """A signal's stored state, read after its NOTIFY (see CostHolds.take_stored)."""
-        hold = self.by_signal.get(stored.name)
-        if hold is not None:
-            hold.take_stored(stored)
-
     async def run(self) -> None:
-        """Every signal's subscription, each resubscribing on its own."""
-        await asyncio.gather(*(hold.run() for hold in self.by_signal.values()))
+        """Every signal's subscription, each resubscribing on its own, and the loop's watch."""
+        await asyncio.gather(self.watch.run(), *(hold.run() for hold in self.by_signal.values()))
 
     def close(self) -> None:
         for hold in self.by_signal.values():
             hold.close()
+
+
+def stored_reader(store: Store) -> Callable[[str], Awaitable[SignalView | None]]:
+    """A signal's state as the signal service stored it, by name, as the stream would carry it."""
+
+    async def read(name: str) -> SignalView | None:
+        stored = await store.stored_signal(name)
+        return None if stored is None else signal_view(stored)
+
+    return read
+
+
+def signal_view(stored: StoredSignal) -> SignalView:
+    """A stored signal state as the stream would carry it: high while over its threshold or
+    until its first value (the signal service's rule, signal_service.domain.is_high)."""
+    high = stored.value is None or stored.value > stored.threshold
+    return SignalView(stored.name, stored.value, stored.threshold, high, stored.stale, stored.unit, stored.version)
