@@ -286,7 +286,10 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         telemetry = start_telemetry("lowtide-scheduler", config.scheduler.metrics_listen)
         stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)
         # Opened once the ports are bound (below): a database connection never holds a listen port.
-        db = Database(url, min_size=config.database.pool_min, max_size=config.database.pool_max, planned_min=1)
+        # The generic-plan connections serve the claims and the submit groups' inserts (2 writers).
+        db = Database(
+            url, min_size=config.database.pool_min, max_size=config.database.pool_max, planned_min=1, planned_max=6
+        )
         stack.push_async_callback(db.close)
         parts = build_parts(config, db, hold_config, telemetry, scheduler_id)
         server, health_servicer, port = _grpc_server(config, parts, telemetry)

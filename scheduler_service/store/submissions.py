@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from lowtide.db.connector import Database, Transaction
 from scheduler_service.domain.fixed import Interval, Reservation
@@ -18,6 +18,8 @@ from scheduler_service.domain.submission import Overload
 from scheduler_service.rows.tasks import DepthRow, EndedRow, KeyedRow, ReservationRow, StateRow, TaskRow
 from scheduler_service.store.base import SEPARATOR, Q, StoreBase, ms
 from scheduler_service.store.tasks import settle
+
+T = TypeVar("T")
 
 # A bound on the memory of registered queues; past it the next submit registers again.
 _MAX_REGISTERED = 10_000
@@ -62,8 +64,11 @@ class SubmissionWrites:
     """The reads and writes of one submission: in its transaction, or, for a submission that is
     a single insert, on the database itself (each statement commits on its own)."""
 
-    def __init__(self, tx: Transaction | Database, registered: set[str]) -> None:
+    def __init__(self, tx: Transaction | Database, registered: set[str], *, planned: bool = False) -> None:
         self._tx = tx
+        # The insert on the connections that keep one generic plan (Database.transaction's
+        # `planned`), when it commits on its own.
+        self._planned = planned and isinstance(tx, Database)
         self._registered = registered
         self.registering: set[str] = set()
         # The tasks as stored, when the insert returned them whole (see insert).
@@ -131,15 +136,21 @@ class SubmissionWrites:
             "wake": wake,
         }
         if workers is not None and any(workers):
-            handed = await self._tx.fetch_as(TaskRow, Q["insert_tasks_handed"], {**params, "workers": list(workers)})
+            handed = await self._fetch_as(TaskRow, Q["insert_tasks_handed"], {**params, "workers": list(workers)})
             self.stored.update((r.id, r) for r in handed)
             return [(r.id, r.idempotency_key) for r in handed]
         if whole:
-            stored = await self._tx.fetch_as(TaskRow, Q["insert_tasks_whole"], params)
+            stored = await self._fetch_as(TaskRow, Q["insert_tasks_whole"], params)
             self.stored.update((r.id, r) for r in stored)
             return [(r.id, r.idempotency_key) for r in stored]
         rows = await self._tx.fetch_as(KeyedRow, Q["insert_tasks"], params)
         return [(r.id, r.idempotency_key) for r in rows]
+
+    async def _fetch_as(self, cls: type[T], sql: str, params: dict[str, Any]) -> list[T]:
+        if self._planned:
+            assert isinstance(self._tx, Database)
+            return await self._tx.fetch_as(cls, sql, params, planned=True)
+        return await self._tx.fetch_as(cls, sql, params)
 
     async def reserve(self, fixed: Sequence[tuple[int, NewTask]]) -> None:
         """Books the windows of the fixed starts just created."""
@@ -167,13 +178,14 @@ class SubmissionWrites:
 
 class SubmissionStore(StoreBase):
     @asynccontextmanager
-    async def submitting(self, *, alone: bool = False) -> AsyncIterator[SubmissionWrites]:
+    async def submitting(self, *, alone: bool = False, planned: bool = False) -> AsyncIterator[SubmissionWrites]:
         """One submission's transaction, or none when the submission is `alone` a single insert
         (nothing read first, nothing locked: no idempotency keys, dependencies, fixed starts or
         queue depth limits), which commits on its own. The queues it registered are remembered
-        once it is written."""
+        once it is written. `planned` (with `alone`): the insert runs where statements keep one
+        generic plan (see SubmitGroups' writers, tasks/submission.py)."""
         if alone:
-            writes = SubmissionWrites(self.db, self.registered_queues)
+            writes = SubmissionWrites(self.db, self.registered_queues, planned=planned)
             yield writes
         else:
             async with self.db.transaction() as tx:
