@@ -16,7 +16,7 @@ import itertools
 import json
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,6 +38,7 @@ MAX_FORECASTS = 700
 MAX_ACTUALS = 20_000
 LEARN_EVERY = timedelta(minutes=10)
 FEED, PRIOR = "feed", "prior"
+ONE_POINT_STEP = timedelta(minutes=30)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,11 @@ class IssuedRow:
 class ActualRow:
     at: datetime
     value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +146,24 @@ class Calibrations:
     async def record_actual(self, name: str, at: datetime, value: float) -> None:
         await self._db.execute(Q["record_actual"], {"name": name, "at": at, "value": value})
 
+    async def record_past(self, name: str, pairs: Sequence[tuple[datetime, float, float]], *, lead: timedelta) -> None:
+        """A feed's past (time, forecast, value that came), each forecast as issued `lead` before
+        its time (see signal_service/feeds/seed.py)."""
+        if not pairs:
+            return
+        params = {
+            "name": name,
+            "lead": lead,
+            "at": [at for at, _, _ in pairs],
+            "forecast": [forecast for _, forecast, _ in pairs],
+            "actual": [actual for _, _, actual in pairs],
+        }
+        await self._db.execute(Q["record_past_forecasts"], params)
+
+    async def actuals_between(self, name: str, start: datetime, end: datetime) -> int:
+        row = await self._db.fetch_one_as(Count, Q["count_actuals"], {"name": name, "start": start, "end": end})
+        return 0 if row is None else row.count
+
     async def load(self) -> None:
         """Takes what any replica learned last."""
         for row in await self._db.fetch_as(CalibrationRow, Q["calibrations"]):
@@ -209,9 +233,12 @@ def _record(issued: list[IssuedRow], actuals: list[ActualRow], *, origin: dateti
     seen = [_scaled(a.at, origin, scale) for a in actuals]
     for row in sorted(issued, key=lambda r: r.issued_at):
         times = [_scaled(t, origin, scale) for t in row.at]
-        if len(times) < 2:
+        if not times:
             continue
-        step = max(timedelta(minutes=1), sorted(b - a for a, b in itertools.pairwise(times))[len(times) // 2 - 1])
+        # A forecast of one point (a feed's past, seeded at start) covers the half hour from it.
+        step = ONE_POINT_STEP
+        if len(times) > 1:
+            step = max(timedelta(minutes=1), sorted(b - a for a, b in itertools.pairwise(times))[len(times) // 2 - 1])
         grid = [origin + round((t - origin) / step) * step for t in times]
         record.add_forecast(Issued(_scaled(row.issued_at, origin, scale), tuple(zip(grid, row.value, strict=True))))
         # Paired at the point's own time: its grid time may be up to half a step off it.

@@ -37,6 +37,7 @@ from signal_service.calibration import Calibrations, register_calibration_metric
 from signal_service.fanout import Fanout
 from signal_service.feeds import Feed, FeedSettings, feed_settings, feed_unit, make_feed
 from signal_service.feeds.runner import FeedStats, run_feed
+from signal_service.feeds.seed import Seeding
 from signal_service.metrics import register_signal_metrics
 from signal_service.signals import Signals, definitions
 from signal_service.store import SignalStore, feed_lease
@@ -248,9 +249,20 @@ def _background(
         asyncio.create_task(maintain, name="signal-maintain"),
     ]
     for name, feed in feeds.running.items():
-        refresh = feeds.settings[name].options.refresh.total_seconds()
+        options = feeds.settings[name].options
+        refresh = options.refresh.total_seconds()
         lease = feed_lease(name, default=config.cost.signal)
-        runner = run_feed(feed, signals, name, refresh=refresh, stats=feeds.stats[name], holder=replica_id, lease=lease)
+        seeding = Seeding(options.calibration_seed_days, options.calibration_seed_timeout.total_seconds())
+        runner = run_feed(
+            feed,
+            signals,
+            name,
+            refresh=refresh,
+            stats=feeds.stats[name],
+            holder=replica_id,
+            lease=lease,
+            seeding=seeding,
+        )
         background.append(asyncio.create_task(runner, name=f"signal-feed-{name}"))
     return background
 

@@ -206,6 +206,12 @@ class SignalConfig:
     # it toward the record's figures as forecasts come: half each after 8 issued forecasts.
     forecast_error_prior_1h: float = key(0.03, within(0.0, 1.0))
     forecast_error_prior_24h: float = key(0.15, within(0.0, 1.0))
+    # At start, a feed that publishes its past forecasts beside the values that came (the UK
+    # Carbon Intensity API, national) stores this many days of them for the calibration (a
+    # request a day, skipped for days already stored), within calibration_seed_timeout; 0: none.
+    # They teach it the error at the shortest leads only (docs/explanation/forecast-error.md).
+    calibration_seed_days: int = key(14, within(0, 14))
+    calibration_seed_timeout: timedelta = key(1 * MIN, within(1 * S, 1 * H))
     # Replay: trace seconds played per wall-clock second (1440 = one day per minute), from
     # replay_start (ISO 8601; empty = the trace's first row), of replay_file (empty = bundled GB 2020).
     replay_speed: float = key(1440.0, within(0.0, 1e9, above=True))

@@ -27,6 +27,7 @@ from datetime import timedelta
 from lowtide.errors import DatabaseUnavailable, InvalidArgument
 from signal_service.domain import Reading, SignalState
 from signal_service.feeds.base import Feed, FeedError, ForecastUnavailable, Waiting
+from signal_service.feeds.seed import Seeding, seed_calibration
 from signal_service.signals import Signals
 from signal_service.store import FEED_LEASE
 
@@ -145,7 +146,15 @@ async def _leading(signals: Signals, holder: str, ttl: timedelta, lease: str) ->
 
 
 async def run_feed(
-    feed: Feed, signals: Signals, name: str, *, refresh: float, stats: FeedStats, holder: str, lease: str = FEED_LEASE
+    feed: Feed,
+    signals: Signals,
+    name: str,
+    *,
+    refresh: float,
+    stats: FeedStats,
+    holder: str,
+    lease: str = FEED_LEASE,
+    seeding: Seeding | None = None,
 ) -> None:
     """Polls while this replica holds the feed's lease, until cancelled; the forecast is
     refreshed at most once per `refresh` (once a day while the feed's plan has none), and as soon as a
@@ -169,6 +178,10 @@ async def run_feed(
                     issued = _issue(feed)
                     available = await refresh_forecast(feed, signals, name, stats)
                     forecast_due = loop.time() + (refresh if available else FORECAST_UNAVAILABLE_RETRY)
+                if seeding is not None:
+                    # Once, when first leading, after the first value and forecast are stored.
+                    await seed_calibration(feed, signals, name, seeding)
+                    seeding = None
             wait = feed.interval(refresh)
             if leading and wait > interval:
                 # The API asked for a longer wait (Retry-After): the lease is kept through it and

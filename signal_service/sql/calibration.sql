@@ -42,3 +42,23 @@ WHERE forecast_calibrations.learned_at <= EXCLUDED.learned_at
 
 -- calibrations --
 SELECT signal, learned_at, body FROM lowtide.forecast_calibrations
+
+-- record_past_forecasts --
+-- A feed's past forecasts beside the values that came (read at start, signal_service/feeds/seed.py):
+-- each stored as a forecast of one point issued `lead` before it (the lead attributed to it), and
+-- its value; a value the service observed itself is kept.
+WITH pairs AS (
+    SELECT * FROM unnest(%(at)s::timestamptz[], %(forecast)s::float8[], %(actual)s::float8[]) AS p (at, forecast, actual)
+), issued AS (
+    INSERT INTO lowtide.forecast_issues (signal, issued_at, at, value)
+    SELECT %(name)s, at - %(lead)s::interval, ARRAY[at], ARRAY[forecast] FROM pairs
+    ON CONFLICT (signal, issued_at) DO NOTHING
+)
+INSERT INTO lowtide.forecast_actuals (signal, at, value)
+SELECT %(name)s, at, actual FROM pairs
+ON CONFLICT (signal, at) DO NOTHING
+
+-- count_actuals --
+-- How many values the record holds over [start, end).
+SELECT count(*) AS count FROM lowtide.forecast_actuals
+WHERE signal = %(name)s AND at >= %(start)s AND at < %(end)s

@@ -21,7 +21,9 @@ class Answer:
     status: int = 200
     delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
-    # A body given as str is sent as is (malformed JSON); anything else is JSON-encoded.
+    # A body given as str is sent as is (malformed JSON); a callable is called with the request's
+    # path for the body (an API whose answer depends on the times in its path); anything else is
+    # JSON-encoded.
 
 
 @dataclass
@@ -69,7 +71,8 @@ def _handler(api: GridApi) -> type[BaseHTTPRequestHandler]:
             answer = api.take(parts.path)
             if answer.delay:
                 time.sleep(answer.delay)
-            body = answer.body if isinstance(answer.body, str) else json.dumps(answer.body)
+            given = answer.body(parts.path) if callable(answer.body) else answer.body
+            body = given if isinstance(given, str) else json.dumps(given)
             data = body.encode()
             try:
                 self.send_response(answer.status)
