@@ -46,6 +46,8 @@ def regions(
                 hold.forecast,
                 Capacity(max(0, slots.get(name, 0))),
                 signal_low=not hold.state.active,
+                # The caution its signal's calibration found to pay (the default without one).
+                caution=hold.forecast_caution,
                 unit=unit,
             )
         )
