@@ -12,7 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from soak.run import Settings, run
+from soak.run import run
+from soak.stack import Settings
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 

@@ -12,7 +12,7 @@ from soak.invariants import INVARIANTS
 
 if TYPE_CHECKING:
     from soak.load import Load
-    from soak.run import Settings, Soak
+    from soak.stack import Settings, Soak
 
 SHOWN = 5
 

@@ -11,16 +11,16 @@ import shutil
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from lowtide.db import apply_migrations
 from lowtide.health import check_health
 from soak import collect, invariants
-from soak.facts import Fault, Sample, SignalPoint, Violation
+from soak.facts import Fault, Violation
 from soak.load import Load
 from soak.plan import PlannedFault, plan_faults
-from soak.stack import REPO, Postgres, Proc, Relay, lowtide
+from soak.relay import Relay
+from soak.report import summary
+from soak.stack import REPO, Postgres, Proc, Settings, Soak, lowtide
 
 log = logging.getLogger("soak")
 
@@ -53,45 +53,6 @@ reservable_fraction = 1.0
 [console]
 listen = ""
 """
-
-
-@dataclass
-class Settings:
-    duration: float
-    seed: int
-    rate: float
-    mean_gap: float
-    folder: Path
-    node: bool = True
-
-
-@dataclass
-class Soak:
-    settings: Settings
-    pg: Postgres
-    signal: Proc
-    schedulers: list[Proc]
-    workers: list[Proc]
-    relay: Relay
-    targets: list[str]
-    faults: list[Fault] = field(default_factory=list)
-    skipped: Counter[str] = field(default_factory=Counter)
-    exits: Counter[str] = field(default_factory=Counter)
-    deaths: dict[int, float] = field(default_factory=dict)
-    samples: list[Sample] = field(default_factory=list)
-    history: list[SignalPoint] = field(default_factory=list)
-    during: dict[tuple[str, str], Violation] = field(default_factory=dict)
-
-    @property
-    def procs(self) -> list[Proc]:
-        return [self.signal, *self.schedulers, *self.workers]
-
-    def by_name(self, name: str) -> Proc:
-        return next(p for p in self.procs if p.name == name)
-
-    @property
-    def outs(self) -> list[Path]:
-        return [self.settings.folder / f"{w.name}.jsonl" for w in self.workers]
 
 
 def _free_port() -> int:
@@ -306,8 +267,6 @@ async def run(settings: Settings) -> int:
         for proc in soak.procs:
             await asyncio.to_thread(proc.stop)
         await asyncio.to_thread(soak.pg.stop)
-    from soak.report import summary
-
     text = summary(settings, soak, load=load, work=work, violations=violations, planned=len(planned))
     print(text, flush=True)
     (settings.folder / "summary.txt").write_text(text)

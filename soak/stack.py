@@ -1,21 +1,24 @@
 """The processes a soak runs and breaks: a throwaway PostgreSQL of its own, the services as
-`python -m lowtide ... serve`, the workers, and a relay in front of the scheduler replicas that
-the workers connect through (as through a load balancer), whose connections can be cut."""
+`python -m lowtide ... serve` and the workers (the relay they connect through is soak.relay's),
+and the soak's settings and running state."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import itertools
 import os
 import signal
 import subprocess
 import sys
 import time
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from soak.facts import Fault, Sample, SignalPoint, Violation
+from soak.relay import Relay
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -176,64 +179,43 @@ def lowtide(name: str, kind: str, env: Mapping[str, str], folder: Path) -> Proc:
     return Proc(name, [sys.executable, "-m", "lowtide", kind, "serve"], env, folder / f"{name}.log")
 
 
-class Relay:
-    """A TCP relay in front of the scheduler replicas: each connection goes to the next replica
-    that accepts it, as a load balancer sends it; `cut()` resets every connection it relays."""
+@dataclass
+class Settings:
+    duration: float
+    seed: int
+    rate: float
+    mean_gap: float
+    folder: Path
+    node: bool = True
 
-    def __init__(self, upstreams: Sequence[str]) -> None:
-        self._upstreams = itertools.cycle(upstreams)
-        self._count = len(upstreams)
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._pipes: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> str:
-        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
-        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+@dataclass
+class Soak:
+    settings: Settings
+    pg: Postgres
+    signal: Proc
+    schedulers: list[Proc]
+    workers: list[Proc]
+    relay: Relay
+    targets: list[str]
+    faults: list[Fault] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    exits: Counter[str] = field(default_factory=Counter)
+    deaths: dict[int, float] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+    history: list[SignalPoint] = field(default_factory=list)
+    during: dict[tuple[str, str], Violation] = field(default_factory=dict)
 
-    async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        for _ in range(self._count):
-            host, port = next(self._upstreams).rsplit(":", 1)
-            try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 2)
-                break
-            except (OSError, TimeoutError):
-                continue
-        else:
-            client_writer.transport.abort()
-            return
-        self._writers.update((client_writer, writer))
-        for source, sink in ((client_reader, writer), (reader, client_writer)):
-            pipe = asyncio.create_task(self._pipe(source, sink))
-            self._pipes.add(pipe)
-            pipe.add_done_callback(self._pipes.discard)
+    @property
+    def procs(self) -> list[Proc]:
+        return [self.signal, *self.schedulers, *self.workers]
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            writer.transport.abort()
-            self._writers.discard(writer)
+    def by_name(self, name: str) -> Proc:
+        return next(p for p in self.procs if p.name == name)
 
-    def cut(self) -> int:
-        """Resets every relayed connection both ways; returns how many there were."""
-        live = [w for w in self._writers if not w.transport.is_closing()]
-        self._writers.clear()
-        for writer in live:
-            writer.transport.abort()
-        return len(live) // 2
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        self.cut()
-        for pipe in list(self._pipes):
-            pipe.cancel()
-        await asyncio.gather(*self._pipes, return_exceptions=True)
+    @property
+    def outs(self) -> list[Path]:
+        return [self.settings.folder / f"{w.name}.jsonl" for w in self.workers]
 
 
 def _start_postgres(folder: Path) -> None:

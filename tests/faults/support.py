@@ -23,13 +23,14 @@ import psycopg.sql
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide_proto.lowtide.v1 import task_pb2, worker_pb2, worker_pb2_grpc
+from soak.relay import Relay
 from tests.helpers import eventually, free_port
 from tests.process.test_many_workers import counting_worker, kill_all, logs_of
 
 REPO = Path(__file__).resolve().parents[2]
 NAP_WORKER = Path(__file__).with_name("nap_worker.js")
 
-__all__ = ["counting_worker", "free_port", "kill_all", "logs_of"]
+__all__ = ["Relay", "counting_worker", "free_port", "kill_all", "logs_of"]
 
 
 def service_process(
@@ -275,71 +276,3 @@ class RawWorker:
     async def close(self) -> None:
         self.call.cancel()
         await self.channel.close()
-
-
-class SlowPath:
-    """A TCP relay in front of a service that delays every byte by `delay` each way, as the
-    network between two hosts does (loopback answers in microseconds, which hides races that
-    a round trip of a few milliseconds opens). It outlives the service behind it: a client that
-    connects while nothing listens there is cut off, as by a refused connection. `cut()` resets
-    every connection it relays, as a network blip or a restarted proxy does; `upstream` may be
-    changed, for the connections made after (a load balancer sending a client elsewhere)."""
-
-    def __init__(self, upstream: str, delay: float = 0.0) -> None:
-        self.upstream = upstream
-        self._delay = delay
-        self._server: asyncio.Server | None = None
-        self._pipes: set[asyncio.Task[None]] = set()
-        self._writers: set[asyncio.StreamWriter] = set()
-        self.connections = 0
-
-    async def start(self) -> str:
-        """Starts listening; returns the target clients connect to."""
-        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
-        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        host, port = self.upstream.rsplit(":", 1)
-        try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
-        except OSError:
-            client_writer.transport.abort()
-            return
-        self.connections += 1
-        self._writers.update((client_writer, upstream_writer))
-        for reader, writer in ((client_reader, upstream_writer), (upstream_reader, client_writer)):
-            pipe = asyncio.create_task(self._pipe(reader, writer))
-            self._pipes.add(pipe)
-            pipe.add_done_callback(self._pipes.discard)
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while data := await reader.read(65536):
-                # Each chunk leaves `delay` after it came, in the order it came.
-                loop.call_at(loop.time() + self._delay, _forward, writer, data)
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            loop.call_at(loop.time() + self._delay, writer.transport.abort)
-
-    def cut(self) -> int:
-        """Resets every connection relayed now, both ways (each side reads a reset, as when
-        the network between them fails); returns how many there were."""
-        live = [w for w in self._writers if not w.transport.is_closing()]
-        self._writers.clear()
-        for writer in live:
-            writer.transport.abort()
-        return len(live) // 2
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for pipe in list(self._pipes):
-            pipe.cancel()
-        await asyncio.gather(*self._pipes, return_exceptions=True)
-
-
-def _forward(writer: asyncio.StreamWriter, data: bytes) -> None:
-    if not writer.transport.is_closing():
-        writer.write(data)

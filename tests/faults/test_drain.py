@@ -21,7 +21,7 @@ from scheduler_service.server import Scheduler, start_scheduler
 from tests.conftest import make_config
 from tests.deploy.node import ensure_node_modules, node_or_skip
 from tests.faults.support import (
-    SlowPath,
+    Relay,
     connected_workers,
     counting_worker,
     free_port,
@@ -217,7 +217,7 @@ async def test_a_stopping_worker_that_reconnects_to_report_takes_no_new_work(
     second = None
     # The worker is a few milliseconds away, as on another host: on loopback its answer to the
     # Welcome would come back before the scheduler's first claim for it is done.
-    path = SlowPath(first.target, delay=0.01)
+    path = Relay(first.target, delay=0.01)
     log = tmp_path / "worker.log"
     worker = _Leaving(kind, await path.start(), log)
 
@@ -277,7 +277,7 @@ async def test_a_worker_stopped_while_work_is_on_its_way_to_it_runs_that_work(
     # arrive, and it runs. Declined, it came back as WorkerLost, an attempt spent unrun.
     if kind == "node":
         await ensure_node_modules()
-    path = SlowPath(scheduler.target, delay=0.2)
+    path = Relay(scheduler.target, delay=0.2)
     log = tmp_path / "worker.log"
     worker = _Leaving(kind, await path.start(), log, nap_ms=50)
     try:

@@ -21,7 +21,7 @@ from lowtide_proto.lowtide.v1 import worker_pb2
 from scheduler_service.server import Scheduler, start_scheduler
 from tests.conftest import make_config
 from tests.deploy.node import ensure_node_modules, node_or_skip
-from tests.faults.support import RawWorker, SlowPath, kill_all, nap_worker
+from tests.faults.support import RawWorker, Relay, kill_all, nap_worker
 from tests.helpers import eventually, scrape_metrics
 
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
@@ -94,7 +94,7 @@ async def test_an_attempt_cut_off_by_the_network_runs_once_within_the_reconnect_
     database_url: str, grace: timedelta, attempts: int, runs: int
 ) -> None:
     async with _scheduler(database_url, grace) as scheduler:
-        path = SlowPath(scheduler.target)
+        path = Relay(scheduler.target)
         target = await path.start()
         try:
             async with Client(scheduler.target) as client, _Held(target, "blip") as held:
@@ -191,7 +191,7 @@ async def test_a_worker_back_on_another_replica_keeps_its_attempt_when_the_first
     caplog.set_level(logging.INFO, logger="lowtide.scheduler.workers")
     grace = timedelta(seconds=3)
     async with _scheduler(database_url, grace) as first, _scheduler(database_url, grace) as second:
-        path = SlowPath(first.target)
+        path = Relay(first.target)
         target = await path.start()
         try:
             async with Client(first.target) as client, _Held(target, "mover") as held:
@@ -237,7 +237,7 @@ async def test_a_node_worker_cut_off_by_the_network_keeps_its_attempt_within_the
         return log.read_text() if log.exists() else ""
 
     async with _scheduler(database_url, timedelta(seconds=30)) as scheduler, Client(scheduler.target) as client:
-        path = SlowPath(scheduler.target)
+        path = Relay(scheduler.target)
         target = await path.start()
         process = nap_worker(node, target, "node-blip", log, nap_ms=4000)
         try:

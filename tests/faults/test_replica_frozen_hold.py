@@ -18,7 +18,7 @@ import pytest
 from lowtide_client import Client, SignalClient, TaskState
 from lowtide_proto.lowtide.v1 import scheduler_pb2
 from tests.faults.support import (
-    SlowPath,
+    Relay,
     connected_workers,
     counting_worker,
     free_port,
@@ -46,7 +46,7 @@ async def test_a_thawed_replica_checks_the_signal_before_it_dispatches_held_work
     processes: list[subprocess.Popen[bytes]] = []
     # The frozen replica hears the stream 3 s late: what it knows on waking comes from elsewhere.
     # It never polls (every 5 m): what it claims on waking, it claims for the wake-up it reads.
-    slow = SlowPath(signal_target, delay=3.0)
+    slow = Relay(signal_target, delay=3.0)
     frozen: subprocess.Popen[bytes] | None = None
     try:
         processes.append(service_process("signal", database_url, logs[0], {"listen": signal_target}))
