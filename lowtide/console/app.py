@@ -138,6 +138,7 @@ def _overview_context(view: Any) -> dict[str, Any]:
         "view": view,
         "story": pages.story(view),
         "signal_svg": pages.signal_svg(view),
+        "forecast_note": pages.forecast_note(view),
         "other_signal_svgs": pages.other_signal_svgs(view),
         "queue_svgs": pages.queue_svgs(view),
         "carbon": pages.carbon(view.status),

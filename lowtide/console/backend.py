@@ -66,6 +66,9 @@ class Overview:
     now: datetime
     # Every other signal the signal service keeps (a price, another grid zone), by name.
     others: list[SignalView] = field(default_factory=list)
+    # When the forecast was issued (Unix seconds; None before the first), and by which feed.
+    forecast_issued_at: float | None = None
+    forecast_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,8 @@ class Backend:
             samples=self.samples.snapshot(),
             now=datetime.fromtimestamp(now, UTC),
             others=others,
+            forecast_issued_at=_seconds(forecast.issued_at) if forecast.version else None,
+            forecast_source=forecast.source,
         )
 
     async def _other_signals(self, token: str | None, default: str, since: datetime) -> list[SignalView]:

@@ -146,35 +146,44 @@ def signal_chart(
     since: float,
     releases: Sequence[Release] = (),
     unit: str = "",
+    errors: Sequence[tuple[float | None, str]] = (),
 ) -> str:
     """The signal against its threshold: history (step line) from `since` to `now`, the hold's
-    periods shaded, the forecast ahead (dashed), and each planned release as a marker."""
+    periods shaded, the forecast (dashed) as it was issued, from its first point (so the part of
+    it already past lies beside the values that came), its error band (`errors`: each point's
+    expected relative error and where it comes from; ±error around the value), and each planned
+    release as a marker."""
     history = [(max(t, since), v) for t, v in history if t <= now]
     # From the oldest value kept (at most `since`): a young signal, or a replay at a day per
     # minute, fills the chart instead of a sliver at its right edge.
     start = min(max(since, history[0][0]), now - 60) if history else since
-    # The forecast from the point that covers now on: its past is drawn by the history.
-    current = [i for i, (t, _) in enumerate(forecast) if t <= now]
-    forecast = [*forecast[current[-1] if current else 0 :]]
-    if forecast and forecast[0][0] < now:
-        forecast[0] = (now, forecast[0][1])
+    bands = [*errors][: len(forecast)] + [(None, "")] * (len(forecast) - len(errors))
     step = forecast[-1][0] - forecast[-2][0] if len(forecast) > 1 else 0.0
-    ahead = [*(t for t, _ in forecast), *(r.at for r in releases), *([forecast[-1][0] + step] if forecast else [])]
+    # The forecast's points on the chart: those whose interval ends after its start.
+    shown = [
+        i for i, (t, _) in enumerate(forecast) if (forecast[i + 1][0] if i + 1 < len(forecast) else t + step) > start
+    ]
+    drawn = [(max(forecast[i][0], start), forecast[i][1]) for i in shown]
+    drawn_bands = [bands[i] for i in shown]
+    ahead = [*(t for t, _ in drawn), *(r.at for r in releases), *([drawn[-1][0] + step] if drawn else [])]
     end = max([now + (now - start) * 0.05, *ahead])
     end += (end - start) * 0.02
-    values = [v for _, v in (*history, *forecast)] + [r.intensity for r in releases if r.intensity]
+    values = [v for _, v in (*history, *drawn)] + [r.intensity for r in releases if r.intensity]
+    values += [v * (1 + s * e) for (_, v), (e, _) in zip(drawn, drawn_bands, strict=True) if e for s in (-1, 1)]
     frame = _Frame(start, end, *value_span(values, threshold))
     parts = [
         f'<rect class="hold" x="{frame.x(a)}" y="{TOP}" width="{max(frame.x(b) - frame.x(a), 1)}" '
         f'height="{HEIGHT - TOP - BOTTOM}"><title>hold: signal above {threshold:g}</title></rect>'
         for a, b in _high_spans(history, threshold, now)
     ]
+    ahead_only = [(max(t, now), v) for i, (t, v) in enumerate(drawn) if i + 1 == len(drawn) or drawn[i + 1][0] > now]
     parts += [
         f'<rect class="forecast-high" x="{frame.x(a)}" y="{TOP}" width="{max(frame.x(b) - frame.x(a), 1)}" '
         f'height="{HEIGHT - TOP - BOTTOM}"/>'
-        for a, b in _high_spans(forecast, threshold, forecast[-1][0] if forecast else now)
+        for a, b in _high_spans(ahead_only, threshold, drawn[-1][0] + step if drawn else now)
     ]
     parts += _axes(frame, unit)
+    parts += _band(drawn, drawn_bands, frame, drawn[-1][0] + step if drawn else now)
     ty = frame.y(threshold)
     parts.append(
         f'<line class="threshold-line" x1="{LEFT}" y1="{ty}" x2="{WIDTH - RIGHT}" y2="{ty}">'
@@ -184,10 +193,11 @@ def signal_chart(
         parts.append(
             f'<polyline class="signal-line" points="{_steps(history, frame, now)}"><title>signal</title></polyline>'
         )
-    if forecast:
-        last = forecast[-1][0] + step
-        ahead_line = _steps(forecast, frame, last)
-        parts.append(f'<polyline class="forecast-line" points="{ahead_line}"><title>forecast</title></polyline>')
+    if drawn:
+        ahead_line = _steps(drawn, frame, drawn[-1][0] + step)
+        parts.append(
+            f'<polyline class="forecast-line" points="{ahead_line}"><title>forecast, as issued</title></polyline>'
+        )
     parts.append(f'<line class="now" x1="{frame.x(now)}" y1="{TOP}" x2="{frame.x(now)}" y2="{frame.y(frame.y0)}"/>')
     parts += _off_the_chart(values, frame)
     for release in releases[:300]:
@@ -198,7 +208,27 @@ def signal_chart(
             f'y2="{frame.y(0)}"/><circle cx="{x}" cy="{y}" r="5"/><title>task {release.task_id}: planned release '
             f"{_clock(release.at, 86401)} UTC</title></g>"
         )
-    return _svg("signal, threshold, forecast and planned releases", parts)
+    return _svg("signal, threshold, forecast with its error band, and planned releases", parts)
+
+
+def _band(
+    points: Sequence[tuple[float, float]], bands: Sequence[tuple[float | None, str]], frame: _Frame, until: float
+) -> list[str]:
+    """Each forecast point's expected error as a shaded box, ±error around its value over its
+    interval, titled with the numbers and where the error comes from."""
+    parts = []
+    for i, ((t, v), (error, source)) in enumerate(zip(points, bands, strict=True)):
+        if error is None or not math.isfinite(error):
+            continue
+        end = points[i + 1][0] if i + 1 < len(points) else until
+        top, bottom = frame.y(v + abs(v) * error), frame.y(v - abs(v) * error)
+        where = f"; {escape(source)}" if source else ""
+        parts.append(
+            f'<rect class="forecast-band" x="{frame.x(t)}" y="{top}" width="{max(frame.x(end) - frame.x(t), 0.5)}" '
+            f'height="{max(bottom - top, 0.5)}" data-value="{v:g}" data-error="{error:g}">'
+            f"<title>{_clock(t, 86401)} UTC: {v:.4g} ± {abs(v) * error:.3g} ({error:.0%}{where})</title></rect>"
+        )
+    return parts
 
 
 def _off_the_chart(values: Sequence[float], frame: _Frame) -> list[str]:

@@ -4,13 +4,14 @@ sentences that tell what is going on (the story the overview opens with). Pure f
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from lowtide.console import charts
+from lowtide.console import charts, forecast
 from lowtide.console.backend import HISTORY, Overview, TaskStory
-from lowtide_proto.lowtide.v1 import scheduler_pb2, task_pb2
+from lowtide_proto.lowtide.v1 import scheduler_pb2, signal_pb2, task_pb2
 
 # Reservations drawn on the pools page at most.
 MAX_BARS = 40
@@ -43,6 +44,11 @@ def releases(tasks: list[task_pb2.Task]) -> list[charts.Release]:
     ]
 
 
+def errors(points: Sequence[signal_pb2.SignalPoint]) -> list[tuple[float | None, str]]:
+    """Each forecast point's expected error (None when it states none) and where it comes from."""
+    return [(p.expected_error if p.HasField("expected_error") else None, p.error_source) for p in points]
+
+
 def signal_svg(view: Overview) -> str:
     now = view.now.timestamp()
     return charts.signal_chart(
@@ -53,6 +59,23 @@ def signal_svg(view: Overview) -> str:
         since=now - HISTORY.total_seconds(),
         releases=releases(view.pending),
         unit=view.signal.unit,
+        errors=errors(view.forecast),
+    )
+
+
+def forecast_note(view: Overview) -> list[str]:
+    """The default signal's forecast in sentences: issued when, how sure, the error's source, and
+    how the values that came since compare with it."""
+    points = [
+        forecast.Point(seconds(p.at), p.value, error, source)
+        for p, (error, source) in zip(view.forecast, errors(view.forecast), strict=True)
+    ]
+    return forecast.note(
+        points,
+        issued_at=view.forecast_issued_at,
+        source=view.forecast_source,
+        history=[(seconds(p.at), p.value) for p in view.history],
+        now=view.now.timestamp(),
     )
 
 
@@ -68,6 +91,7 @@ def other_signal_svgs(view: Overview) -> dict[str, str]:
             since=now - HISTORY.total_seconds(),
             releases=[],
             unit=other.signal.unit,
+            errors=errors(other.forecast),
         )
         for other in view.others
     }
@@ -180,4 +204,5 @@ def task_svg(story: TaskStory, now: float) -> str:
         now=now,
         since=now - 3600,
         releases=releases([story.task]),
+        errors=errors(story.forecast),
     )

@@ -163,7 +163,8 @@ def _config(folder: Path, *, auth: bool) -> Path:
     return path
 
 
-def start_stack(database_url: str, folder: Path, *, auth: bool) -> Stack:
+def start_stack(database_url: str, folder: Path, *, auth: bool, feed: dict[str, str] | None = None) -> Stack:
+    """The three processes; `feed` replaces the replayed trace's settings (LOWTIDE_SIGNAL_*)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOWTIDE_")}
     scheduler, signal = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     env.update(
@@ -186,6 +187,10 @@ def start_stack(database_url: str, folder: Path, *, auth: bool) -> Stack:
         LOWTIDE_COST_DEFERRABLE_ACTIVITIES="train",
         LOWTIDE_LOG_LEVEL="WARNING",
     )
+    if feed is not None:
+        for key in [k for k in env if k.startswith("LOWTIDE_SIGNAL_REPLAY_")]:
+            del env[key]
+        env.update(feed)
     env["LOWTIDE_CONFIG"] = str(_config(folder, auth=auth))
     if not auth:
         env["LOWTIDE_AUTH"] = "off"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from lowtide.console import charts
+from lowtide.console import charts, forecast
 from lowtide.console.forms import BadInput, signal_value, task_id, text
 
 NOW = 1_800_000_000.0
@@ -111,3 +111,58 @@ def test_a_real_peak_stays_on_the_chart() -> None:
     svg = charts.signal_chart(history=history, forecast=[], threshold=250.0, now=NOW, since=NOW - 48 * 3600)
     assert "above the chart" not in svg
     assert float(_ticks(svg)[4].replace(",", "")) >= 900.0
+
+
+def _bands(svg: str) -> list[tuple[float, float, float, float]]:
+    """Each band box: x, y (top), width, height."""
+    found = re.findall(r'<rect class="forecast-band" x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="([\d.]+)"', svg)
+    return [(float(x), float(y), float(w), float(h)) for x, y, w, h in found]
+
+
+def test_each_forecast_point_is_drawn_with_its_band_of_plus_minus_its_error() -> None:
+    forecast = [(NOW + 1800 * i, 200.0) for i in range(4)]
+    errors = [(0.05, "learned over 3.0 days"), (0.10, "learned over 3.0 days"), (0.20, "prior"), (None, "")]
+    svg = charts.signal_chart(
+        history=[(NOW - 3600, 200.0)], forecast=forecast, threshold=400.0, now=NOW, since=NOW - 3600, errors=errors
+    )
+    bands = _bands(svg)
+    # One box per point that states an error, as tall as twice its error, around its value.
+    assert len(bands) == 3
+    assert bands[1][3] == pytest.approx(2 * bands[0][3], rel=0.05)
+    assert bands[2][3] == pytest.approx(4 * bands[0][3], rel=0.05)
+    assert [b[0] for b in bands] == sorted(b[0] for b in bands)
+    assert "200 ± 40 (20%; prior)" in svg and "200 ± 10 (5%; learned over 3.0 days)" in svg
+
+
+def test_the_forecast_is_drawn_as_issued_from_its_first_point_beside_the_values_that_came() -> None:
+    # Issued two hours ago: its past half lies beside the history, not cut at now.
+    forecast = [(NOW - 7200 + 1800 * i, 150.0) for i in range(8)]
+    history = [(NOW - 7200 + 1800 * i, 150.0 + 10 * i) for i in range(4)]
+    svg = charts.signal_chart(
+        history=history, forecast=forecast, threshold=400.0, now=NOW, since=NOW - 4 * 3600, errors=[(0.1, "feed")] * 8
+    )
+    line = re.search(r'<polyline class="forecast-line" points="([\d.]+),', svg)
+    now_line = re.search(r'<line class="now" x1="([\d.]+)"', svg)
+    signal = re.search(r'<polyline class="signal-line" points="([\d.]+),', svg)
+    assert line and now_line and signal
+    assert float(line.group(1)) == float(signal.group(1)) < float(now_line.group(1))
+    assert len(_bands(svg)) == 8
+
+
+def test_the_note_says_how_sure_the_forecast_is_where_its_error_comes_from_and_how_it_did() -> None:
+    points = [
+        forecast.Point(NOW - 3600 + 1800 * i, 100.0, 0.05 * (i + 1), "learned over 2.5 days" if i < 3 else "prior")
+        for i in range(6)
+    ]
+    history = [(NOW - 3600, 104.0), (NOW - 1800, 120.0), (NOW, 95.0)]
+    lines = forecast.note(points, issued_at=NOW - 3600, source="recorded", history=history, now=NOW + 60)
+    text = " ".join(lines)
+    assert "issued at" in lines[0] and "by recorded" in lines[0]
+    assert "±20% for the next value, ±30% at its end" in text
+    assert "learned over 2.5 days of this feed's forecasts against the values that came for 3 point(s)" in text
+    assert "the configured prior" in text
+    # 104 (inside ±5 %), 120 (outside ±10 %), 95 (inside ±15 %): 6 % above on average.
+    assert "3 value(s) came: on average 6% above it, 2 of 3 inside its band" in text
+    assert forecast.note([], issued_at=None, source="", history=history, now=NOW) == [
+        "No forecast: the signal's feed gives none (yet)."
+    ]
