@@ -257,7 +257,7 @@ class Dispatcher:
                 worker_types=key.activity_types,
                 limits=self.limits(),
                 held=held,
-                signal=self.holds.value,
+                signal=self.holds.value_in(key.pool),
                 pool=key.pool,
             )
             sent = await self._send(taken, rows, claimed_ns)
@@ -285,7 +285,7 @@ class Dispatcher:
                 pool=key.pool,
                 queues=key.queues,
                 worker_types=key.activity_types,
-                signal=self.holds.value,
+                signal=self.holds.value_in(key.pool),
             )
             if not rows:
                 return False
@@ -320,7 +320,7 @@ class Dispatcher:
                 worker_types=key.activity_types,
                 held=held,
                 capacities=self.resources,
-                signal=self.holds.value,
+                signal=self.holds.value_in(key.pool),
             )
             if not rows:
                 return False

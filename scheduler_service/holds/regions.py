@@ -14,6 +14,7 @@ from scheduler_service.holds.signals import SignalHolds
 
 # The capacity planning's time step, as planning.plan's default.
 RESOLUTION = timedelta(minutes=5)
+MIN_RESOLUTION = timedelta(seconds=1)
 
 
 def pool_signal(config: Config, holds: SignalHolds, pool: str, queue: str, activity_type: str) -> str:
@@ -70,7 +71,10 @@ def placed(
     _, _, _, queue, activity_type = tasks[0]
     places = regions(config, holds, names, slots, queue=queue, activity_type=activity_type)
     given = [PlaceTask(task, pools, last) for task, pools, last, _, _ in tasks]
-    return place(given, places, now, resolution=RESOLUTION)
+    # The room is counted in steps no longer than the shortest task (at most RESOLUTION): a step
+    # longer than a task counts it busy for the whole step.
+    step = max(MIN_RESOLUTION, min(RESOLUTION, *(task.duration for task, *_ in tasks)))
+    return place(given, places, now, resolution=step)
 
 
 def chosen_pool(placement: Placement) -> str | None:

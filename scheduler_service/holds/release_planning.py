@@ -235,7 +235,9 @@ class ReleasePlanner:
                     r.created_at,
                     release_by(r.latest_start),
                     timedelta(milliseconds=r.estimated_duration_ms or 30 * 60 * 1000),
-                    r.planned_release_at if r.planned_pool is not None else None,
+                    # Planned afresh each time: a start kept from the last plan scores that start
+                    # on the new forecast, and a spell that moved a little would send the task to
+                    # another pool (the place it had wins ties, so it does not flip between equals).
                 ),
                 tuple(r.pools or ()),
                 r.planned_pool,

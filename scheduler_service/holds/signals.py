@@ -39,6 +39,13 @@ class SignalHolds:
         """The hold of the signal `activity_type` follows on `queue`."""
         return self.by_signal[self.config.signal_for(queue, activity_type, self.default)]
 
+    def value_in(self, pool: str) -> float | None:
+        """The signal value where the pool's work runs: its own grid's (`[pools.NAME] signal`),
+        else the default signal's; what a task dispatched there records (signal_at_dispatch)."""
+        name = (self.config.pool_signals or {}).get(pool)
+        hold = self.by_signal.get(name) if name else None
+        return (hold or self.main).value
+
     def held_for(
         self,
         queue: str,

@@ -47,6 +47,8 @@ class PoolFigures:
     desired_workers: int = 0
     held_slots: int = 0
     reservations_ahead: int = 0
+    # Held tasks the plan placed in the pool (tasks naming pools), not released yet.
+    planned_releases: int = 0
 
 
 DEFAULT = "default"
@@ -136,6 +138,12 @@ class SchedulerMetrics:
             ("lowtide.pool.desired_workers", "{worker}", "Workers the pool should have", "desired_workers"),
             ("lowtide.pool.held_slots", "{slot}", "Slots held idle for fixed starts", "held_slots"),
             ("lowtide.pool.reservations_ahead", "{task}", "Admitted fixed starts not started", "reservations_ahead"),
+            (
+                "lowtide.pool.planned_releases",
+                "{task}",
+                "Held tasks naming pools that the plan placed in this pool, to be released later",
+                "planned_releases",
+            ),
         ]
         for name, unit, description, attribute in pool_gauges:
             meter.create_observable_gauge(
@@ -234,6 +242,8 @@ class SchedulerMetrics:
             queues.setdefault(queue, QueueFigures()).running = count
         pools = {p.name: _figures(p) for p in await self.pool_status(pending, running)}
         pools.setdefault(DEFAULT, PoolFigures())
+        for pool, planned in (await self._store.planned_by_pool()).items():
+            pools.setdefault(pool, PoolFigures()).planned_releases = planned
         self.snapshot = Snapshot(queues, pools)
 
     async def pool_status(

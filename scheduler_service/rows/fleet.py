@@ -109,6 +109,14 @@ class DatabaseClock:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolPlanned:
+    """Held tasks placed in a pool by their plan, not released yet (`planned_by_pool`)."""
+
+    pool: str
+    planned: int
+
+
+@dataclass(frozen=True, slots=True)
 class PlannableTask:
     """A pending first attempt with a latest start, whose release the planner chooses
     (`plannable_tasks`)."""

@@ -116,6 +116,15 @@ WHERE w.lease_expires_at > now()
 GROUP BY w.pool
 ORDER BY w.pool
 
+-- planned_by_pool --
+-- Held first attempts the plan placed in each pool (tasks naming pools), not released yet.
+SELECT planned_pool AS pool, count(*)::int AS planned
+FROM lowtide.tasks
+WHERE state = 'pending' AND attempt = 0 AND latest_start IS NOT NULL AND planned_pool IS NOT NULL
+  AND run_at > now()
+GROUP BY planned_pool
+ORDER BY planned_pool
+
 -- plannable_tasks --
 -- Pending first attempts with a latest start: the tasks whose release the planner chooses.
 SELECT id, queue, activity_type, kind, created_at, latest_start, estimated_duration_ms, planned_release_at,

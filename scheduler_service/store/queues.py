@@ -12,6 +12,7 @@ from scheduler_service.rows.fleet import (
     PausedQueue,
     PendingGroup,
     PlannableTask,
+    PoolPlanned,
     PoolWorkers,
     QueueName,
     QueueRunning,
@@ -57,6 +58,10 @@ class QueueStore(StoreBase):
 
     async def pools(self) -> list[PoolWorkers]:
         return await self.db.fetch_as(PoolWorkers, Q["pools"])
+
+    async def planned_by_pool(self) -> dict[str, int]:
+        """Held tasks the plan placed in each pool and has not released yet."""
+        return {r.pool: r.planned for r in await self.db.fetch_as(PoolPlanned, Q["planned_by_pool"])}
 
     async def forget_idle_queues(
         self, *, busy: Collection[str], kept: Collection[str], retention: timedelta, limit: int
