@@ -226,8 +226,14 @@ class ReleasePlanner:
         slots of its connected workers (any replica's); a pool without workers is planned around."""
         if not rows:
             return
-        now = datetime.now(UTC)
+        # Any replica's workers, and this one's as it sees them now (a worker that just connected
+        # here may not be in the table yet: a pool is not planned around for that).
         slots = {p.pool: p.slots for p in await self._store.pools()}
+        for pool, mine in self.pool_slots().items():
+            slots[pool] = max(slots.get(pool, 0), mine)
+        # After the reads: a forecast that came meanwhile starts after an earlier `now`, and a
+        # window starting before a forecast is not covered by it.
+        now = datetime.now(UTC)
         tasks = [
             (
                 PlanTask(

@@ -1,8 +1,8 @@
 """Where and when through the real services: two pools bound to two replayed grid signals, a
-worker in each, and a deferrable task allowed in both. It is placed in the pool whose grid is
-cleaner within its window, and `task explain` says so; when that pool's workers go away, the task
-is planned around it and runs in the other pool before its latest start, its carbon counted on
-that pool's grid."""
+worker in each, and a deferrable task allowed in both. It runs in the pool whose grid is cleaner
+within its window, by the plan, and `task explain` says so; when that pool's workers go away, the
+task is planned around it and runs in the other pool before its latest start. Each task's carbon
+is counted on the grid of the pool it ran in."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ async def test_a_task_runs_in_the_cleaner_pool_by_the_plan_and_around_a_pool_tha
         # Its carbon is counted on the grid it ran in.
         assert done_b.signal_at_dispatch == pytest.approx(260)
 
-        # A, with both pools staffed, is placed in eu-central for its clean spell.
+        # A, with both pools staffed, goes to eu-central's clean spell and runs there.
         async with _worker(regions.scheduler, "eu-central", ran):
             await eventually(lambda: _connected(regions, "eu-west", "eu-central"))
             a = await _submit(client, "a", datetime.now(UTC) + timedelta(seconds=20))
@@ -129,5 +129,5 @@ async def test_a_task_runs_in_the_cleaner_pool_by_the_plan_and_around_a_pool_tha
             explained = (await client.explain(a)).explanation
             assert "planned release in pool eu-central at" in explained
             assert "150 gCO2/kWh against 260 gCO2/kWh in eu-west now" in explained
-            # Where it then runs is not asserted here: a re-plan a few seconds before the clean
-            # spell sometimes moves it to eu-west (see the report of issue 39; left open).
+            done_a = await client.wait(a, timeout=timedelta(seconds=30))
+        assert done_a.state == COMPLETED and ran["a"] == "eu-central", done_a.plan_reason
