@@ -19,6 +19,8 @@ class Point:
     # One standard deviation, relative (0.05 is 5 %); None when the point states none.
     error: float | None
     source: str
+    # actual / forecast - 1 as the calibration learned it at this point's lead; None when unstated.
+    bias: float | None = None
 
 
 def _where_from(source: str) -> str:
@@ -43,6 +45,19 @@ def _sure(points: Sequence[Point], now: float) -> str:
     first, last = following[0], following[-1]
     end = f", ±{last.error:.0%} at its end" if last is not first else ""
     return f"How sure: ±{first.error:.0%} for the next value{end}."
+
+
+def _bias(points: Sequence[Point], now: float) -> str:
+    """The learned bias at the next value's lead, when the record has taught one."""
+    following = [p for p in points if p.at > now]
+    bias = following[0].bias if following else None
+    if bias is None or abs(bias) < 0.005:
+        return ""
+    way = "under" if bias < 0 else "over"
+    return (
+        f"Its record says the values come {abs(bias):.0%} {way} such a forecast at the next value's lead "
+        "(its bias, which the planner takes out)."
+    )
 
 
 def _sources(points: Sequence[Point]) -> str:
@@ -88,5 +103,6 @@ def note(
         "came (solid), in a band of ± its expected error around each value (one standard deviation: "
         "about two values in three should land inside)."
     ]
-    lines += [line for line in (_sure(points, now), _sources(points), _since_issued(points, history, now)) if line]
+    said = (_sure(points, now), _sources(points), _bias(points, now), _since_issued(points, history, now))
+    lines += [line for line in said if line]
     return lines

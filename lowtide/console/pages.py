@@ -67,7 +67,7 @@ def forecast_note(view: Overview) -> list[str]:
     """The default signal's forecast in sentences: issued when, how sure, the error's source, and
     how the values that came since compare with it."""
     points = [
-        forecast.Point(seconds(p.at), p.value, error, source)
+        forecast.Point(seconds(p.at), p.value, error, source, p.bias if p.HasField("bias") else None)
         for p, (error, source) in zip(view.forecast, errors(view.forecast), strict=True)
     ]
     return forecast.note(

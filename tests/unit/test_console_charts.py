@@ -163,6 +163,10 @@ def test_the_note_says_how_sure_the_forecast_is_where_its_error_comes_from_and_h
     assert "the configured prior" in text
     # 104 (inside ±5 %), 120 (outside ±10 %), 95 (inside ±15 %): 6 % above on average.
     assert "3 value(s) came: on average 6% above it, 2 of 3 inside its band" in text
+    biased = [forecast.Point(NOW + 1800, 100.0, 0.1, "learned over 9.0 days", -0.08)]
+    assert "the values come 8% under such a forecast" in " ".join(
+        forecast.note(biased, issued_at=NOW, source="uk-carbon-intensity", history=[], now=NOW)
+    )
     assert forecast.note([], issued_at=None, source="", history=history, now=NOW) == [
         "No forecast: the signal's feed gives none (yet)."
     ]
