@@ -1,13 +1,18 @@
 """Where a timed run's CPU went, by role: the scheduler, the workers, and PostgreSQL's processes
-(the server on this machine, as in every run here), from their user and system time in /proc
-(Linux; elsewhere nothing is reported). Given per task, the figure the MEASURED notes and the
+(the backends of the run's own database, see `run_backends`), from their user and system time in
+/proc (Linux; elsewhere nothing is reported). Given per task, the figure the MEASURED notes and the
 issues speak in: a drain's throughput on 2 cores is bounded by what a task costs in all."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
+
+import psycopg
 
 _PROC = Path("/proc")
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -42,13 +47,13 @@ def _postgres_pids() -> list[int]:
 
 class CpuWindow:
     """CPU time by role between `start()` and `per_task()`. `roles` maps a role to its pids;
-    "postgres" is added: every postgres process, those that start meanwhile (a pool's new
-    connections) counted from zero. A process that exits before the end (a peer's worker and its
+    "postgres" is added: the postgres processes (narrowed by `backends`), those that start
+    meanwhile (a pool's new connections) counted from zero. A process that exits before the end (a peer's worker and its
     connection's backend, once the queue is empty) counts up to the last `sample()` that saw it.
     The benchmark's own progress queries are in PostgreSQL's share, for lowtide and the peers
     alike.
 
-    `backends`, when given, narrows "postgres" to those pids (see `backends_of`): on a machine
+    `backends`, when given, narrows "postgres" to those pids (see `run_backends`): on a machine
     other work shares, the server's other backends are not this run's."""
 
     def __init__(self, roles: Mapping[str, Sequence[int]], backends: set[int] | None = None) -> None:
@@ -91,3 +96,30 @@ class CpuWindow:
             used[role] = round(seconds / tasks * 1e6, 1)
         used["total"] = round(sum(used.values()), 1)
         return used
+
+
+async def backends_of(conn: psycopg.AsyncConnection[Any]) -> set[int]:
+    """The PostgreSQL backends connected to the database of `conn` now (its own included)."""
+    cur = await conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+    return {int(r[0]) for r in await cur.fetchall()}
+
+
+@asynccontextmanager
+async def run_backends(conn: psycopg.AsyncConnection[Any], every: float = 0.5) -> AsyncIterator[set[int]]:
+    """The backends of the run's database (that of `conn`, which each run has to itself): those
+    connected now, and those that connect while the block runs (a pool growing), added every
+    `every` seconds. PostgreSQL's share of a run is theirs; the server's shared background
+    processes and other databases' backends (other work on a shared machine) are not counted.
+    Every benchmark that reports PostgreSQL's CPU counts it this way."""
+    backends = await backends_of(conn)
+
+    async def follow() -> None:
+        while True:
+            await asyncio.sleep(every)
+            backends.update(await backends_of(conn))
+
+    follower = asyncio.create_task(follow())
+    try:
+        yield backends
+    finally:
+        follower.cancel()

@@ -27,7 +27,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from bench import _handshake
-from bench._cpu import CpuWindow
+from bench._cpu import CpuWindow, run_backends
 
 READY_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.2
@@ -140,6 +140,30 @@ class Run:
         }
 
 
+async def _drained(
+    conn: psycopg.AsyncConnection[TupleRow],
+    procs: Sequence[asyncio.subprocess.Process],
+    *,
+    tasks: int,
+    progress: Progress,
+    deadline: float,
+    timeout_s: float,
+    cpu: CpuWindow,
+) -> int:
+    """Waits until `tasks` jobs are finished, looking every POLL_INTERVAL_S; how many failed."""
+    while True:
+        finished, failed = await _fetch_one(conn, progress.counts)
+        if finished >= tasks:
+            return int(failed)
+        if all(p.returncode is not None for p in procs):
+            codes = [p.returncode for p in procs]
+            raise RuntimeError(f"workers exited ({codes}) with {finished}/{tasks} jobs finished")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{finished}/{tasks} jobs finished after {timeout_s:.0f} s")
+        cpu.sample()
+        await asyncio.sleep(POLL_INTERVAL_S)
+
+
 async def drain_with_workers(
     *,
     database_url: str,
@@ -169,24 +193,16 @@ async def drain_with_workers(
 
             (started_at,) = await _fetch_one(conn, "SELECT clock_timestamp()")
             wall_start = time.monotonic()
-            cpu = CpuWindow({"workers": [p.pid for p in procs]})
-            cpu.start()
-            await asyncio.gather(*(_release(p) for p in procs))
-
-            finished = failed = 0
-            while True:
-                finished, failed = await _fetch_one(conn, progress.counts)
-                if finished >= tasks:
-                    break
-                if all(p.returncode is not None for p in procs):
-                    codes = [p.returncode for p in procs]
-                    raise RuntimeError(f"workers exited ({codes}) with {finished}/{tasks} jobs finished")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{finished}/{tasks} jobs finished after {timeout_s:.0f} s")
-                cpu.sample()
-                await asyncio.sleep(POLL_INTERVAL_S)
-            observed_s = time.monotonic() - wall_start
-            used = cpu.per_task(tasks)
+            # PostgreSQL's share: the backends of the run's database (bench._cpu.run_backends).
+            async with run_backends(conn) as backends:
+                cpu = CpuWindow({"workers": [p.pid for p in procs]}, backends)
+                cpu.start()
+                await asyncio.gather(*(_release(p) for p in procs))
+                failed = await _drained(
+                    conn, procs, tasks=tasks, progress=progress, deadline=deadline, timeout_s=timeout_s, cpu=cpu
+                )
+                observed_s = time.monotonic() - wall_start
+                used = cpu.per_task(tasks)
             (finished_at,) = await _fetch_one(conn, progress.finished_at)
 
         # The workers stop by themselves once the queue is empty; give them until the deadline.

@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg
 
-from bench._cpu import CpuWindow
+from bench._cpu import CpuWindow, run_backends
 from bench._fleet import POLL_INTERVAL_S
 from bench._pg import throwaway_database
 from lowtide_client import Client, task_spec
@@ -174,14 +174,18 @@ async def drain(
         # resume to the completion time the scheduler recorded on the last task, looking only
         # every POLL_INTERVAL_S, so the count that tells when it is over costs the run next to
         # nothing (counting 100,000 rows every 10 ms took a fifth of a core from it).
-        cpu = CpuWindow({"scheduler": [processes_run[0].pid], "workers": [p.pid for p in processes_run[1:]]})
-        started = await _value(conn, "SELECT clock_timestamp()")
-        cpu.start()
-        await client.resume_queue("default")
-        await _wait_for(
-            conn, "SELECT count(*) FROM lowtide.tasks WHERE state = 'completed'", tasks, 600, every=POLL_INTERVAL_S
-        )
-        used = cpu.per_task(tasks)
+        # PostgreSQL's share: the backends of the run's database (bench._cpu.run_backends), as in
+        # the steady bench and the peers' drains.
+        roles = {"scheduler": [processes_run[0].pid], "workers": [p.pid for p in processes_run[1:]]}
+        async with run_backends(conn) as backends:
+            cpu = CpuWindow(roles, backends)
+            started = await _value(conn, "SELECT clock_timestamp()")
+            cpu.start()
+            await client.resume_queue("default")
+            await _wait_for(
+                conn, "SELECT count(*) FROM lowtide.tasks WHERE state = 'completed'", tasks, 600, every=POLL_INTERVAL_S
+            )
+            used = cpu.per_task(tasks)
         finished = await _value(conn, "SELECT max(finished_at) FROM lowtide.tasks")
     seconds = (finished - started).total_seconds()
     return {"drain_tasks_per_s": round(tasks / seconds), "drain_seconds": round(seconds, 3), "cpu_us_per_task": used}

@@ -37,7 +37,7 @@ import psycopg
 from pgqueuer import AsyncpgDriver, AsyncpgPoolDriver, Queries
 
 from bench import _fleet, pgqueuer_bench
-from bench._cpu import CpuWindow, cpu_seconds
+from bench._cpu import CpuWindow, cpu_seconds, run_backends
 from bench._pg import committed, throwaway_database
 from bench.lowtide_run import SLOTS, _percentile, _services, _start_workers, _wait_for
 from bench.pgqueuer_worker import ENTRYPOINT
@@ -178,31 +178,16 @@ async def _offer(system: System, rate: int, cpu: CpuWindow) -> tuple[dict[int, f
     return due_at, latencies, failed
 
 
-async def _backends(conn: psycopg.AsyncConnection[Any]) -> set[int]:
-    """The PostgreSQL backends connected to the run's database now."""
-    cur = await conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
-    return {int(r[0]) for r in await cur.fetchall()}
-
-
-async def _follow_backends(conn: psycopg.AsyncConnection[Any], cpu: CpuWindow) -> None:
-    """Adds the backends a system opens during the run (a pool growing) to those counted."""
-    assert cpu.backends is not None
-    while True:
-        await asyncio.sleep(0.5)
-        cpu.backends |= await _backends(conn)
-
-
 async def _run(name: str, database_url: str, rate: int) -> dict[str, Any]:
     async with SYSTEMS[name](database_url) as system:
         conn = system.conn
         await asyncio.sleep(STATS_FLUSH_S)
         # PostgreSQL's share is the run's own backends: the machine's other databases are not its.
-        cpu = CpuWindow(system.roles, await _backends(conn))
-        commits = await committed(conn)
-        cpu.start()
-        generator = cpu_seconds(os.getpid())
-        follow = asyncio.create_task(_follow_backends(conn, cpu))
-        try:
+        async with run_backends(conn) as backends:
+            cpu = CpuWindow(system.roles, backends)
+            commits = await committed(conn)
+            cpu.start()
+            generator = cpu_seconds(os.getpid())
             due_at, latencies, failed = await _offer(system, rate, cpu)
             # Waits for every stored task to finish (or the grace to pass), reading every 0.2 s.
             deadline = time.monotonic() + FINISH_GRACE_S
@@ -212,10 +197,8 @@ async def _run(name: str, database_url: str, rate: int) -> dict[str, Any]:
                     break
                 cpu.sample()
                 await asyncio.sleep(0.2)
-        finally:
-            follow.cancel()
-        tasks = max(1, len(done))
-        used = cpu.per_task(tasks)
+            tasks = max(1, len(done))
+            used = cpu.per_task(tasks)
         generator = cpu_seconds(os.getpid()) - generator
         await asyncio.sleep(STATS_FLUSH_S)
         # This side's own reads (the first count, the polls, this one) are a few of many thousands.
