@@ -129,5 +129,12 @@ async def test_a_task_runs_in_the_cleaner_pool_by_the_plan_and_around_a_pool_tha
             explained = (await client.explain(a)).explanation
             assert "planned release in pool eu-central at" in explained
             assert "150 gCO2/kWh against 260 gCO2/kWh in eu-west now" in explained
+            # The pool's planned releases, in the metrics while it waits.
+            await eventually(lambda: _planned_in(regions, "eu-central", 1))
             done_a = await client.wait(a, timeout=timedelta(seconds=30))
         assert done_a.state == COMPLETED and ran["a"] == "eu-central", done_a.plan_reason
+
+
+async def _planned_in(services: Services, pool: str, count: int) -> bool:
+    text = services.scheduler.metrics.metrics.text()
+    return f'lowtide_pool_planned_releases{{pool="{pool}"}} {count:.1f}' in text
