@@ -92,6 +92,40 @@ def _errors(points: Any) -> list[str]:
     return shown
 
 
+async def _signal_forecast(args: argparse.Namespace, config: Config) -> int:
+    async with _signal_client(args, config) as client:
+        response = await client.forecast_issued(args.signal)
+    name = args.signal or config.cost.signal
+    if args.json:
+        _show_forecast(args, name, response)
+        return 0
+    header = [name, "forecast", f"from={response.source or '-'}", f"version={response.version}"]
+    if response.HasField("issued_at"):
+        header.append(f"issued={_time(response.issued_at)}")
+    header.append(f"points={len(response.points)}")
+    if response.HasField("calibration"):
+        learned = response.calibration
+        record = f"learned over {learned.days:.1f} days" if learned.days else "the prior's"
+        header.append(f"caution={learned.caution:g} ({record})")
+    if not response.points:
+        header.append("(the feed gives no forecast now)")
+    print(" ".join(header), flush=True)
+    for point in response.points:
+        line = [_time(point.at), f"{point.value:g}"]
+        if point.HasField("expected_error"):
+            line.append(f"error={100 * point.expected_error:.1f}%")
+        if point.HasField("bias"):
+            line.append(f"bias={100 * point.bias:+.1f}%")
+        if point.error_source:
+            line.append(f"({point.error_source})")
+        print(" ".join(line), flush=True)
+    return 0
+
+
+def _time(stamp: Any) -> str:
+    return f"{stamp.ToDatetime().isoformat()}Z"
+
+
 async def _signal_watch(args: argparse.Namespace, config: Config) -> int:
     async with _signal_client(args, config) as client:
         # A restart of the signal service (UNAVAILABLE) is waited out, not the end of the
@@ -108,7 +142,7 @@ async def _signal_watch(args: argparse.Namespace, config: Config) -> int:
 
 
 def register(commands: Commands, parents: Parents) -> None:
-    """`lowtide signal serve|set|get|list|watch`."""
+    """`lowtide signal serve|set|get|list|forecast|watch`."""
     common = parents.common
     signal_target = argparse.ArgumentParser(add_help=False)
     signal_target.add_argument("--target", help="signal service address (default: [signal] listen, 127.0.0.1:50052)")
@@ -129,6 +163,12 @@ def register(commands: Commands, parents: Parents) -> None:
         "list", parents=[common, service_target], help="show every signal: value, unit, threshold, source"
     )
     signal_list.set_defaults(handler=_signal_list)
+    forecast = signal_commands.add_parser(
+        "forecast",
+        parents=[common, signal_target],
+        help="show the feed's latest forecast: each point with its expected error and where that comes from",
+    )
+    forecast.set_defaults(handler=_signal_forecast)
     watch = signal_commands.add_parser("watch", parents=[common, signal_target], help="print each change as it comes")
     watch.add_argument("--forecast", action="store_true", help="also print each new forecast the feed issues")
     watch.set_defaults(handler=_signal_watch)

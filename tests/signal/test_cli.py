@@ -111,3 +111,39 @@ async def test_list_shows_every_signal_with_its_unit_and_threshold(signal_server
     lines = out.decode().splitlines()
     assert lines[0].startswith("grid no value yet (gCO2/kWh) high threshold=400")
     assert lines[1].startswith("price -3.5 EUR/MWh low threshold=100")
+
+
+async def test_forecast_prints_each_points_error_and_its_source(signal_server: SignalServer) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    points = [Point(now + timedelta(hours=h), 300.0 - h) for h in (1, 6, 24)]
+    await signal_server.signals.set_forecast("grid", points, source="uk-carbon-intensity")
+    shown = await lowtide("signal", "forecast", "--target", signal_server.target)
+    out, err = await asyncio.wait_for(shown.communicate(), 20.0)
+    assert shown.returncode == 0, err.decode()
+    header, *lines = out.decode().splitlines()
+    assert header.startswith("grid forecast from=uk-carbon-intensity version=1 issued=")
+    assert header.endswith("points=3 caution=1 (the prior's)")
+    # One line a point: its time, value, expected error, bias and where the error comes from (the
+    # prior's horizon-growing error here: nothing learned yet).
+    assert len(lines) == 3
+    for line, point in zip(lines, points, strict=True):
+        at, value, error, bias, source = line.split(" ", 4)
+        assert (at, value, bias, source) == (
+            f"{point.at.replace(tzinfo=None).isoformat()}Z",
+            f"{point.value:g}",
+            "bias=+0.0%",
+            "(prior)",
+        )
+        assert error.startswith("error=") and error.endswith("%")
+    errors = [float(line.split()[2][6:-1]) for line in lines]
+    assert 0 < errors[0] < errors[1] < errors[2]
+
+    as_json = await lowtide("signal", "forecast", "--json", "--target", signal_server.target)
+    out, err = await asyncio.wait_for(as_json.communicate(), 20.0)
+    assert as_json.returncode == 0, err.decode()
+    data = json.loads(out)
+    assert data["signal"] == "grid"
+    stated = data["forecast"]["points"]
+    assert [p["error_source"] for p in stated] == ["prior"] * 3
+    assert all(p["expected_error"] > 0 for p in stated)
+    assert data["forecast"]["calibration"]["caution"] == 1.0

@@ -113,6 +113,16 @@ class SignalClient:
         )
         return [*response.points]
 
+    async def forecast_issued(self, name: str = "") -> signal_pb2.GetForecastResponse:
+        """The feed's latest forecast with where it came from: its points (each with its
+        expected error and that error's source), the feed, its version, when it was issued, and
+        for a feed that states no error, what the signal's calibration learned
+        (``calibration``: bias, error and persistence by lead, and the caution that paid)."""
+        response: signal_pb2.GetForecastResponse = await self._calls.call(
+            "GetForecast", signal_pb2.GetForecastRequest(name=name)
+        )
+        return response
+
     async def subscribe(
         self, name: str = "", *, reconnect: bool = False
     ) -> AsyncGenerator[signal_pb2.SignalState, None]:
