@@ -32,13 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="the fault schedule's seed (default: a random one)")
     parser.add_argument("--load", type=float, default=10.0, help="load operations a second")
     parser.add_argument("--fault-every", type=seconds, default=seconds("6s"), help="the mean time between faults")
-    parser.add_argument("--no-node", action="store_true", help="Python workers only")
+    parser.add_argument("--no-node", action="store_true", help="no Node workers")
+    parser.add_argument("--no-go", action="store_true", help="no Go worker (built where Go is installed)")
     parser.add_argument("--out", type=Path, default=None, help="where logs and records go (default: a new temp folder)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1, 1_000_000)
     folder = args.out or Path(tempfile.mkdtemp(prefix=f"lowtide-soak-{seed}-"))
     logging.basicConfig(level=logging.WARNING)
-    settings = Settings(args.duration, seed, args.load, args.fault_every, folder, node=not args.no_node)
+    workers = {"node": not args.no_node, "go": not args.no_go}
+    settings = Settings(args.duration, seed, args.load, args.fault_every, folder, **workers)
     return asyncio.run(run(settings))
 
 

@@ -27,6 +27,8 @@ def summary(
     planned: int,
 ) -> str:
     lines = [f"soak summary: seed {settings.seed}, {settings.duration:g} s of faults, load {settings.rate:g}/s"]
+    lines.append("workers: " + ", ".join(w.name for w in soak.workers))
+    lines += [f"  {note}" for note in soak.notes]
     lines.append("work done:")
     lines += [f"  {name:<48} {count}" for name, count in sorted(work.items())]
     lines.append("load operations (acknowledged, or what happened instead):")

@@ -14,7 +14,7 @@ from collections import Counter
 
 from lowtide.db import apply_migrations
 from lowtide.health import check_health
-from soak import collect, invariants
+from soak import collect, go, invariants
 from soak.facts import Fault, Violation
 from soak.load import Load
 from soak.plan import PlannedFault, plan_faults
@@ -119,6 +119,10 @@ async def start(settings: Settings) -> Soak:
     worker_target = await relay.start()
     workers = []
     kinds = ["py", "py", "node", "node"] if settings.node and await _node_ready() else ["py", "py", "py"]
+    go_binary, go_note = await go.build(folder) if settings.go else (None, "no Go worker: --no-go")
+    notes = [go_note]
+    if go_binary is not None:
+        kinds.append("go")
     plan = [(f"worker-{k}-{n}", k, "default") for n, k in enumerate(kinds)]
     plan.append(("worker-fixed-py", "py", "fixed"))
     if "node" in kinds:
@@ -132,13 +136,13 @@ async def start(settings: Settings) -> Soak:
             argv += ["--pool", pool, "--queue", queue, "--slots", slots]
             wenv = dict(env)
         else:
-            argv = ["node", str(REPO / "soak" / "worker.js")]
+            argv = ["node", str(REPO / "soak" / "worker.js")] if kind == "node" else [str(go_binary)]
             wenv = dict(env, LOWTIDE_TARGET=worker_target, WORKER_ID=name, SOAK_OUT=str(out))
             wenv.update(SOAK_POOL=pool, SOAK_QUEUE=queue, SOAK_SLOTS=slots)
         worker = Proc(name, argv, wenv, folder / f"{name}.log")
         worker.start()
         workers.append(worker)
-    return Soak(settings, pg, signal, schedulers, workers, relay, targets)
+    return Soak(settings, pg, signal, schedulers, workers, relay, targets, notes=notes)
 
 
 async def _apply(soak: Soak, fault: PlannedFault, began: float) -> None:
@@ -292,6 +296,7 @@ async def judge(soak: Soak, load: Load, started_at: float) -> tuple[list[Violati
     work["tasks"] = len(rows)
     work["attempts run by workers"] = len(runs)
     work["attempts run by Node workers"] = sum(1 for r in runs if "-node" in r.worker)
+    work["attempts run by Go workers"] = sum(1 for r in runs if "-go" in r.worker)
     work["deferrable tasks dispatched by max_defer"] = sum(1 for r in rows if r.released_by == "max_defer")
     work["deferrable tasks dispatched below the threshold"] = sum(
         1 for r in rows if r.activity_type == "defer" and r.attempt and r.released_by != "max_defer"

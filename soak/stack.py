@@ -187,6 +187,7 @@ class Settings:
     mean_gap: float
     folder: Path
     node: bool = True
+    go: bool = True
 
 
 @dataclass
@@ -205,6 +206,8 @@ class Soak:
     samples: list[Sample] = field(default_factory=list)
     history: list[SignalPoint] = field(default_factory=list)
     during: dict[tuple[str, str], Violation] = field(default_factory=dict)
+    # What the summary says of how the soak ran (which workers, and why one kind is missing).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def procs(self) -> list[Proc]:

@@ -3,35 +3,12 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
-
+from soak.go import PACKAGES, build_env, missing
 from tests.debian import install
 
-GOCODE = Path("/usr/share/gocode/src")
-PACKAGES = (
-    "golang-go",
-    "protobuf-compiler",
-    "protoc-gen-go-grpc",
-    "golang-google-protobuf-dev",
-    "golang-google-grpc-dev",
-)
+__all__ = ["PACKAGES", "build_env", "ensure", "missing", "why_not"]
+
 _NOT_INSTALLED: list[str] = []
-
-
-def missing() -> list[str]:
-    """The tools and Go modules build.sh needs that this machine lacks."""
-    tools = [tool for tool in ("go", "protoc", "protoc-gen-go-grpc") if shutil.which(tool) is None]
-    modules = [
-        package
-        for package, folder in (
-            ("golang-google-protobuf-dev", "google.golang.org/protobuf"),
-            ("golang-google-grpc-dev", "google.golang.org/grpc"),
-        )
-        if not (GOCODE / folder).is_dir()
-    ]
-    return tools + modules
 
 
 def ensure() -> None:
@@ -50,9 +27,3 @@ def why_not() -> str | None:
     tried = f"; installing them failed: {_NOT_INSTALLED[0]}" if _NOT_INSTALLED else ""
     advice = "on Debian: apt-get install " + " ".join(PACKAGES)
     return f"the Go toolchain is not installed (missing: {', '.join(absent)}){tried}; {advice}"
-
-
-def build_env() -> dict[str, str]:
-    """The environment build.sh runs in: Debian's tools, and one Go build cache for every build
-    of a run (the worker's and the Go tutorial's compile the same packages)."""
-    return {"PATH": "/usr/bin:/bin", "GOCACHE": str(Path(tempfile.gettempdir()) / "lowtide-go-build-cache")}
