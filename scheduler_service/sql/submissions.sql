@@ -83,6 +83,9 @@ SELECT {{_task_row}}, t.payload, t.result, t.heartbeat_details FROM inserted t L
 -- that worker, as a claim would start it (_start_attempt), unless its queue is paused, the
 -- worker's lease ran out, or a due task of its queue and type waits already (that one goes first:
 -- the new one is stored pending and claimed in turn). Only pending tasks wake dispatch.
+-- Each check is a probe per task (OFFSET 0 keeps PostgreSQL from hashing a subquery instead): the
+-- statement keeps one generic plan (store/submissions.py), made while the table may be near empty,
+-- and a hashed check would then read every due pending task on every insert once a backlog grows.
 WITH inserted AS (
     INSERT INTO lowtide.tasks (
         queue, kind, activity_type, payload, priority, max_attempts, initial_backoff_ms,
@@ -124,12 +127,13 @@ WITH inserted AS (
     LEFT JOIN LATERAL (
         SELECT n.worker AS worker_id, now() AS at
         WHERE n.worker IS NOT NULL
-          AND NOT EXISTS (SELECT 1 FROM lowtide.queues q WHERE q.name = n.queue AND q.paused)
-          AND EXISTS (SELECT 1 FROM lowtide.workers w WHERE w.id = n.worker AND w.lease_expires_at > now())
+          AND NOT EXISTS (SELECT 1 FROM lowtide.queues q WHERE q.name = n.queue AND q.paused OFFSET 0)
+          AND EXISTS (SELECT 1 FROM lowtide.workers w WHERE w.id = n.worker AND w.lease_expires_at > now() OFFSET 0)
           AND NOT EXISTS (
               SELECT 1 FROM lowtide.tasks t
               WHERE t.state = 'pending' AND t.start_at IS NULL AND t.resources IS NULL AND t.queue = n.queue
                 AND t.activity_type = n.activity_type AND t.run_at <= now()
+              OFFSET 0
           )
     ) h ON true
     ORDER BY n.ord
