@@ -22,8 +22,14 @@ WHERE t.state IN ('pending', 'running')
 ORDER BY t.id
 
 -- signal_history --
--- The default signal's values recorded after `after` (epoch seconds).
-SELECT extract(epoch FROM recorded_at)::float8 AS at, value
-FROM lowtide.signal_history
-WHERE name = %(name)s AND recorded_at > to_timestamp(%(after)s::float8)
-ORDER BY recorded_at
+-- The default signal's values that became visible after `after` (epoch seconds), each dated by
+-- its transaction's commit (track_commit_timestamp; recorded_at, its transaction's start, where
+-- the commit time is unknown): a value is the signal from when others can read it.
+SELECT extract(epoch FROM h.visible_at)::float8 AS at, h.value
+FROM (
+    SELECT value, COALESCE(pg_xact_commit_timestamp(xmin), recorded_at) AS visible_at
+    FROM lowtide.signal_history
+    WHERE name = %(name)s
+) h
+WHERE h.visible_at > to_timestamp(%(after)s::float8)
+ORDER BY h.visible_at

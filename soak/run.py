@@ -94,6 +94,7 @@ async def _node_ready() -> bool:
 async def start(settings: Settings) -> Soak:
     folder = settings.folder
     pg = await asyncio.to_thread(Postgres, folder)
+    await asyncio.to_thread(pg.track_commit_times)
     await apply_migrations(pg.url)
     (folder / "lowtide.toml").write_text(CONFIG)
     env = dict(os.environ, LOWTIDE_CONFIG=str(folder / "lowtide.toml"), LOWTIDE_AUTH="off", LOWTIDE_DATABASE_URL=pg.url)

@@ -58,6 +58,18 @@ class Postgres:
         self.down = False
         self._frozen: list[int] = []
 
+    def track_commit_times(self) -> None:
+        """From now on PostgreSQL records when each transaction commits (track_commit_timestamp,
+        which takes a restart): the checker dates a signal value by when it became visible, not by
+        when its transaction began (now(), which a frozen or killed database can put seconds
+        before the commit)."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET track_commit_timestamp = on")
+        self.stop()
+        self.start()
+
     @property
     def pid(self) -> int:
         """The postmaster's, read afresh from postmaster.pid (a restart in a child changes it)."""
