@@ -67,18 +67,13 @@ def explain(task: TaskFacts, env: Surroundings) -> tuple[str, list[str]]:
         count = task.dependencies_pending
         parts.append(f"waiting for {count} dependenc{'y' if count == 1 else 'ies'} to complete")
         codes.append("dependencies")
+    elif task.planned_pool and task.planned_release_at is not None and task.attempt == 0:
+        parts.append(_placed(task, env.now))
+        codes.append("planned_release" if task.planned_release_at > env.now else "placed")
     elif task.planned_release_at is not None and task.attempt == 0 and task.run_at > env.now:
         expected = f", forecast mean {task.planned_intensity:g}" if task.planned_intensity is not None else ""
-        where = f" in pool {task.planned_pool}" if task.planned_pool else ""
-        parts.append(f"planned release{where} at {_at(task.planned_release_at)}{expected}: {task.plan_reason}")
+        parts.append(f"planned release at {_at(task.planned_release_at)}{expected}: {task.plan_reason}")
         codes.append("planned_release")
-    elif task.planned_pool and task.attempt == 0:
-        until = f" until its latest start at {_at(task.latest_start)}" if task.latest_start else ""
-        parts.append(
-            f"released in pool {task.planned_pool}: only its workers take it{until}, then any pool it names "
-            f"({task.plan_reason})"
-        )
-        codes.append("placed")
     elif task.run_at > env.now:
         wait = (task.run_at - env.now) / timedelta(seconds=1)
         parts.append(f"waiting out its retry backoff until {_at(task.run_at)} ({wait:.1f}s left)")
@@ -100,6 +95,20 @@ def explain(task: TaskFacts, env: Surroundings) -> tuple[str, list[str]]:
     if not parts:
         return "ready: waiting for a free worker slot", ["ready"]
     return "; ".join(parts), codes
+
+
+def _placed(task: TaskFacts, now: datetime) -> str:
+    """A task the plan placed in one of the pools it names: where and when, or that it waits there."""
+    assert task.planned_release_at is not None
+    if task.planned_release_at > now:
+        expected = f", forecast mean {task.planned_intensity:g}" if task.planned_intensity is not None else ""
+        when = _at(task.planned_release_at)
+        return f"planned release in pool {task.planned_pool} at {when}{expected}: {task.plan_reason}"
+    until = f" until its latest start at {_at(task.latest_start)}" if task.latest_start else ""
+    return (
+        f"released in pool {task.planned_pool}: only its workers take it{until}, then any pool it names "
+        f"({task.plan_reason})"
+    )
 
 
 def _skipped(source: Source, task: TaskFacts, env: Surroundings) -> str:

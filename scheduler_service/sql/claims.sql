@@ -43,14 +43,18 @@ t.id, t.attempt, t.worker_id, t.queue, t.kind, t.activity_type, t.payload, t.max
           AS planned_since, t.signal_at_dispatch, t.signal_at_submit
 
 -- _pool_allows --
--- The task (t) may run in the claiming workers' pool %(pool)s: it names no pools, or names this
--- one and was placed here by its plan (or nowhere), or its latest start has come (a release lead
--- before it, as the hold lets go), from when any pool it names may take it. A row of a task
--- naming pools is read and dropped here by the other pools' claims only once it is due.
-(t.pools IS NULL
- OR %(pool)s::text = ANY(t.pools)
-    AND (t.planned_pool IS NULL OR t.planned_pool = %(pool)s::text
-         OR t.latest_start - %(release_lead)s::interval <= now()))
+-- The task (t) may be taken by the regular branches of a claim for the workers of pool %(pool)s:
+-- it names no pools, or names this one and was not placed here (a task placed here comes by
+-- _placed_here from its planned release on). A task placed in a pool is due for the regular
+-- branches only from its latest start (its run_at, a release lead before it, apply_plans), from
+-- when any pool it names may take it: until then no other pool's claim reads it.
+(t.pools IS NULL OR %(pool)s::text = ANY(t.pools) AND t.planned_pool IS DISTINCT FROM %(pool)s::text)
+
+-- _placed_here --
+-- Tasks the plan placed in pool %(pool)s (t, on tasks_claim_placed) whose planned release has come,
+-- of the (queue, type) pair p: released by their plan whether or not a cost hold holds the pair.
+t.state = 'pending' AND t.planned_pool = %(pool)s::text AND t.start_at IS NULL AND t.resources IS NULL
+    AND t.queue = p.queue AND t.activity_type = p.activity_type AND t.planned_release_at <= now()
 
 -- _claim_slots --
 -- The free slots a claim fills, in the order rows are handed out (domain.dispatch.hand_out): one
@@ -137,6 +141,16 @@ candidates AS (
         ORDER BY t.hold_deadline
         LIMIT p.cap
     ) c
+    UNION ALL
+    SELECT c.id, c.priority, c.run_at, p.activity_type, p.cap, NULL::text
+    FROM (SELECT * FROM open_pairs UNION ALL SELECT * FROM held_pairs) p
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.priority, t.run_at
+        FROM lowtide.tasks t
+        WHERE {{_placed_here}}
+        ORDER BY t.planned_release_at
+        LIMIT p.cap
+    ) c
 ),
 ranked AS (
     SELECT candidates.*,
@@ -174,19 +188,33 @@ RETURNING {{_started_attempt}}
 -- up to the free slots or the pair's cap. Nothing is read twice and nothing is locked that is
 -- not taken. Which slot a row goes to follows the order they were locked in.
 WITH {{_claim_slots}},
+pair AS (
+    SELECT %(queue)s::text AS queue, %(activity_type)s::text AS activity_type
+    WHERE EXISTS (SELECT 1 FROM live)
+      AND NOT EXISTS (SELECT 1 FROM lowtide.queues q WHERE q.name = %(queue)s::text AND q.paused)
+),
+placed AS (
+    SELECT t.id
+    FROM lowtide.tasks t
+    WHERE t.state = 'pending' AND t.planned_pool = %(pool)s::text AND t.start_at IS NULL AND t.resources IS NULL
+      AND t.queue = %(queue)s::text AND t.activity_type = %(activity_type)s::text
+      AND t.planned_release_at <= now() AND EXISTS (SELECT 1 FROM pair)
+    ORDER BY t.planned_release_at
+    LIMIT LEAST(%(cap)s::int, (SELECT count(*) FROM slots))
+    FOR UPDATE OF t SKIP LOCKED
+),
 locked AS (
     SELECT t.id
     FROM lowtide.tasks t
     WHERE t.state = 'pending' AND t.start_at IS NULL AND t.resources IS NULL AND t.queue = %(queue)s::text
       AND t.activity_type = %(activity_type)s::text AND t.run_at <= now() AND {{_pool_allows}}
-      AND EXISTS (SELECT 1 FROM live)
-      AND NOT EXISTS (SELECT 1 FROM lowtide.queues q WHERE q.name = %(queue)s::text AND q.paused)
+      AND EXISTS (SELECT 1 FROM pair)
     ORDER BY t.priority DESC, t.run_at, t.id
-    LIMIT LEAST(%(cap)s::int, (SELECT count(*) FROM slots))
+    LIMIT LEAST(%(cap)s::int, (SELECT count(*) FROM slots)) - (SELECT count(*) FROM placed)
     FOR UPDATE OF t SKIP LOCKED
 ),
 taken AS (
-    SELECT id, row_number() OVER () AS nth FROM locked
+    SELECT id, row_number() OVER () AS nth FROM (SELECT id FROM placed UNION ALL SELECT id FROM locked) AS both_
 )
 UPDATE lowtide.tasks t
 SET {{_start_attempt}},
@@ -254,14 +282,16 @@ GROUP BY r.key
 
 -- resource_candidates --
 -- Due tasks that need resources and that this worker may take: its pool's due fixed starts
--- first, then by priority and FIFO; held (queue, type) pairs only for workflow tasks.
+-- first, then by priority and FIFO; held (queue, type) pairs only for workflow tasks and for tasks
+-- the plan placed in this pool, from their planned release.
 SELECT t.id, t.resources, t.start_at IS NOT NULL AS fixed
 FROM lowtide.tasks t
-WHERE t.state = 'pending' AND t.resources IS NOT NULL AND t.run_at <= now()
+WHERE t.state = 'pending' AND t.resources IS NOT NULL
   AND t.queue = ANY(%(queues)s::text[]) AND t.activity_type = ANY(%(types)s::text[])
   AND t.queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
-  AND (t.start_at IS NOT NULL AND t.pool = %(pool)s AND {{_fixed_claimable}}
-       OR t.start_at IS NULL AND {{_pool_allows}}
+  AND (t.start_at IS NOT NULL AND t.run_at <= now() AND t.pool = %(pool)s AND {{_fixed_claimable}}
+       OR t.start_at IS NULL AND t.planned_pool = %(pool)s::text AND t.planned_release_at <= now()
+       OR t.start_at IS NULL AND t.run_at <= now() AND {{_pool_allows}}
           AND NOT (t.kind = 'activity' AND (t.queue || E'\x1f' || t.activity_type) = ANY(%(held)s::text[])))
 ORDER BY (t.start_at IS NOT NULL) DESC, t.priority DESC, t.run_at, t.id
 LIMIT %(limit)s

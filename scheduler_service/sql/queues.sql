@@ -121,7 +121,7 @@ ORDER BY w.pool
 SELECT planned_pool AS pool, count(*)::int AS planned
 FROM lowtide.tasks
 WHERE state = 'pending' AND attempt = 0 AND latest_start IS NOT NULL AND planned_pool IS NOT NULL
-  AND run_at > now()
+  AND planned_release_at > now()
 GROUP BY planned_pool
 ORDER BY planned_pool
 
@@ -154,9 +154,13 @@ LIMIT 20000
 -- apply_plans --
 -- Moves planned tasks' release (never past their latest start) and records why, and for a task
 -- naming pools the one its plan placed it in (NULL: any of them).
+-- A placed task is due for other pools (its run_at, hold_deadline) only from its latest start; its
+-- own pool's claims take it from planned_release_at on (claims.sql, _placed_here).
 UPDATE lowtide.tasks t
-SET run_at = CASE WHEN p.release_at IS NULL THEN t.run_at ELSE GREATEST(p.release_at, now()) END,
-    hold_deadline = LEAST(t.latest_start - %(release_lead)s::interval, p.release_at),
+SET run_at = CASE WHEN p.pool IS NOT NULL THEN GREATEST(t.latest_start - %(release_lead)s::interval, now())
+                  WHEN p.release_at IS NULL THEN t.run_at ELSE GREATEST(p.release_at, now()) END,
+    hold_deadline = CASE WHEN p.pool IS NOT NULL THEN t.latest_start - %(release_lead)s::interval
+                         ELSE LEAST(t.latest_start - %(release_lead)s::interval, p.release_at) END,
     planned_release_at = p.release_at,
     planned_intensity = p.intensity,
     plan_reason = p.reason,
@@ -173,9 +177,9 @@ SELECT pg_notify('lowtide_plan', '')
 -- upcoming_releases --
 -- When planned tasks are due within a horizon (their release, or just before their latest start
 -- if earlier): the times a replica wakes its dispatchers at, so work is claimed then, not a poll later.
-SELECT DISTINCT hold_deadline AS due
-FROM lowtide.tasks
+SELECT DISTINCT due
+FROM lowtide.tasks, LATERAL (SELECT LEAST(hold_deadline, planned_release_at) AS due) d
 WHERE state = 'pending' AND attempt = 0 AND latest_start IS NOT NULL
-  AND hold_deadline > now() AND hold_deadline <= now() + %(horizon)s::interval
+  AND due > now() AND due <= now() + %(horizon)s::interval
 ORDER BY due
 LIMIT 1000

@@ -21,12 +21,16 @@ SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_ke
             THEN COALESCE(n.start_at, now()) + n.schedule_to_start_ms * interval '1 millisecond' END,
        n.max_defer_ms,
        -- Fixed starts are never held: their start was promised at admission. A latest start
-       -- releases the task a scheduling step (release_lead) before it, so it starts by then.
-       CASE WHEN n.kind = 'activity' AND n.start_at IS NULL
+       -- releases the task a scheduling step (release_lead) before it, so it starts by then. A
+       -- task placed in a pool is released to the others only then (as apply_plans sets it).
+       CASE WHEN n.kind = 'activity' AND n.start_at IS NULL AND n.planned_pool IS NOT NULL
+            THEN n.latest_start - %(release_lead)s::interval
+            WHEN n.kind = 'activity' AND n.start_at IS NULL
             THEN LEAST(n.latest_start - %(release_lead)s::interval, n.planned_release_at) END,
        %(signal)s::float8,
        n.pool, n.start_at, n.start_tolerance_ms, n.on_miss, n.estimated_duration_ms,
        CASE WHEN n.deps_pending > 0 THEN '9999-01-01 00:00:00+00'::timestamptz
+            WHEN n.planned_pool IS NOT NULL THEN GREATEST(n.latest_start - %(release_lead)s::interval, now())
             ELSE COALESCE(n.start_at, GREATEST(n.planned_release_at, now()), now()) END,
        n.deps_pending, n.resources::jsonb,
        n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason, %(submitted_by)s::text,

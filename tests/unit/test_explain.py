@@ -152,7 +152,7 @@ def cases() -> list[tuple[str, str]]:
         "[2026-03-01T12:00:00+00:00, 2026-03-01T13:30:00+00:00]",
     )
     add(
-        explain(replace(placed, run_at=NOW), Surroundings(now=NOW, workers_for_type=1))[0],
+        explain(replace(placed, planned_release_at=NOW), Surroundings(now=NOW, workers_for_type=1))[0],
         "released in pool eu-central: only its workers take it until its latest start at 13:30:00, then any pool "
         "it names (eu-central at 13:00: 180 gCO2/kWh against 260 gCO2/kWh in eu-west now; lowest forecast mean "
         "180 over 30m for a start in [2026-03-01T12:00:00+00:00, 2026-03-01T13:30:00+00:00])",
