@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from lowtide.calibrated_forecast import planning_points
 from lowtide.forecast_calibration import Issued, Record
+from scheduler_service.wire.forecast import calibration_of
+from signal_service.api import calibration_message
 
 HOUR = timedelta(hours=1)
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -45,3 +47,14 @@ def test_a_replays_leads_are_counted_in_its_time() -> None:
     got = planning_points(calibration, now, points, now=now, actual=None, scale=3600)
     assert [p[0] for p in got] == [now + 2 * second, now + 10 * second]
     assert got[0][1] == 300.0 and 300 < got[1][1] < 315
+
+
+def test_the_calibration_reaches_the_scheduler_whole() -> None:
+    """What the signal service learned is what the scheduler corrects with: every field of the
+    calibration crosses the wire (a field added to it and not to ForecastCalibration fails here)."""
+    learned = _biased_record().learn(START + 72 * HOUR)
+    message = calibration_message(learned, lead_scale=1.0)
+    assert calibration_of(message) == learned
+    # And a calibration of other lead buckets (another release's) is not guessed at.
+    del message.buckets[-1]
+    assert calibration_of(message) is None
