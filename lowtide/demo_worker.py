@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
+from lowtide.heap import freeze_started
 from lowtide.telemetry import resource, start_tracing
 from lowtide_client import Worker
 
@@ -71,6 +72,7 @@ async def run_demo_worker(
         worker.register(name, functions[name])
     # Traced like the services when OTEL_TRACES_EXPORTER=otlp: each task's run joins its trace.
     traced = start_tracing(resource("lowtide-demo-worker"))
+    freeze_started()
     try:
         await worker.run(install_signal_handlers=True)
     finally:

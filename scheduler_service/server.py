@@ -24,6 +24,7 @@ from lowtide.db import Database, apply_migrations
 from lowtide.errors import ConfigError, DatabaseUnavailable
 from lowtide.grpc_options import server_options
 from lowtide.grpc_status import RefuseUndecodable
+from lowtide.heap import freeze_started
 from lowtide.listen import add_listen_port
 from lowtide.output import print_line
 from lowtide.telemetry import Telemetry, server_interceptors, start_telemetry
@@ -308,6 +309,7 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
 
 async def serve(config: Config, *, database_url: str | None = None) -> None:
     scheduler = await start_scheduler(config, database_url=database_url)
+    freeze_started()
     print_line(f"lowtide scheduler listening on {scheduler.target}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -26,6 +26,7 @@ from lowtide.errors import ConfigError, DatabaseUnavailable, LowtideError
 from lowtide.forecast_error import ErrorModel, HorizonError
 from lowtide.grpc_options import signal_server_options
 from lowtide.grpc_status import RefuseUndecodable
+from lowtide.heap import freeze_started
 from lowtide.listen import add_listen_port
 from lowtide.metrics import Metrics
 from lowtide.output import print_line
@@ -340,6 +341,7 @@ async def start_signal_service(
 
 async def serve(config: Config, *, database_url: str | None = None) -> None:
     running = await start_signal_service(config, database_url=database_url)
+    freeze_started()
     print_line(f"lowtide signal service listening on {running.target}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
