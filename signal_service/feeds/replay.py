@@ -137,6 +137,13 @@ class Replay:
             offset = min(offset, self._times[-1] - self._times[0])
         return self._times[0] + offset
 
+    def forecast_issue(self) -> tuple[int, int]:
+        """The lap and row the replay is in: a new forecast is issued at each row, and the runner
+        asks for it then, whatever its refresh (at a day per minute, a refresh of 5 minutes would
+        leave the 2 minutes a forecast covers long past before the next one)."""
+        played = self._start - self._times[0] + timedelta(seconds=(self._clock() - self._began) * self._speed)
+        return (played // self._span if self._loop else 0), self._index(self.trace_time())
+
     def _index(self, at: datetime) -> int:
         return max(0, bisect.bisect_right(self._times, at) - 1)
 
