@@ -187,10 +187,13 @@ class Calibrations:
         record = _record(issued_rows, actual_rows, origin=since, scale=scale)
         learned = await asyncio.to_thread(record.learn, _scaled(now, since, scale), self.prior(name))
         body = json.dumps(_encode(learned))
-        await self._db.execute(Q["save_calibration"], {"name": name, "learned_at": now, "body": body})
+        saved = await self._db.execute(Q["save_calibration"], {"name": name, "learned_at": now, "body": body})
         await self._db.execute(Q["trim_issued_forecasts"], {**params, "keep": MAX_FORECASTS})
         await self._db.execute(Q["trim_actuals"], params)
-        self._learned[name] = learned
+        if saved:
+            # Not when a later learning (another replica's, or one that began after this one)
+            # was stored first: the next load() takes that one.
+            self._learned[name] = learned
         return learned
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from lowtide.config import SignalDefinition
+from lowtide.db import Database
 from lowtide.forecast_error import HorizonError
 from lowtide_client import SignalClient
 from lowtide_proto.lowtide.v1 import signal_pb2
@@ -94,3 +95,20 @@ async def test_points_state_the_configured_prior_then_blend_toward_the_record(da
                 assert _a_day_ahead(await client.forecast("de")).error_source == "prior"
         finally:
             await server.stop()
+
+
+async def test_a_learning_stored_after_a_later_one_does_not_replace_it(database_url: str) -> None:
+    """Two learnings at once (this replica's slow one, another's): the later one's, stored first,
+    is what this replica states, not the one that finished last but learned up to an earlier time."""
+    db = Database(database_url, min_size=1, max_size=2)
+    await db.open()
+    try:
+        calibrations = Calibrations(db)
+        now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+        await _record(calibrations, now - timedelta(days=4), forecasts=72, days=4)
+        await calibrations.learn("grid", now)
+        # Learned up to four days ago: nothing yet, all prior; refused, as older than the stored one.
+        await calibrations.learn("grid", now - timedelta(days=4))
+        assert calibrations.current("grid", now).learned(timedelta(hours=24))
+    finally:
+        await db.close()
