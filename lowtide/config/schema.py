@@ -235,7 +235,9 @@ class SignalConfig:
     # UK Carbon Intensity API, national, 14-21 March 2023), or your own two CSV files,
     # recorded_forecasts (`issued_at,target,forecast`) and recorded_actuals (`target,actual`).
     recording: str = key("uk-2023-03", one_of("uk-2023-03"))
+    # Recorded: your own forecasts, CSV `issued_at,target,forecast` (empty: the bundled recording).
     recorded_forecasts: str = ""
+    # Recorded: your own values that came, CSV `target,actual` (given with recorded_forecasts).
     recorded_actuals: str = ""
     # Empty base_url means the feed's public API.
     base_url: str = ""
@@ -300,6 +302,7 @@ class SignalDefinition:
     replay_start: str = ""
     replay_speed: float = key(1440.0, within(0.0, 1e9, above=True))
     replay_loop: bool = True
+    # The recorded feed's bundled recording, or its own two files (as `[signal]`'s).
     recording: str = key("uk-2023-03", one_of("uk-2023-03"))
     recorded_forecasts: str = ""
     recorded_actuals: str = ""

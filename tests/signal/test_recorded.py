@@ -13,11 +13,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from lowtide.config import load_config
+from lowtide.config import SignalDefinition, load_config
 from lowtide.errors import ConfigError
 from lowtide_client import SignalClient
 from lowtide_proto.lowtide.v1 import signal_pb2, signal_pb2_grpc
-from signal_service.feeds import make_feed
+from signal_service.feeds import feed_settings, make_feed
 from signal_service.feeds.recorded import Recorded, load_recording
 from signal_service.server import start_signal_service
 from tests.docs.blocks import block_run_by
@@ -92,6 +92,22 @@ def test_the_feeds_page_configuration_plays_the_bundled_week(tmp_path: Path) -> 
     issue = feed.issue_now()
     assert issue is not None and issue.issued_at == datetime(2023, 3, 14, 3, 31, tzinfo=UTC)
     assert len(issue.points) == 96  # 48 h of half hours
+
+
+def test_a_named_signal_plays_its_own_recording(tmp_path: Path) -> None:
+    forecasts, actuals = _recording(tmp_path)
+    week = SignalDefinition(
+        feed="recorded", recorded_forecasts=forecasts, recorded_actuals=actuals, replay_speed=60.0, threshold=150.0
+    )
+    settings = feed_settings(signal_config({"week": week}))["week"]
+    feed = make_feed(settings.options, where=settings.where)
+    assert isinstance(feed, Recorded) and feed.time_scale == 60.0
+    issue = feed.issue_now()
+    assert issue is not None and [v for _, v in issue.points] == ISSUES[1]
+    with pytest.raises(ConfigError, match=r"\[signals.week\] recorded_forecasts, recorded_actuals: give both"):
+        only = SignalDefinition(feed="recorded", recorded_forecasts=forecasts)
+        settings = feed_settings(signal_config({"week": only}))["week"]
+        make_feed(settings.options, where=settings.where)
 
 
 @pytest.mark.parametrize(
