@@ -20,6 +20,7 @@ import bisect
 import csv
 import io
 import itertools
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,6 +54,13 @@ class Recording:
     actuals: tuple[Point, ...]
 
 
+def _number(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
 def _time(text: str) -> datetime:
     at = datetime.fromisoformat(text.strip())
     return at if at.tzinfo else at.replace(tzinfo=UTC)
@@ -71,7 +79,7 @@ def read_forecasts(text: str, *, where: str) -> tuple[Issue, ...]:
     by_issue: dict[datetime, dict[datetime, float]] = {}
     for number, row in _rows(text, ["issued_at", "target", "forecast"], where=where):
         try:
-            issued, target, value = _time(row[0]), _time(row[1]), float(row[2])
+            issued, target, value = _time(row[0]), _time(row[1]), _number(row[2])
         except (ValueError, IndexError):
             raise ConfigError(
                 f"{where}: line {number}: expected 'issued_at,target,forecast', got {','.join(row)!r}"
@@ -90,7 +98,7 @@ def read_actuals(text: str, *, where: str) -> tuple[Point, ...]:
     actuals = {}
     for number, row in _rows(text, ["target", "actual"], where=where):
         try:
-            actuals[_time(row[0])] = float(row[1])
+            actuals[_time(row[0])] = _number(row[1])
         except (ValueError, IndexError):
             raise ConfigError(f"{where}: line {number}: expected 'target,actual', got {','.join(row)!r}") from None
     if len(actuals) < 2:

@@ -117,6 +117,12 @@ def test_a_named_signal_plays_its_own_recording(tmp_path: Path) -> None:
         ("issued_at,target,forecast\n2023-03-14T00:01Z,soon,1\n", "", "give both files"),
         ("issued_at,target,forecast\n2023-03-14T00:01Z,soon,1\n", "target,actual\n", "line 2: expected"),
         ("issued_at,target,forecast\n2023-03-14T00:01Z,2023-03-14T00:00Z,1\n", "target,actual\n", "at least two"),
+        ("issued_at,target,forecast\n2023-03-14T00:01Z,2023-03-14T00:00Z,nan\n", "target,actual\n", "line 2"),
+        (
+            "issued_at,target,forecast\n2023-03-14T00:01Z,2023-03-14T00:00Z,1\n",
+            "target,actual\n2023-03-14T00:00Z,1\n2023-03-14T00:30Z,inf\n",
+            "line 3: expected 'target,actual'",
+        ),
     ],
 )
 def test_a_bad_recording_is_refused_naming_what_is_wrong(
