@@ -27,6 +27,12 @@ state = 'running',
     start_hit = CASE WHEN t.start_at IS NOT NULL AND t.attempt = 0
         THEN abs(extract(epoch FROM now() - t.start_at)) * 1000 <= GREATEST(t.start_tolerance_ms, 50)
         ELSE t.start_hit END,
+    -- A task placed in a pool was due for the others only from its latest start: started, it
+    -- is due since its planned release, as any planned task (its timings, a retry's hold). Every
+    -- other task keeps both as they are.
+    run_at = CASE WHEN t.planned_pool IS NULL THEN t.run_at ELSE LEAST(t.run_at, t.planned_release_at) END,
+    hold_deadline = CASE WHEN t.planned_pool IS NULL THEN t.hold_deadline
+        ELSE LEAST(t.hold_deadline, t.planned_release_at) END,
     signal_at_dispatch = %(signal)s::float8
 
 -- _started_attempt --
@@ -47,14 +53,16 @@ t.id, t.attempt, t.worker_id, t.queue, t.kind, t.activity_type, t.payload, t.max
 -- it names no pools, or names this one and was not placed here (a task placed here comes by
 -- _placed_here from its planned release on). A task placed in a pool is due for the regular
 -- branches only from its latest start (its run_at, a release lead before it, apply_plans), from
--- when any pool it names may take it: until then no other pool's claim reads it.
-(t.pools IS NULL OR %(pool)s::text = ANY(t.pools) AND t.planned_pool IS DISTINCT FROM %(pool)s::text)
+-- when any pool it names may take it: until then no other pool's claim reads it. The plan is for
+-- its first attempt: a retry waits out its backoff and runs in any pool it names.
+(t.pools IS NULL
+ OR %(pool)s::text = ANY(t.pools) AND (t.attempt > 0 OR t.planned_pool IS DISTINCT FROM %(pool)s::text))
 
 -- _placed_here --
 -- Tasks the plan placed in pool %(pool)s (t, on tasks_claim_placed) whose planned release has come,
 -- of the (queue, type) pair p: released by their plan whether or not a cost hold holds the pair.
 t.state = 'pending' AND t.planned_pool = %(pool)s::text AND t.start_at IS NULL AND t.resources IS NULL
-    AND t.queue = p.queue AND t.activity_type = p.activity_type AND t.planned_release_at <= now()
+    AND t.queue = p.queue AND t.activity_type = p.activity_type AND t.planned_release_at <= now() AND t.attempt = 0
 
 -- _claim_slots --
 -- The free slots a claim fills, in the order rows are handed out (domain.dispatch.hand_out): one
@@ -198,7 +206,7 @@ placed AS (
     FROM lowtide.tasks t
     WHERE t.state = 'pending' AND t.planned_pool = %(pool)s::text AND t.start_at IS NULL AND t.resources IS NULL
       AND t.queue = %(queue)s::text AND t.activity_type = %(activity_type)s::text
-      AND t.planned_release_at <= now() AND EXISTS (SELECT 1 FROM pair)
+      AND t.planned_release_at <= now() AND t.attempt = 0 AND EXISTS (SELECT 1 FROM pair)
     ORDER BY t.planned_release_at
     LIMIT LEAST(%(cap)s::int, (SELECT count(*) FROM slots))
     FOR UPDATE OF t SKIP LOCKED
@@ -290,7 +298,7 @@ WHERE t.state = 'pending' AND t.resources IS NOT NULL
   AND t.queue = ANY(%(queues)s::text[]) AND t.activity_type = ANY(%(types)s::text[])
   AND t.queue NOT IN (SELECT name FROM lowtide.queues WHERE paused)
   AND (t.start_at IS NOT NULL AND t.run_at <= now() AND t.pool = %(pool)s AND {{_fixed_claimable}}
-       OR t.start_at IS NULL AND t.planned_pool = %(pool)s::text AND t.planned_release_at <= now()
+       OR t.start_at IS NULL AND t.planned_pool = %(pool)s::text AND t.planned_release_at <= now() AND t.attempt = 0
        OR t.start_at IS NULL AND t.run_at <= now() AND {{_pool_allows}}
           AND NOT (t.kind = 'activity' AND (t.queue || E'\x1f' || t.activity_type) = ANY(%(held)s::text[])))
 ORDER BY (t.start_at IS NOT NULL) DESC, t.priority DESC, t.run_at, t.id

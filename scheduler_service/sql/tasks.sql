@@ -253,7 +253,7 @@ SET state = 'pending', finished_at = NULL, worker_id = NULL,
         THEN now() + t.schedule_to_start_ms * interval '1 millisecond' END,
     hold_deadline = CASE WHEN t.kind = 'activity'
         THEN LEAST(t.latest_start, now() + t.max_defer_ms * interval '1 millisecond') END,
-    planned_release_at = NULL, planned_intensity = NULL, plan_reason = NULL
+    planned_release_at = NULL, planned_intensity = NULL, plan_reason = NULL, planned_pool = NULL
 WHERE t.id = %(id)s
 RETURNING {{_task_row}}, t.payload, t.result, t.heartbeat_details
 

@@ -96,3 +96,26 @@ def test_the_pool_a_task_was_placed_in_takes_it_from_its_planned_release(conn: p
             ([row[0] for row in west],),
         ).fetchone()
     assert placed == (0,)
+
+
+def test_a_retry_of_a_placed_task_runs_in_any_pool_it_names_after_its_backoff(conn: psycopg.Connection[Any]) -> None:
+    _fill(conn, placed=False)
+    conn.execute(
+        f"INSERT INTO lowtide.tasks ({_COLUMNS}, pools, planned_pool, latest_start, run_at, hold_deadline, "
+        "planned_release_at, attempt) "
+        f"SELECT {_VALUES}, '{{eu-west,eu-central}}', 'eu-central', now() + interval '8 hours', "
+        "now() + %(backoff)s::interval, now() - interval '1 minute', now() - interval '1 minute', 1 "
+        "FROM generate_series(1, 2)",
+        {"backoff": "1 hour"},
+    )
+    conn.execute("DELETE FROM lowtide.tasks WHERE pools IS NULL")
+    slot = {"free": "10", "signal": None, "release_lead": timedelta(seconds=1)}
+    pair = {**slot, "queue": "default", "activity_type": "train", "cap": 10}
+    for worker, pool in (("west", "eu-west"), ("central", "eu-central")):
+        with conn.transaction(force_rollback=True):
+            # Waiting out its backoff: no pool takes it, its own neither.
+            assert conn.execute(Q["claim_pair"], {**pair, "workers": worker, "pool": pool}).fetchall() == []
+    conn.execute("UPDATE lowtide.tasks SET run_at = now() - interval '1 second'")
+    for worker, pool in (("west", "eu-west"), ("central", "eu-central")):
+        with conn.transaction(force_rollback=True):
+            assert len(conn.execute(Q["claim_pair"], {**pair, "workers": worker, "pool": pool}).fetchall()) == 2
