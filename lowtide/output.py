@@ -135,7 +135,7 @@ def status_text(status: Any) -> str:
         hit = "-" if math.isnan(p.fixed_start_hit_rate) else f"{p.fixed_start_hit_rate:.1%}"
         lines.append(
             f"{p.name:<16}{p.workers:>8}{p.slots:>8}{p.busy_slots:>8}{p.held_slots:>8}{p.reservations_ahead:>16}"
-            f"{hit:>10}{p.desired_workers:>9}"
+            f"{hit:>10}{p.desired_workers:>9}{_pool_signal(p)}"
         )
     if status.adaptive_limits:
         lines += [
@@ -171,3 +171,11 @@ def conflict_text(conflict: Any) -> str:
         f"  requested: {at(conflict.window_start)} .. {at(conflict.window_end)}\n"
         f"  conflict:  {at(conflict.conflict_start)} .. {at(conflict.conflict_end)} (tasks {ids})"
     )
+
+
+def _pool_signal(pool: Any) -> str:
+    """After a pool bound to a signal: the signal, its value, and the tasks placed there."""
+    if not pool.signal:
+        return ""
+    value = f" {pool.signal_value:g}" if pool.HasField("signal_value") else " (no value yet)"
+    return f"  signal {pool.signal}{value}, {pool.planned_releases} planned"

@@ -242,8 +242,6 @@ class SchedulerMetrics:
             queues.setdefault(queue, QueueFigures()).running = count
         pools = {p.name: _figures(p) for p in await self.pool_status(pending, running)}
         pools.setdefault(DEFAULT, PoolFigures())
-        for pool, planned in (await self._store.planned_by_pool()).items():
-            pools.setdefault(pool, PoolFigures()).planned_releases = planned
         self.snapshot = Snapshot(queues, pools)
 
     async def pool_status(
@@ -279,7 +277,9 @@ class SchedulerMetrics:
 
 def _figures(status: scheduler_pb2.PoolStatus) -> PoolFigures:
     hit_rate = None if math.isnan(status.fixed_start_hit_rate) else status.fixed_start_hit_rate
-    return PoolFigures(hit_rate, status.desired_workers, status.held_slots, status.reservations_ahead)
+    return PoolFigures(
+        hit_rate, status.desired_workers, status.held_slots, status.reservations_ahead, status.planned_releases
+    )
 
 
 async def pool_status(
@@ -309,6 +309,14 @@ async def pool_status(
 
     for name in config.pools:
         pool(name)
+    for name, planned in (await store.planned_by_pool()).items():
+        pool(name).planned_releases = planned
+    for name, status in pools.items():
+        status.signal = config.pool(name).signal
+        if status.signal:
+            value = holds.value_in(name)
+            if value is not None:
+                status.signal_value = value
     for workers in await store.pools():
         status = pool(workers.pool)
         status.workers, status.slots, status.busy_slots = workers.workers, workers.slots, workers.busy

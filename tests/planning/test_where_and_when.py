@@ -129,8 +129,12 @@ async def test_a_task_runs_in_the_cleaner_pool_by_the_plan_and_around_a_pool_tha
             explained = (await client.explain(a)).explanation
             assert "planned release in pool eu-central at" in explained
             assert "150 gCO2/kWh against 260 gCO2/kWh in eu-west now" in explained
-            # The pool's planned releases, in the metrics while it waits.
+            # The pool's planned releases, in the metrics and the status while it waits, beside
+            # each pool's signal.
             await eventually(lambda: _planned_in(regions, "eu-central", 1))
+            pools = {p.name: p for p in (await client.status()).pools}
+            assert (pools["eu-central"].signal, pools["eu-central"].planned_releases) == ("de", 1)
+            assert (pools["eu-west"].signal, pools["eu-west"].signal_value) == ("gb", 260)
             done_a = await client.wait(a, timeout=timedelta(seconds=30))
         assert done_a.state == COMPLETED and ran["a"] == "eu-central", done_a.plan_reason
 

@@ -577,6 +577,9 @@ class PoolStatus(_message.Message):
     DESIRED_WORKERS_FIELD_NUMBER: _builtins.int
     MAX_WORKERS_FIELD_NUMBER: _builtins.int
     RESERVATION_CAPACITY_FIELD_NUMBER: _builtins.int
+    SIGNAL_FIELD_NUMBER: _builtins.int
+    SIGNAL_VALUE_FIELD_NUMBER: _builtins.int
+    PLANNED_RELEASES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     workers: _builtins.int
     slots: _builtins.int
@@ -594,6 +597,14 @@ class PoolStatus(_message.Message):
     max_workers: _builtins.int
     reservation_capacity: _builtins.int
     """At most this many reservations may overlap: max(1, floor(max_workers x reservable_fraction))."""
+    signal: _builtins.str
+    """The signal of the pool's grid ([pools.NAME] signal; empty: none), and its value now (absent
+    until its first value): what a task naming several pools is placed on, and what a task that
+    runs in the pool counts its carbon on.
+    """
+    signal_value: _builtins.float
+    planned_releases: _builtins.int
+    """Held tasks naming pools that the plan placed in this pool, not released yet."""
     def __init__(
         self,
         *,
@@ -607,12 +618,17 @@ class PoolStatus(_message.Message):
         desired_workers: _builtins.int = ...,
         max_workers: _builtins.int = ...,
         reservation_capacity: _builtins.int = ...,
+        signal: _builtins.str = ...,
+        signal_value: _builtins.float | None = ...,
+        planned_releases: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_signal_value", b"_signal_value", "signal_value", b"signal_value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["busy_slots", b"busy_slots", "desired_workers", b"desired_workers", "fixed_start_hit_rate", b"fixed_start_hit_rate", "held_slots", b"held_slots", "max_workers", b"max_workers", "name", b"name", "reservation_capacity", b"reservation_capacity", "reservations_ahead", b"reservations_ahead", "slots", b"slots", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_signal_value", b"_signal_value", "busy_slots", b"busy_slots", "desired_workers", b"desired_workers", "fixed_start_hit_rate", b"fixed_start_hit_rate", "held_slots", b"held_slots", "max_workers", b"max_workers", "name", b"name", "planned_releases", b"planned_releases", "reservation_capacity", b"reservation_capacity", "reservations_ahead", b"reservations_ahead", "signal", b"signal", "signal_value", b"signal_value", "slots", b"slots", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__signal_value: _TypeAlias = _typing.Literal["signal_value"]  # noqa: Y015
+    _WhichOneofArgType__signal_value: _TypeAlias = _typing.Literal["_signal_value", b"_signal_value"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__signal_value) -> _WhichOneofReturnType__signal_value | None: ...
 
 Global___PoolStatus: _TypeAlias = PoolStatus  # noqa: Y015
 
