@@ -88,7 +88,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default=[],
         help="the carbon evaluation's trace: a CSV `Time,Carbon Intensity`, or a price trace `Time,Price` "
         "(default: the bundled GB 2020 one); given twice or more, one per region aligned in time, the "
-        "spatial evaluation runs over them all (default: the bundled GB and DE 2020 ones)",
+        "spatial evaluation also runs over them all (the carbon evaluation on the first)",
+    )
+    parser.add_argument(
+        "--spatial",
+        action="store_true",
+        help="run the spatial evaluation with the carbon one (~20 min more) even without two --trace: "
+        "over the bundled GB and DE 2020 traces when none is given",
     )
     parser.add_argument(
         "--forecasts",
@@ -181,8 +187,8 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
         from bench.spatial_bench import BUNDLED, spatial_evaluation
 
         result = carbon_evaluation(args.trace[0] if args.trace else "")
-        if len(args.trace) != 1:
-            result["spatial"] = spatial_evaluation(args.trace or BUNDLED)
+        if len(args.trace) >= 2 or args.spatial:
+            result["spatial"] = spatial_evaluation(args.trace if len(args.trace) >= 2 else BUNDLED)
         return result
     if name == "live_carbon":
         from bench.live_carbon_bench import live_carbon
