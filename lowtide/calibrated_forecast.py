@@ -1,7 +1,9 @@
 """The forecast a plan weighs, made from a feed's bare forecast and what the signal's calibration
 learned from the feed's record (lowtide.forecast_calibration): the current value first, known,
-then each later point with its bias taken out, moved by as much of the error the forecast makes
-now as the record says persists, and stating the error learned for its lead.
+then each later point corrected as `Calibration.correct` says (the present plus the learned share
+of the change the forecast predicts from it, with the error left around that; or, before that is
+learned, the bias taken out and moved by the part of the present error that persists), or as
+issued, stating no error, when the record says the bare forecast plans best (`raw`).
 
 The scheduler's release planning and the carbon bench's `replanned_learned` mode both make their
 forecast here, so what the bench measures is what production plans on. Pure: no I/O, no clock.
@@ -38,5 +40,8 @@ def planning_points(
     corrected = calibration.correct(
         issued_at, [(feed_time(at), value) for at, value in listed], now=feed_time(now), actual=actual
     )
+    if calibration.raw:
+        # The record says the bare forecast plans best: its values, stating no error.
+        corrected = [(at, value, 0.0) for at, value in listed]
     ahead = [(at, value, error) for (at, _), (_, value, error) in zip(listed, corrected, strict=True) if at > now]
     return ahead if actual is None else [(now, actual, 0.0), *ahead]

@@ -15,6 +15,7 @@ way, with only what was known at `now`.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -30,9 +31,10 @@ BUCKET_EDGES_H = (0.0, 0.5, 1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 30, 36, 42, 48)
 # How many issued forecasts the prior weighs as: a bucket learned from that many has the data's
 # figures and the prior's at half weight each.
 PRIOR_FORECASTS = 8
-# The planner's default caution, and the ones tried on the record.
+# The planner's default caution without a record, and the ones tried on the record (below 0: a
+# later start is worth more than its expected value, for the chance it comes lower still).
 PRIOR_CAUTION = 1.0
-CAUTIONS = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0)
+CAUTIONS = (-0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 1.5, 2.0)
 # The jobs re-played to choose a caution: one every `JOB_STRIDE`, for each of these windows, over
 # the last `CAUTION_WINDOW` (all of it known); fewer than MIN_JOBS and the prior's caution holds.
 JOB_SLACKS = (timedelta(hours=4), timedelta(hours=8), timedelta(hours=24))
@@ -48,6 +50,9 @@ ANCHOR_LEAD = timedelta(hours=6)
 ANCHOR_STRIDE = timedelta(hours=1)
 # A relative error beyond this is a bad value (a zero actual, a units slip), not a forecast's error.
 _WILD = 5.0
+# A forecast's predicted change is followed at most this much over (a short record can regress
+# steeper than 1 by chance).
+_MAX_FOLLOW = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,15 @@ class Calibration:
     # How much of a forecast's error now is still there `BUCKET_EDGES_H[i]` hours later (the
     # regression of the later error on the earlier; 0 without a record).
     persistence: tuple[float, ...] = ()
+    # Per bucket of time from the present: how much of the change a forecast predicts from the
+    # present the values then followed (`follow`: 1 the forecast's shape holds, below 1 its swings
+    # are partly noise), and the relative error left around it. Empty without a record: then
+    # `correct` moves by `persistence`.
+    follow: tuple[float, ...] = ()
+    residual: tuple[float, ...] = ()
+    # The record says to plan on the forecasts as issued (no correction, no error, caution 0):
+    # re-played, they started the window's jobs clearly cheaper than the corrected ones.
+    raw: bool = False
 
     def _bucket(self, lead: timedelta) -> Bucket:
         hours = max(0.0, lead / _HOUR)
@@ -121,11 +135,49 @@ class Calibration:
         out = [(at, value * (1 + self.bias(at - issued_at)), self.stddev(at - issued_at)) for at, value in listed]
         if now is None or actual is None:
             return out
+        if self.follow:
+            return self._followed(listed, out, now, actual)
         current = bisect.bisect_right(listed, (now, float("inf"))) - 1
         if current < 0 or out[current][1] <= 0:
             return out
         error = actual / out[current][1] - 1
         return [(at, v * (1 + self.persists(at - now) * error) if at > now else v, e) for at, v, e in out]
+
+    def _followed(
+        self,
+        listed: Sequence[tuple[datetime, float]],
+        out: list[tuple[datetime, float, float]],
+        now: datetime,
+        actual: float,
+    ) -> list[tuple[datetime, float, float]]:
+        """The later points as the present `actual` plus the learned share of the change the
+        forecast predicts from the present (its value now, or `actual` when it starts later): the
+        error it makes at present is taken as lasting along it (real forecast errors are a level
+        or a ramp off for hours: a whole ramp comes early or late)."""
+        anchor = _anchor(listed, now, actual)
+        if anchor <= 0 or actual <= 0:
+            return out
+        moved = []
+        for (at, value), corrected in zip(listed, out, strict=True):
+            if at <= now:
+                moved.append(corrected)
+                continue
+            b = _bucket_of(at - now)
+            change = self.follow[b] * (value / anchor - 1)
+            expected = max(0.0, actual * (1 + change))
+            moved.append((at, expected, self.residual[b]))
+        return moved
+
+
+def _bucket_of(lead: timedelta) -> int:
+    return max(0, bisect.bisect_right(BUCKET_EDGES_H, max(0.0, lead / _HOUR)) - 1)
+
+
+def _anchor(listed: Sequence[tuple[datetime, float]], now: datetime, actual: float) -> float:
+    """The forecast's value for the present: its point at or before `now` (the interval `now` is
+    in), or the present's own value when the forecast starts after it."""
+    current = bisect.bisect_right(listed, (now, float("inf"))) - 1
+    return listed[current][1] if current >= 0 else actual
 
 
 def prior_calibration(at: datetime, prior: ErrorModel | None = None) -> Calibration:
@@ -193,9 +245,57 @@ class Record:
         )
         days = (now - first) / timedelta(days=1) if first else 0.0
         persistence = self._persistence(Calibration(now, buckets), start, now)
-        calibration = Calibration(now, buckets, days=days, persistence=persistence)
-        caution, jobs = self._caution(calibration, now)
-        return Calibration(now, buckets, caution, jobs, days, persistence)
+        follow, residual = self._follow(base, start, now)
+        calibration = Calibration(now, buckets, days=days, persistence=persistence, follow=follow, residual=residual)
+        return self._caution([calibration], now)
+
+    def _follow(
+        self, prior: Calibration, start: datetime, now: datetime
+    ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Per bucket of time from an anchor (a present a plan sees: a point of lead up to
+        `ANCHOR_LEAD`, or the issue itself for a forecast that starts after it), the regression
+        (through 0) of the actual relative change from the anchor on the change the forecast
+        predicted, and the robust spread of what it leaves; blended toward 1 and the prior's
+        error by how many forecasts they come from. Empty without a record."""
+        sxx = [0.0] * len(BUCKET_EDGES_H)
+        sxy = [0.0] * len(BUCKET_EDGES_H)
+        pairs: list[list[tuple[float, float]]] = [[] for _ in BUCKET_EDGES_H]
+        seen: list[set[datetime]] = [set() for _ in BUCKET_EDGES_H]
+        last: datetime | None = None
+        for forecast in self.issued:
+            if not (start <= forecast.issued_at <= now) or (last and forecast.issued_at - last < ANCHOR_STRIDE):
+                continue
+            last = forecast.issued_at
+            known = [(at, v, self.actuals[at]) for at, v in forecast.points if at <= now and at in self.actuals]
+            known = [(at, v, a) for at, v, a in known if v > 0 and a > 0 and abs(a / v - 1) <= _WILD]
+            anchors = [(at, v, a) for at, v, a in known if at - forecast.issued_at <= ANCHOR_LEAD]
+            issue_actual = self.actuals.get(forecast.issued_at)
+            if forecast.points and forecast.points[0][0] > forecast.issued_at and issue_actual:
+                anchors.insert(0, (forecast.issued_at, issue_actual, issue_actual))
+            for u, fu, au in anchors:
+                for at, v, a in known:
+                    x, y = v / fu - 1, a / au - 1
+                    if at <= u or abs(x) > _WILD or abs(y) > _WILD:
+                        continue
+                    b = _bucket_of(at - u)
+                    sxx[b] += x * x
+                    sxy[b] += x * y
+                    pairs[b].append((x, y))
+                    seen[b].add(forecast.issued_at)
+        if not any(seen):
+            return (), ()
+        follow, residual = [], []
+        for b, prior_b in enumerate(prior.buckets):
+            weight = len(seen[b]) / (len(seen[b]) + PRIOR_FORECASTS)
+            slope = min(_MAX_FOLLOW, max(0.0, sxy[b] / sxx[b])) if sxx[b] > 0 else 1.0
+            left = [y - slope * x for x, y in pairs[b]]
+            spread = prior_b.stddev
+            if len(left) >= 2:
+                middle = statistics.median(left)
+                spread = _MAD_TO_SIGMA * statistics.median(abs(e - middle) for e in left)
+            follow.append(weight * slope + (1 - weight))
+            residual.append(weight * spread + (1 - weight) * prior_b.stddev)
+        return tuple(follow), tuple(residual)
 
     def _persistence(self, calibration: Calibration, start: datetime, now: datetime) -> tuple[float, ...]:
         """Per bucket of time later, the regression of a forecast's error then on its error at a
@@ -228,21 +328,39 @@ class Record:
             out.append(slope * len(issues) / (len(issues) + PRIOR_FORECASTS))
         return tuple(out)
 
-    def _caution(self, calibration: Calibration, now: datetime) -> tuple[float, int]:
-        """The caution under which the window's jobs, re-played, started cheapest."""
+    def _caution(self, variants: Sequence[Calibration], now: datetime) -> Calibration:
+        """Of the `variants` (the same figures, corrected in different ways), the one and the
+        caution under which the window's jobs, re-played, started cheapest, or the bare
+        forecasts if they did better still; the first variant at its default caution unless
+        another is clearly better."""
+        first = variants[0]
+        # Without a learned follow the default caution is the prior's; with it, the forecast's
+        # expected values (caution 0) are.
+        reference = CAUTIONS.index(0.0) if first.follow else CAUTIONS.index(PRIOR_CAUTION)
+        costs = self._replayed(variants, now)
+        if len(costs) < MIN_JOBS:
+            return dataclasses.replace(first, caution=CAUTIONS[reference], caution_jobs=len(costs))
+        chosen = _paying(costs, reference)
+        if chosen == len(variants) * len(CAUTIONS):
+            return dataclasses.replace(first, caution=0.0, caution_jobs=len(costs), raw=True)
+        variant, caution = divmod(chosen, len(CAUTIONS))
+        return dataclasses.replace(variants[variant], caution=CAUTIONS[caution], caution_jobs=len(costs))
+
+    def _replayed(self, variants: Sequence[Calibration], now: datetime) -> list[list[float]]:
+        """The cost of each of the record's jobs (one every `JOB_STRIDE` for each window of
+        `JOB_SLACKS`) under each variant and caution, and last on the bare forecasts."""
+        costs: list[list[float]] = []
         times = sorted(t for t in self.actuals if now - CAUTION_WINDOW <= t <= now)
-        if len(times) < 2:
-            return PRIOR_CAUTION, 0
         # The forecasts issued from the newest one at the first arrival on (the older ones are
         # never the newest at a re-played step).
         issued = [f for f in self.issued if f.issued_at <= now]
+        if len(times) < 2 or not issued:
+            return costs
         first = max(0, bisect.bisect_right([f.issued_at for f in issued], times[0]) - 1)
         issued = issued[first:]
-        if not issued:
-            return PRIOR_CAUTION, 0
         stamps = [f.issued_at for f in issued]
-        seen = _Seen(issued, calibration, self.actuals)
-        costs: list[list[float]] = []
+        seen = [_Seen(issued, v, self.actuals) for v in variants]
+        bare = _Seen(issued, None, self.actuals)
         last_job: datetime | None = None
         for i, arrival in enumerate(times):
             if last_job is not None and arrival - last_job < JOB_STRIDE:
@@ -253,8 +371,9 @@ class Record:
             for slack in JOB_SLACKS:
                 steps = times[i : bisect.bisect_right(times, arrival + slack)]
                 if steps[-1] >= arrival + slack:
-                    costs.append([_replay(steps, self.actuals, seen, c) for c in CAUTIONS])
-        return _paying(costs), len(costs)
+                    job = [_replay(steps, self.actuals, v, c) for v in seen for c in CAUTIONS]
+                    costs.append([*job, _replay(steps, self.actuals, bare, 0.0)])
+        return costs
 
 
 class _Corrected:
@@ -270,9 +389,12 @@ class _Corrected:
 
 
 class _Seen:
-    """The newest forecast at each moment, as `_Corrected`, computed once per moment."""
+    """The newest forecast at each moment, as `_Corrected` (or as issued, without a calibration),
+    computed once per moment."""
 
-    def __init__(self, issued: Sequence[Issued], calibration: Calibration, actuals: dict[datetime, float]) -> None:
+    def __init__(
+        self, issued: Sequence[Issued], calibration: Calibration | None, actuals: dict[datetime, float]
+    ) -> None:
         self._issued, self._calibration, self._actuals = issued, calibration, actuals
         self._stamps = [f.issued_at for f in issued]
         self._seen: dict[datetime, _Corrected] = {}
@@ -281,7 +403,10 @@ class _Seen:
         got = self._seen.get(now)
         if got is None:
             f = self._issued[bisect.bisect_right(self._stamps, now) - 1]
-            points = self._calibration.correct(f.issued_at, f.points, now=now, actual=self._actuals[now])
+            if self._calibration is None:
+                points = [(at, v, 0.0) for at, v in f.points]
+            else:
+                points = self._calibration.correct(f.issued_at, f.points, now=now, actual=self._actuals[now])
             got = self._seen[now] = _Corrected(points)
         return got
 
@@ -309,20 +434,18 @@ def _replay(steps: Sequence[datetime], actuals: dict[datetime, float], seen: _Se
     return actuals[latest]
 
 
-def _paying(costs: Sequence[Sequence[float]]) -> float:
-    """The caution whose jobs started cheapest, if clearly so: the prior's holds unless another
-    saves on average more than `_CLEARLY` standard errors of the jobs' paired differences (the
-    record is short and its jobs overlap, so small differences are noise)."""
-    if len(costs) < MIN_JOBS:
-        return PRIOR_CAUTION
-    base = CAUTIONS.index(PRIOR_CAUTION)
-    best, best_mean = PRIOR_CAUTION, 0.0
-    for c, caution in enumerate(CAUTIONS):
-        diffs = [job[c] - job[base] for job in costs]
+def _paying(costs: Sequence[Sequence[float]], reference: int) -> int:
+    """The candidate (a column of `costs`) whose jobs started cheapest, if clearly so: the
+    `reference` holds unless another saves on average more than `_CLEARLY` standard errors of
+    the jobs' paired differences (the record is short and its jobs overlap, so small differences
+    are noise)."""
+    best, best_mean = reference, 0.0
+    for c in range(len(costs[0])):
+        diffs = [job[c] - job[reference] for job in costs]
         mean = statistics.fmean(diffs)
         error = statistics.stdev(diffs) / math.sqrt(len(diffs))
         if mean < best_mean and mean < -_CLEARLY * error:
-            best, best_mean = caution, mean
+            best, best_mean = c, mean
     return best
 
 

@@ -263,6 +263,9 @@ def _encode(calibration: Calibration) -> dict[str, Any]:
         "caution_jobs": calibration.caution_jobs,
         "days": calibration.days,
         "persistence": list(calibration.persistence),
+        "follow": list(calibration.follow),
+        "residual": list(calibration.residual),
+        "raw": calibration.raw,
     }
 
 
@@ -274,4 +277,8 @@ def _decode(body: Mapping[str, Any]) -> Calibration:
         caution_jobs=body["caution_jobs"],
         days=body["days"],
         persistence=tuple(body["persistence"]),
+        # Stored before the calibration learned them: absent.
+        follow=tuple(body.get("follow", ())),
+        residual=tuple(body.get("residual", ())),
+        raw=bool(body.get("raw", False)),
     )

@@ -4,13 +4,15 @@ starts from the prior."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lowtide.forecast_calibration import PRIOR_CAUTION, Issued, Record, prior_calibration
+from lowtide.forecast_calibration import BUCKET_EDGES_H, PRIOR_CAUTION, Issued, Record, prior_calibration
 from lowtide.forecast_error import ErrorModel, HorizonError, IidError
 
 STEP = timedelta(minutes=30)
@@ -89,10 +91,10 @@ def test_a_persistent_error_moves_the_later_points() -> None:
     assert learned.persists(timedelta(hours=24)) < 0.2
     now = START + timedelta(hours=2)
     points = [(now, 100.0), (now + STEP, 100.0), (now + timedelta(hours=30), 100.0)]
-    # The value now came in 20 % under the forecast: the next half hour is expected lower too.
+    # The value now came in 20 % under the forecast: the rest of it is expected as much lower
+    # (the forecast's shape from the present).
     moved = learned.correct(START, points, now=now, actual=80.0)
-    assert moved[1][1] < 92
-    assert moved[2][1] > 96
+    assert [v for _, v, _ in moved[1:]] == pytest.approx([80.0, 80.0], rel=0.05)
     unmoved = learned.correct(START, points)
     assert [v for _, v, _ in unmoved] == pytest.approx([100.0] * 3, rel=0.03)
 
@@ -100,3 +102,43 @@ def test_a_persistent_error_moves_the_later_points() -> None:
 def test_iid_noise_does_not_persist() -> None:
     learned = _record(IidError(0.15), 6).learn(START + 6 * 48 * STEP)
     assert learned.persists(timedelta(hours=1)) < 0.15
+
+
+@dataclasses.dataclass(frozen=True)
+class _LevelError:
+    """Each forecast is the truth scaled by one factor drawn per forecast: its shape is right,
+    its level off."""
+
+    relative: float
+
+    def stddev(self, horizon: timedelta) -> float:
+        return self.relative if horizon > timedelta(0) else 0.0
+
+    def perturb(self, truth: Sequence[float], step: timedelta, rng: random.Random) -> list[float]:
+        factor = 1 + self.relative * rng.gauss(0, 1)
+        return [truth[0], *(v * factor for v in truth[1:])]
+
+
+def test_a_forecast_off_in_level_is_planned_on_its_shape_from_the_present() -> None:
+    learned = _record(_LevelError(0.2), 6).learn(START + 6 * 48 * STEP)
+    assert learned.follow[_bucket(6)] == pytest.approx(1.0, abs=0.1)
+    now = START + timedelta(hours=2)
+    # The forecast says 120 now and 150 in six hours; 100 came: 125 is what to expect then.
+    points = [(now, 120.0), (now + timedelta(hours=6), 150.0)]
+    (_, (_, later, _)) = learned.correct(START, points, now=now, actual=100.0)
+    assert later == pytest.approx(125.0, rel=0.05)
+
+
+def test_a_dip_that_is_partly_noise_is_expected_shallower() -> None:
+    # 15 % independent noise on every point: the lowest points are partly noise, and a dip the
+    # forecast shows is, on the record, followed only in part.
+    learned = _record(IidError(0.15), 6).learn(START + 6 * 48 * STEP)
+    now = START + timedelta(hours=2)
+    (_, (_, later, _)) = learned.correct(
+        now, [(now + STEP, 100.0), (now + timedelta(hours=6), 70.0)], now=now, actual=100.0
+    )
+    assert 72 < later < 95
+
+
+def _bucket(hours: float) -> int:
+    return max(i for i, edge in enumerate(BUCKET_EDGES_H) if edge <= hours)
