@@ -1,0 +1,134 @@
+"""Re-playing a feed's record: the jobs of a recent window, each re-planned on the forecasts that
+were issued, as the planner scores starts, under each way of reading the forecasts tried (a
+calibration and a caution, or the bare forecasts), to learn which started them cheapest in fact.
+Part of lowtide.forecast_calibration; nothing here does I/O or reads a clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lowtide.forecast_calibration import Calibration, Issued
+
+# The jobs re-played to choose a caution: one every `JOB_STRIDE`, for each of these windows, over
+# the last `CAUTION_WINDOW` (all of it known); fewer than MIN_JOBS and the default holds.
+JOB_SLACKS = (timedelta(hours=4), timedelta(hours=8), timedelta(hours=24))
+JOB_STRIDE = timedelta(hours=1)
+CAUTION_WINDOW = timedelta(days=7)
+MIN_JOBS = 24
+_CLEARLY = 2.0
+
+
+def replayed(
+    issued_all: Sequence[Issued],
+    actuals: dict[datetime, float],
+    variants: Sequence[Calibration],
+    now: datetime,
+    cautions: Sequence[float],
+) -> list[list[float]]:
+    """The cost of each of the record's jobs (one every `JOB_STRIDE` for each window of
+    `JOB_SLACKS`) under each variant and caution, and last on the bare forecasts."""
+    costs: list[list[float]] = []
+    times = sorted(t for t in actuals if now - CAUTION_WINDOW <= t <= now)
+    # The forecasts issued from the newest one at the first arrival on (the older ones are
+    # never the newest at a re-played step).
+    issued = [f for f in issued_all if f.issued_at <= now]
+    if len(times) < 2 or not issued:
+        return costs
+    first = max(0, bisect.bisect_right([f.issued_at for f in issued], times[0]) - 1)
+    issued = issued[first:]
+    stamps = [f.issued_at for f in issued]
+    seen = [_Seen(issued, v, actuals) for v in variants]
+    bare = _Seen(issued, None, actuals)
+    last_job: datetime | None = None
+    for i, arrival in enumerate(times):
+        if last_job is not None and arrival - last_job < JOB_STRIDE:
+            continue
+        if bisect.bisect_right(stamps, arrival) == 0:
+            continue
+        last_job = arrival
+        for slack in JOB_SLACKS:
+            steps = times[i : bisect.bisect_right(times, arrival + slack)]
+            if steps[-1] >= arrival + slack:
+                job = [_replay(steps, actuals, v, c) for v in seen for c in cautions]
+                costs.append([*job, _replay(steps, actuals, bare, 0.0)])
+    return costs
+
+
+class _Corrected:
+    """An issued forecast as a plan at some moment saw it: bias taken out, moved by the error it
+    made then, each point's spread (value x learned error)."""
+
+    __slots__ = ("spreads", "times", "values")
+
+    def __init__(self, points: Sequence[tuple[datetime, float, float]]) -> None:
+        self.times = [at for at, _, _ in points]
+        self.values = [v for _, v, _ in points]
+        self.spreads = [v * e for _, v, e in points]
+
+
+class _Seen:
+    """The newest forecast at each moment, as `_Corrected` (or as issued, without a calibration),
+    computed once per moment."""
+
+    def __init__(
+        self, issued: Sequence[Issued], calibration: Calibration | None, actuals: dict[datetime, float]
+    ) -> None:
+        self._issued, self._calibration, self._actuals = issued, calibration, actuals
+        self._stamps = [f.issued_at for f in issued]
+        self._seen: dict[datetime, _Corrected] = {}
+
+    def at(self, now: datetime) -> _Corrected:
+        got = self._seen.get(now)
+        if got is None:
+            f = self._issued[bisect.bisect_right(self._stamps, now) - 1]
+            if self._calibration is None:
+                points = [(at, v, 0.0) for at, v in f.points]
+            else:
+                points = self._calibration.correct(f.issued_at, f.points, now=now, actual=self._actuals[now])
+            got = self._seen[now] = _Corrected(points)
+        return got
+
+
+def _replay(steps: Sequence[datetime], actuals: dict[datetime, float], seen: _Seen, caution: float) -> float:
+    """The actual value at the start a job (arriving at steps[0], to start by steps[-1]) gets when
+    re-planned at each step on the newest forecast, scored as the planner does: now at its known
+    value, a later start at value + caution x spread, the start planned before at value - that."""
+    latest = steps[-1]
+    planned: datetime | None = None
+    for now in steps[:-1]:
+        f = seen.at(now)
+        best_score, best_at = actuals[now], now
+        lo = bisect.bisect_right(f.times, now)
+        hi = bisect.bisect_right(f.times, latest)
+        for j in range(lo, hi):
+            at = f.times[j]
+            sign = -caution if at == planned else caution
+            score = f.values[j] + sign * f.spreads[j]
+            if score < best_score:
+                best_score, best_at = score, at
+        if best_at == now:
+            return actuals[now]
+        planned = best_at
+    return actuals[latest]
+
+
+def paying(costs: Sequence[Sequence[float]], reference: int) -> int:
+    """The candidate (a column of `costs`) whose jobs started cheapest, if clearly so: the
+    `reference` holds unless another saves on average more than `_CLEARLY` standard errors of
+    the jobs' paired differences (the record is short and its jobs overlap, so small differences
+    are noise)."""
+    best, best_mean = reference, 0.0
+    for c in range(len(costs[0])):
+        diffs = [job[c] - job[reference] for job in costs]
+        mean = statistics.fmean(diffs)
+        error = statistics.stdev(diffs) / math.sqrt(len(diffs))
+        if mean < best_mean and mean < -_CLEARLY * error:
+            best, best_mean = c, mean
+    return best
