@@ -9,12 +9,33 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from lowtide.forecast_calibration import Calibration, Issued
+
+class Issued(Protocol):
+    """An issued forecast (lowtide.forecast_calibration.Issued)."""
+
+    @property
+    def issued_at(self) -> datetime: ...
+
+    @property
+    def points(self) -> tuple[tuple[datetime, float], ...]: ...
+
+
+class Calibration(Protocol):
+    """A way of reading forecasts (lowtide.forecast_calibration.Calibration)."""
+
+    def correct(
+        self,
+        issued_at: datetime,
+        points: Iterable[tuple[datetime, float]],
+        *,
+        now: datetime | None = None,
+        actual: float | None = None,
+    ) -> list[tuple[datetime, float, float]]: ...
+
 
 # The jobs re-played to choose a caution: one every `JOB_STRIDE`, for each of these windows, over
 # the last `CAUTION_WINDOW` (all of it known); fewer than MIN_JOBS and the default holds.
