@@ -65,6 +65,8 @@ def _points(points: Sequence[Point]) -> list[signal_pb2.SignalPoint]:
 
 def calibration_message(calibration: Calibration, lead_scale: float) -> signal_pb2.ForecastCalibration:
     persistence = list(calibration.persistence) or [0.0] * len(calibration.buckets)
+    follow = list(calibration.follow) or [0.0] * len(calibration.buckets)
+    residual = list(calibration.residual) or [0.0] * len(calibration.buckets)
     return signal_pb2.ForecastCalibration(
         buckets=[
             signal_pb2.CalibrationBucket(
@@ -75,9 +77,13 @@ def calibration_message(calibration: Calibration, lead_scale: float) -> signal_p
                 bias=b.bias,
                 error=b.stddev,
                 persistence=persists,
+                follow=follows,
+                residual=left,
             )
-            for b, persists in zip(calibration.buckets, persistence, strict=True)
+            for b, persists, follows, left in zip(calibration.buckets, persistence, follow, residual, strict=True)
         ],
+        follows=bool(calibration.follow),
+        raw=calibration.raw,
         caution=calibration.caution,
         caution_jobs=calibration.caution_jobs,
         days=calibration.days,

@@ -25,4 +25,7 @@ def calibration_of(message: signal_pb2.ForecastCalibration) -> Calibration | Non
         caution_jobs=message.caution_jobs,
         days=message.days,
         persistence=tuple(b.persistence for b in message.buckets),
+        follow=tuple(b.follow for b in message.buckets) if message.follows else (),
+        residual=tuple(b.residual for b in message.buckets) if message.follows else (),
+        raw=message.raw,
     )

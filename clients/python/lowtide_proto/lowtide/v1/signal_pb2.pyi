@@ -127,9 +127,10 @@ Global___SignalPoint: _TypeAlias = SignalPoint  # noqa: Y015
 @_typing.final
 class ForecastCalibration(_message.Message):
     """What a signal's calibration learned from its feed's record (the forecasts the feed issued and
-    the values that came), for a planner to plan on the error the feed makes: take each point's
-    bias out, move the points after now by as much of the error the forecast makes now as
-    persists, weigh each point by its error, with the caution that paid on this feed. Absent when
+    the values that came), for a planner to plan on the error the feed makes: each point after now
+    is the present value plus the learned share of the change the forecast predicts from it (before
+    that is learned: its bias taken out, moved by as much of the error the forecast makes now as
+    persists), weighed by its error, with the caution that paid on this feed. Absent when
     the feed states its own errors.
     """
 
@@ -141,6 +142,8 @@ class ForecastCalibration(_message.Message):
     DAYS_FIELD_NUMBER: _builtins.int
     LEAD_SCALE_FIELD_NUMBER: _builtins.int
     LEARNED_AT_FIELD_NUMBER: _builtins.int
+    FOLLOWS_FIELD_NUMBER: _builtins.int
+    RAW_FIELD_NUMBER: _builtins.int
     caution: _builtins.float
     """How many standard deviations of a point's error a later start is scored above its value."""
     caution_jobs: _builtins.int
@@ -150,6 +153,14 @@ class ForecastCalibration(_message.Message):
     lead_scale: _builtins.float
     """The feed's time per wall-clock time, which leads are counted in: 1 for a live feed, a
     replay's speed for a replayed one.
+    """
+    follows: _builtins.bool
+    """Whether the buckets' follow and residual were learned (false: the record is empty, and the
+    points are moved by persistence instead).
+    """
+    raw: _builtins.bool
+    """The record says the bare forecast plans best: plan on its values as issued, stating no
+    error, with caution 0.
     """
     @_builtins.property
     def buckets(self) -> _containers.RepeatedCompositeFieldContainer[Global___CalibrationBucket]:
@@ -166,10 +177,12 @@ class ForecastCalibration(_message.Message):
         days: _builtins.float = ...,
         lead_scale: _builtins.float = ...,
         learned_at: _timestamp_pb2.Timestamp | None = ...,
+        follows: _builtins.bool = ...,
+        raw: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["learned_at", b"learned_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["buckets", b"buckets", "caution", b"caution", "caution_jobs", b"caution_jobs", "days", b"days", "lead_scale", b"lead_scale", "learned_at", b"learned_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["buckets", b"buckets", "caution", b"caution", "caution_jobs", b"caution_jobs", "days", b"days", "follows", b"follows", "lead_scale", b"lead_scale", "learned_at", b"learned_at", "raw", b"raw"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -186,6 +199,8 @@ class CalibrationBucket(_message.Message):
     BIAS_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     PERSISTENCE_FIELD_NUMBER: _builtins.int
+    FOLLOW_FIELD_NUMBER: _builtins.int
+    RESIDUAL_FIELD_NUMBER: _builtins.int
     from_hours: _builtins.float
     """Leads in [from_hours, to_hours) (in the feed's time); to_hours is 0 on the last, open one."""
     to_hours: _builtins.float
@@ -197,6 +212,12 @@ class CalibrationBucket(_message.Message):
     error: _builtins.float
     persistence: _builtins.float
     """How much of the error a forecast makes now is still there this much later."""
+    follow: _builtins.float
+    """This much later than now (not after the issue): how much of the change the forecast predicts
+    from the present the values followed (1: its shape holds), and the relative error left
+    around the present plus that share of the change (one standard deviation).
+    """
+    residual: _builtins.float
     def __init__(
         self,
         *,
@@ -207,10 +228,12 @@ class CalibrationBucket(_message.Message):
         bias: _builtins.float = ...,
         error: _builtins.float = ...,
         persistence: _builtins.float = ...,
+        follow: _builtins.float = ...,
+        residual: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bias", b"bias", "error", b"error", "forecasts", b"forecasts", "from_hours", b"from_hours", "persistence", b"persistence", "samples", b"samples", "to_hours", b"to_hours"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bias", b"bias", "error", b"error", "follow", b"follow", "forecasts", b"forecasts", "from_hours", b"from_hours", "persistence", b"persistence", "residual", b"residual", "samples", b"samples", "to_hours", b"to_hours"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
