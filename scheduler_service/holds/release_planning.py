@@ -200,7 +200,9 @@ class ReleasePlanner:
     async def tick(self) -> None:
         """Plans again when the forecast changed, a pool gained or lost all its workers (with
         pools bound to signals), or a while has passed; leader only."""
-        fresh = self._holds.forecast_version != self._planned_version or await self._pools_changed()
+        # Looked at on every tick (not only when nothing else plans), so a change is seen once.
+        pools_changed = await self._pools_changed()
+        fresh = self._holds.forecast_version != self._planned_version or pools_changed
         if not fresh and time.monotonic() - self._planned_at < REPLAN_EVERY:
             return
         self._planned_version = self._holds.forecast_version

@@ -1,0 +1,88 @@
+"""A pool that loses all its workers is planned around at once, not at the next forecast: the
+leader's release planner, on a real database, with forecasts that do not change, moves a task
+placed in the pool whose workers left to the other pool it names within a couple of seconds
+(the next new forecast could be half an hour away, the periodic plan a minute)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from lowtide.config import Config, CostConfig, PoolConfig
+from lowtide.db import Database
+from scheduler_service.domain.holds import HoldConfig, HoldPolicy
+from scheduler_service.domain.planning import Forecast
+from scheduler_service.fleet.sessions import Registry
+from scheduler_service.holds.cost import CostHolds
+from scheduler_service.holds.release_planning import ReleasePlanner
+from scheduler_service.holds.signals import SignalHolds
+from scheduler_service.store import Store
+from tests.helpers import eventually
+
+POOLS = {"eu-west": PoolConfig(signal="gb"), "eu-central": PoolConfig(signal="de")}
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    db = Database(database_url, min_size=1, max_size=2)
+    await db.open()
+    try:
+        yield Store(db, on_unblocked=lambda rows: None)
+    finally:
+        await db.close()
+
+
+def _holds(now: datetime) -> SignalHolds:
+    config = HoldConfig(frozenset({"train"}), pool_signals={p: c.signal for p, c in POOLS.items()})
+    by_signal = {
+        name: CostHolds(target="127.0.0.1:1", signal=name, policy=HoldPolicy(), config=config, on_release=lambda: None)
+        for name in ("grid", "gb", "de")
+    }
+    hours = [now + timedelta(minutes=30 * i) for i in range(8)]
+    # Great Britain at 260 all along; Germany at 300 but for a clean hour two hours ahead.
+    by_signal["gb"].forecast = Forecast.of((at, 260.0) for at in hours)
+    by_signal["de"].forecast = Forecast.of((at, 150.0 if i in (4, 5) else 300.0) for i, at in enumerate(hours))
+    return SignalHolds(by_signal, default="grid", config=config)
+
+
+async def _workers(store: Store, *pools: str) -> None:
+    await store.db.execute("DELETE FROM lowtide.workers", {})
+    for pool in pools:
+        await store.db.execute(
+            "INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at) "
+            "VALUES (%(pool)s, %(pool)s, '{default}', '{train}', 2, 's', now() + interval '1 hour')",
+            {"pool": pool},
+        )
+
+
+async def _placed(store: Store) -> str | None:
+    rows = await store.plannable_tasks()
+    return rows[0].planned_pool
+
+
+async def test_a_task_placed_in_a_pool_whose_workers_left_moves_to_the_other(store: Store) -> None:
+    now = datetime.now(UTC)
+    config = Config(cost=CostConfig(deferrable_activities=("train",)), pools=POOLS)
+    planner = ReleasePlanner(store, Registry(), _holds(now), config, wake_at=lambda at: None)
+    await _workers(store, "eu-west", "eu-central")
+    await store.db.execute(
+        "INSERT INTO lowtide.tasks (queue, kind, activity_type, payload, max_attempts, initial_backoff_ms, "
+        "backoff_coefficient, max_backoff_ms, latest_start, estimated_duration_ms, pools) "
+        "VALUES ('default', 'activity', 'train', '', 3, 1000, 2.0, 60000, now() + interval '3 hours', 1800000, "
+        "'{eu-west,eu-central}')",
+        {},
+    )
+    await planner.tick()
+    assert await _placed(store) == "eu-central"
+    await _workers(store, "eu-west")
+
+    async def moved() -> bool:
+        await planner.tick()
+        return await _placed(store) == "eu-west"
+
+    # The forecasts are the same: only the pool's going away plans the task again.
+    await eventually(moved, within=5)
+    [row] = await store.plannable_tasks()
+    assert row.planned_release_at is not None and row.planned_release_at < now + timedelta(minutes=5)
