@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from lowtide.config import Config
 from scheduler_service.domain.placement import Placement, PlaceTask, Region, place
-from scheduler_service.domain.planning import Capacity, PlanKind, PlanTask
+from scheduler_service.domain.planning import Capacity, Commitment, PlanKind, PlanTask
 from scheduler_service.holds.signals import SignalHolds
 
 # The capacity planning's time step, as planning.plan's default.
@@ -34,6 +34,7 @@ def regions(
     *,
     queue: str,
     activity_type: str,
+    committed: Mapping[str, Sequence[Commitment]] | None = None,
 ) -> list[Region]:
     """The pools `names` as the placement sees them: forecast, room (the slots of their connected
     workers; none: the pool is planned around) and what each one's threshold hold says now."""
@@ -45,7 +46,8 @@ def regions(
             Region(
                 name,
                 hold.forecast,
-                Capacity(max(0, slots.get(name, 0))),
+                # Fixed starts were promised their pool's capacity: a placement leaves it to them.
+                Capacity(max(0, slots.get(name, 0)), tuple((committed or {}).get(name, ()))),
                 signal_low=not hold.state.active,
                 # The caution its signal's calibration found to pay (the default without one).
                 caution=hold.forecast_caution,
@@ -61,6 +63,8 @@ def placed(
     tasks: Sequence[tuple[PlanTask, tuple[str, ...], str | None, str, str]],
     slots: Mapping[str, int],
     now: datetime,
+    *,
+    committed: Mapping[str, Sequence[Commitment]] | None = None,
 ) -> list[Placement]:
     """One placement per task ((its plan task, the pools it names, the pool its last plan chose,
     its queue, its type)), in the order given. The pools are planned once for all of them, on
@@ -69,7 +73,7 @@ def placed(
         return []
     names = sorted({name for _, pools, _, _, _ in tasks for name in pools})
     _, _, _, queue, activity_type = tasks[0]
-    places = regions(config, holds, names, slots, queue=queue, activity_type=activity_type)
+    places = regions(config, holds, names, slots, queue=queue, activity_type=activity_type, committed=committed)
     given = [PlaceTask(task, pools, last) for task, pools, last, _, _ in tasks]
     # The room is counted in steps no longer than the shortest task (at most RESOLUTION): a step
     # longer than a task counts it busy for the whole step.

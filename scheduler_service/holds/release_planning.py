@@ -233,6 +233,10 @@ class ReleasePlanner:
         slots = {p.pool: p.slots for p in await self._store.pools()}
         for pool, mine in self.pool_slots().items():
             slots[pool] = max(slots.get(pool, 0), mine)
+        # Fixed starts were promised their pool's capacity: each pool's are left to them.
+        committed: dict[str, list[Commitment]] = {}
+        for r in await self._store.live_reservations():
+            committed.setdefault(r.pool, []).append(Commitment(r.window_start, r.window_end))
         # After the reads: a forecast that came meanwhile starts after an earlier `now`, and a
         # window starting before a forecast is not covered by it.
         now = datetime.now(UTC)
@@ -254,7 +258,7 @@ class ReleasePlanner:
             )
             for r in rows
         ]
-        placements = regions.placed(self._config, self._holds, tasks, slots, now)
+        placements = regions.placed(self._config, self._holds, tasks, slots, now, committed=committed)
         await self._store.apply_plans(
             [(p.task_id, release_time(p.plan), p.plan.expected_intensity, p.reason) for p in placements],
             [regions.chosen_pool(p) for p in placements],

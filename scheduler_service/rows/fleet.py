@@ -253,3 +253,4 @@ class ReservationWindow:
 
     window_start: datetime
     window_end: datetime
+    pool: str

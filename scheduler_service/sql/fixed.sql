@@ -81,8 +81,9 @@ FROM ahead a
 FULL JOIN outcomes o USING (pool)
 
 -- live_reservations --
--- The windows of admitted fixed starts not finished yet (capacity a release plan must leave).
-SELECT r.window_start, r.window_end
+-- The windows of admitted fixed starts not finished yet (capacity a release plan must leave), and
+-- the pool each books.
+SELECT r.window_start, r.window_end, r.pool
 FROM lowtide.reservations r
 JOIN lowtide.tasks t ON t.id = r.task_id AND t.state IN ('pending', 'running')
 WHERE r.window_end > now()

@@ -62,18 +62,24 @@ async def _placed(store: Store) -> str | None:
     return rows[0].planned_pool
 
 
+_TASK = (
+    "INSERT INTO lowtide.tasks (queue, kind, activity_type, payload, max_attempts, initial_backoff_ms, "
+    "backoff_coefficient, max_backoff_ms, latest_start, estimated_duration_ms, pools) "
+    "VALUES ('default', 'activity', 'train', '', 3, 1000, 2.0, 60000, now() + interval '3 hours', 1800000, "
+    "'{eu-west,eu-central}')"
+)
+
+
+def _planner(store: Store, now: datetime) -> ReleasePlanner:
+    config = Config(cost=CostConfig(deferrable_activities=("train",)), pools=POOLS)
+    return ReleasePlanner(store, Registry(), _holds(now), config, wake_at=lambda at: None)
+
+
 async def test_a_task_placed_in_a_pool_whose_workers_left_moves_to_the_other(store: Store) -> None:
     now = datetime.now(UTC)
-    config = Config(cost=CostConfig(deferrable_activities=("train",)), pools=POOLS)
-    planner = ReleasePlanner(store, Registry(), _holds(now), config, wake_at=lambda at: None)
+    planner = _planner(store, now)
     await _workers(store, "eu-west", "eu-central")
-    await store.db.execute(
-        "INSERT INTO lowtide.tasks (queue, kind, activity_type, payload, max_attempts, initial_backoff_ms, "
-        "backoff_coefficient, max_backoff_ms, latest_start, estimated_duration_ms, pools) "
-        "VALUES ('default', 'activity', 'train', '', 3, 1000, 2.0, 60000, now() + interval '3 hours', 1800000, "
-        "'{eu-west,eu-central}')",
-        {},
-    )
+    await store.db.execute(_TASK, {})
     await planner.tick()
     assert await _placed(store) == "eu-central"
     await _workers(store, "eu-west")
@@ -86,3 +92,24 @@ async def test_a_task_placed_in_a_pool_whose_workers_left_moves_to_the_other(sto
     await eventually(moved, within=5)
     [row] = await store.plannable_tasks()
     assert row.planned_release_at is not None and row.planned_release_at < now + timedelta(minutes=5)
+
+
+async def test_the_fixed_starts_a_pool_promised_keep_its_room(store: Store) -> None:
+    """eu-central's two slots are booked by fixed starts over its clean hour: the task goes to
+    eu-west, not into eu-central's promised room."""
+    now = datetime.now(UTC)
+    await _workers(store, "eu-west", "eu-central")
+    for _ in range(2):
+        await store.db.execute(
+            "WITH fixed AS (INSERT INTO lowtide.tasks (queue, kind, activity_type, payload, max_attempts, "
+            "initial_backoff_ms, backoff_coefficient, max_backoff_ms, pool, start_at, run_at, start_tolerance_ms, "
+            "on_miss, estimated_duration_ms) VALUES ('default', 'activity', 'other', '', 3, 1000, 2.0, 60000, "
+            "'eu-central', now() + interval '1 hour', now() + interval '1 hour', 1000, 'run_late', 7200000) "
+            "RETURNING id) "
+            "INSERT INTO lowtide.reservations (task_id, pool, window_start, window_end) "
+            "SELECT id, 'eu-central', now() + interval '1 hour', now() + interval '3 hours' FROM fixed",
+            {},
+        )
+    await store.db.execute(_TASK, {})
+    await _planner(store, now).tick()
+    assert await _placed(store) == "eu-west"
