@@ -77,6 +77,10 @@ def task_line(task: Any, *, listed: bool = False) -> str:
     """One human line for a task; a listed task carries no result (lists leave results out)."""
     state = to_dict(task)["state"]
     parts = [f"task {task.id}", state, f"type={task.activity_type}", f"queue={task.queue}"]
+    if task.pools:
+        parts.append(f"pools={','.join(task.pools)}")
+        if task.planned_pool:
+            parts.append(f"planned_pool={task.planned_pool}")
     parts.append(f"attempt={task.attempt}")
     if state == "completed":
         parts.append(f"result=(not in lists: lowtide task get {task.id})" if listed else f"result={_show(task.result)}")

@@ -87,6 +87,8 @@ async def test_the_command_line_names_pools_with_a_repeated_pool_option(pooled: 
     assert run.code == 0, run.err
     task = json.loads(run.out.splitlines()[0])
     assert task["pools"] == ["eu-west", "eu-central"]
+    shown = await lowtide("task", "get", str(task["id"]), "--target", pooled.target)
+    assert "queue=default pools=eu-west,eu-central attempt=0" in shown.out
     refused = await lowtide("task", "submit", "job", "--pool", "nowhere", "--no-wait", "--target", pooled.target)
     assert refused.code != 0 and "no pool 'nowhere' is configured" in refused.err
     ran: dict[int, str] = {}
