@@ -114,11 +114,15 @@ class ReleasePlanner:
         """A new task naming pools, placed on its own among them (see plan_submitted)."""
         assert task.latest_start is not None and task.duration is not None
         alone = PlanTask(index, datetime.now(UTC), release_by(task.latest_start), task.duration)
+        # This replica sees its own workers only: a pool with none here may have some at another
+        # replica, so it is not planned around until the leader, which reads them all, says so.
+        local = self.pool_slots()
+        slots = {name: max(1, local.get(name, 0)) for name in task.pools}
         [placement] = regions.placed(
             self._config,
             self._holds,
             [(alone, task.pools, None, task.queue, task.activity_type)],
-            self.pool_slots(),
+            slots,
             datetime.now(UTC),
         )
         release = placement.plan

@@ -32,6 +32,7 @@ DE = [300] * 9 + [150] * 14 + [300] * 17
 class Services:
     signal: SignalServer
     scheduler: Scheduler
+    config: Config
 
 
 def _trace(path: Path, values: list[int]) -> str:
@@ -66,7 +67,7 @@ async def regions(database_url: str, tmp_path: Path) -> AsyncIterator[Services]:
     pools = {"eu-west": PoolConfig(signal="gb"), "eu-central": PoolConfig(signal="de")}
     config = replace(make_config(signal_target=signal.target), cost=cost, signals=signals, pools=pools)
     scheduler = await start_scheduler(config, database_url=database_url)
-    yield Services(signal, scheduler)
+    yield Services(signal, scheduler, config)
     await scheduler.stop(grace=0.5)
     await signal.stop(grace=0.5)
 
@@ -142,3 +143,29 @@ async def test_a_task_runs_in_the_cleaner_pool_by_the_plan_and_around_a_pool_tha
 async def _planned_in(services: Services, pool: str, count: int) -> bool:
     text = services.scheduler.metrics.metrics.text()
     return f'lowtide_pool_planned_releases{{pool="{pool}"}} {count:.1f}' in text
+
+
+async def test_a_pool_whose_workers_are_at_another_replica_is_not_planned_around(
+    regions: Services, database_url: str
+) -> None:
+    """The replica a task is submitted to sees only its own workers: eu-central's are at another
+    replica, and the task is still placed in eu-central for its clean spell."""
+    other = await start_scheduler(regions.config, database_url=database_url)
+    try:
+        await eventually(lambda: _forecasts_known(regions), within=20)
+        ran: dict[str, str] = {}
+        async with (
+            Client(regions.scheduler.target) as client,
+            _worker(regions.scheduler, "eu-west", ran),
+            _worker(other, "eu-central", ran),
+        ):
+            await eventually(lambda: _pools_have_workers(client, "eu-west", "eu-central"))
+            task = await client.get(await _submit(client, "c", datetime.now(UTC) + timedelta(seconds=20)))
+            assert task.planned_pool == "eu-central", task.plan_reason
+    finally:
+        await other.stop(grace=0.5)
+
+
+async def _pools_have_workers(client: Client, *names: str) -> bool:
+    pools = {p.name: p.workers for p in (await client.status()).pools}
+    return all(pools.get(name, 0) > 0 for name in names)
