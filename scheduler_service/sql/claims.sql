@@ -231,11 +231,19 @@ FROM taken JOIN slots slot USING (nth)
 WHERE t.id = taken.id
 RETURNING {{_started_attempt}}
 
+-- _unplace_back --
+-- A first attempt of a task placed in a pool (t), handed back: due for the other pools again only
+-- from its latest start, as before its claim (_start_attempt made it due since its release).
+run_at = CASE WHEN t.planned_pool IS NOT NULL AND t.attempt = 1
+    THEN GREATEST(t.latest_start - %(release_lead)s::interval, t.run_at) ELSE t.run_at END,
+    hold_deadline = CASE WHEN t.planned_pool IS NOT NULL AND t.attempt = 1
+        THEN t.latest_start - %(release_lead)s::interval ELSE t.hold_deadline END
+
 -- unclaim_tasks --
 -- Hands claimed attempts back untouched (their worker left before they were sent). Each found by
 -- its id (see _finish_fenced).
 UPDATE lowtide.tasks t
-SET state = 'pending', attempt = t.attempt - 1, worker_id = NULL, started_at = NULL,
+SET state = 'pending', attempt = t.attempt - 1, worker_id = NULL, started_at = NULL, {{_unplace_back}},
     close_deadline = NULL, heartbeat_deadline = NULL,
     schedule_to_start_deadline = t.run_at + t.schedule_to_start_ms * interval '1 millisecond'
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(worker_ids)s::text[]) AS u(id, attempt, worker_id)
@@ -330,7 +338,7 @@ WHERE t.state = 'running' AND t.worker_id = ANY(%(worker_ids)s::text[])
 -- past its start_to_close or heartbeat deadline is left to maintenance, which ends it as timed
 -- out (a worker gives up an attempt past its deadline: it may have run).
 UPDATE lowtide.tasks t
-SET state = 'pending', attempt = t.attempt - 1, worker_id = NULL, started_at = NULL,
+SET state = 'pending', attempt = t.attempt - 1, worker_id = NULL, started_at = NULL, {{_unplace_back}},
     close_deadline = NULL, heartbeat_deadline = NULL,
     schedule_to_start_deadline = t.run_at + t.schedule_to_start_ms * interval '1 millisecond'
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(worker_ids)s::text[]) AS u(id, attempt, worker_id)

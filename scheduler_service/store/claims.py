@@ -142,6 +142,7 @@ class ClaimStore(StoreBase):
             "ids": [r.id for r in rows],
             "attempts": [r.attempt for r in rows],
             "worker_ids": [r.worker_id for r in rows],
+            "release_lead": RELEASE_LEAD,
         }
         await self.db.execute(Q["unclaim_tasks"], params)
 
@@ -158,6 +159,7 @@ class ClaimStore(StoreBase):
             "attempts": [attempt for _, attempt in refs],
             "worker_ids": list(refs.values()),
             "scheduler_id": scheduler_id,
+            "release_lead": RELEASE_LEAD,
         }
         return await self.db.fetch_as(RunningOn, Q["return_strays"], params)
 

@@ -10,7 +10,7 @@ id; the tick's look for expired attempts read all of them whatever the statistic
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -61,7 +61,7 @@ def test_a_heartbeat_batch_reads_the_attempts_it_names(many_running: psycopg.Con
 
 def test_claimed_attempts_handed_back_are_read_by_id(many_running: psycopg.Connection[Any]) -> None:
     ids = list(range(1000, 1000 + BATCH))
-    params = {"ids": ids, "attempts": [1] * BATCH, "worker_ids": ["w1"] * BATCH}
+    params = {"ids": ids, "attempts": [1] * BATCH, "worker_ids": ["w1"] * BATCH, "release_lead": timedelta(seconds=1)}
     assert rows_read(many_running, Q["unclaim_tasks"], params) == BATCH
 
 

@@ -119,3 +119,19 @@ def test_a_retry_of_a_placed_task_runs_in_any_pool_it_names_after_its_backoff(co
     for worker, pool in (("west", "eu-west"), ("central", "eu-central")):
         with conn.transaction(force_rollback=True):
             assert len(conn.execute(Q["claim_pair"], {**pair, "workers": worker, "pool": pool}).fetchall()) == 2
+
+
+def test_a_placed_task_handed_back_is_due_for_the_other_pools_only_at_its_latest_start(
+    conn: psycopg.Connection[Any],
+) -> None:
+    _fill(conn, placed=False)
+    conn.execute("DELETE FROM lowtide.tasks")
+    conn.execute(_PLACED, {"release": "-1 minute", "count": 1})
+    slot = {"free": "10", "signal": None, "release_lead": timedelta(seconds=1)}
+    pair = {**slot, "queue": "default", "activity_type": "train", "cap": 10}
+    [claimed] = conn.execute(Q["claim_pair"], {**pair, "workers": "central", "pool": "eu-central"}).fetchall()
+    # Its worker left before it was sent: back as it was, eu-west's claim does not take it.
+    back = {"ids": [claimed[0]], "attempts": [1], "worker_ids": ["central"], "release_lead": timedelta(seconds=1)}
+    conn.execute(Q["unclaim_tasks"], back)
+    assert conn.execute(Q["claim_pair"], {**pair, "workers": "west", "pool": "eu-west"}).fetchall() == []
+    assert len(conn.execute(Q["claim_pair"], {**pair, "workers": "central", "pool": "eu-central"}).fetchall()) == 1
