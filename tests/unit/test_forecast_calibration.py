@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lowtide.forecast_calibration import BUCKET_EDGES_H, PRIOR_CAUTION, Issued, Record, prior_calibration
+from lowtide.forecast_calibration import BUCKET_EDGES_H, MIN_JOBS, PRIOR_CAUTION, Issued, Record, prior_calibration
 from lowtide.forecast_error import ErrorModel, HorizonError, IidError
 
 STEP = timedelta(minutes=30)
@@ -142,3 +142,12 @@ def test_a_dip_that_is_partly_noise_is_expected_shallower() -> None:
 
 def _bucket(hours: float) -> int:
     return max(i for i, edge in enumerate(BUCKET_EDGES_H) if edge <= hours)
+
+
+def test_caution_is_not_chosen_where_it_did_not_pay() -> None:
+    # Forecasts exactly right: no start comes dearer than forecast, so no caution changes what the
+    # record's jobs paid, and the forecasts' expected values (caution 0) are planned on.
+    learned = _record(IidError(0.0), 6).learn(START + 6 * 48 * STEP)
+    assert learned.caution_jobs >= MIN_JOBS
+    assert learned.caution == 0.0
+    assert not learned.raw
