@@ -46,7 +46,10 @@ class Handoff:
             key = group.key
             if task.queue not in key.queues or task.activity_type not in key.activity_types:
                 continue
-            if task.pools and key.pool not in task.pools:
+            # Not to a pool that names none of its pools, nor to one bound to a signal of its own:
+            # the insert records the default signal's value, and a task there counts its carbon
+            # on its pool's (a claim records that).
+            if (task.pools and key.pool not in task.pools) or self._dispatcher.holds.own_signal(key.pool):
                 continue
             # Held, or held until its signal's view is confirmed (which a claim does, not a hand).
             if task.activity_type in self._dispatcher.held_map(key, confirmed=True).get(task.queue, frozenset()):

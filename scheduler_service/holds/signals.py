@@ -39,6 +39,11 @@ class SignalHolds:
         """The hold of the signal `activity_type` follows on `queue`."""
         return self.by_signal[self.config.signal_for(queue, activity_type, self.default)]
 
+    def own_signal(self, pool: str) -> bool:
+        """Whether the pool is bound to a signal other than the default one."""
+        name = (self.config.pool_signals or {}).get(pool)
+        return name is not None and name != self.default and name in self.by_signal
+
     def value_in(self, pool: str) -> float | None:
         """The signal value where the pool's work runs: its own grid's (`[pools.NAME] signal`),
         else the default signal's; what a task dispatched there records (signal_at_dispatch)."""

@@ -80,6 +80,11 @@ def _worker(scheduler: Scheduler, pool: str, ran: dict[str, str]) -> Worker:
         ran[payload.decode()] = pool
         return payload
 
+    @worker.activity("echo")
+    async def echo(payload: bytes) -> bytes:
+        ran[payload.decode()] = pool
+        return payload
+
     return worker
 
 
@@ -169,3 +174,18 @@ async def test_a_pool_whose_workers_are_at_another_replica_is_not_planned_around
 async def _pools_have_workers(client: Client, *names: str) -> bool:
     pools = {p.name: p.workers for p in (await client.status()).pools}
     return all(pools.get(name, 0) > 0 for name in names)
+
+
+async def test_work_that_names_no_pool_counts_its_carbon_on_the_grid_it_ran_in(regions: Services) -> None:
+    ran: dict[str, str] = {}
+    async with Client(regions.scheduler.target) as client, _worker(regions.scheduler, "eu-west", ran):
+        await eventually(lambda: _connected(regions, "eu-west"))
+        await eventually(lambda: _value_known(regions, "gb"))
+        done = await client.wait((await client.submit("echo", "plain")).id)
+    assert done.state == COMPLETED and ran["plain"] == "eu-west"
+    # Not the default signal's (never set here): eu-west's grid, as a claim records it.
+    assert done.signal_at_dispatch == pytest.approx(260)
+
+
+async def _value_known(services: Services, signal: str) -> bool:
+    return services.scheduler.dispatcher.holds.by_signal[signal].value is not None
