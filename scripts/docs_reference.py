@@ -23,7 +23,8 @@ from typing import Any
 from google.protobuf import descriptor_pb2
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMA = ROOT / "lowtide" / "config" / "schema.py"
+# The modules declaring the configuration's sections (lowtide.config.schema and what it imports).
+SCHEMA = (ROOT / "lowtide" / "config" / "schema.py", ROOT / "lowtide" / "config" / "signals.py")
 PROTOS = ROOT / "protos"
 
 
@@ -68,8 +69,14 @@ def describe_rule(rule: Callable[[Any], str | None] | None) -> str:
 
 
 def _field_comments() -> dict[tuple[str, str], str]:
-    """The comment lines right above each field of each class in the schema's source."""
-    source = SCHEMA.read_text()
+    """The comment lines right above each field of each class in the schema's sources."""
+    comments: dict[tuple[str, str], str] = {}
+    for path in SCHEMA:
+        comments |= _comments_in(path.read_text())
+    return comments
+
+
+def _comments_in(source: str) -> dict[tuple[str, str], str]:
     lines = source.splitlines()
     comments: dict[tuple[str, str], str] = {}
     for node in ast.walk(ast.parse(source)):

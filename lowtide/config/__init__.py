@@ -27,11 +27,8 @@ from lowtide.config.rules import (
     within,
 )
 from lowtide.config.schema import (
-    EMISSION_FACTORS,
-    FEEDS,
     ROLES,
     SECTIONS,
-    WATTTIME_SIGNALS,
     AdaptiveConcurrencyConfig,
     AuthConfig,
     Config,
@@ -42,11 +39,16 @@ from lowtide.config.schema import (
     QueueConfig,
     RetryConfig,
     SchedulerConfig,
-    SignalConfig,
-    SignalDefinition,
     TlsConfig,
     TokenEntry,
     TypeConfig,
+)
+from lowtide.config.signals import (
+    EMISSION_FACTORS,
+    FEEDS,
+    WATTTIME_SIGNALS,
+    SignalConfig,
+    SignalDefinition,
 )
 
 __all__ = [

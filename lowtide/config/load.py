@@ -24,10 +24,12 @@ from lowtide.config.schema import (
     Config,
     PoolConfig,
     QueueConfig,
-    SignalConfig,
-    SignalDefinition,
     TokenEntry,
     TypeConfig,
+)
+from lowtide.config.signals import (
+    SignalConfig,
+    SignalDefinition,
 )
 from lowtide.errors import ConfigError
 from lowtide_proto.durations import parse_duration

@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -20,7 +19,7 @@ from lowtide_proto.lowtide.v1 import worker_pb2
 from scheduler_service.dispatch.wakeups import HeldReferences, WakeTimers
 from scheduler_service.domain.claim_plan import effective_limits
 from scheduler_service.domain.dispatch import GroupKey, hand_out, take_slots
-from scheduler_service.fleet.sessions import Group, Registry, WorkerSession
+from scheduler_service.fleet.sessions import Group, Registry, Slots, WorkerSession, reserved
 from scheduler_service.holds.signals import SignalHolds
 from scheduler_service.observe.tracing import TaskTraces, now_ns
 from scheduler_service.rows.claims import ClaimedRow
@@ -46,9 +45,6 @@ CLAIM_SLOTS = 512
 # for work no wake announced (a retry's backoff ended, a wake missed), and an idle fleet of any
 # size costs this much. When it comes back full, the group claims again at once, for all.
 PROBE_SLOTS = 32
-
-# A claim's slots: the sessions it fills and how many of each one's slots (domain.dispatch.take_slots).
-Slots = list[tuple[WorkerSession, int]]
 
 
 class Dispatcher:
@@ -249,7 +245,7 @@ class Dispatcher:
         self.claims_run += 1
         claimed_ns = now_ns()
         wanted = sum(free for _, free in taken)
-        with _reserved(taken):
+        with reserved(taken):
             held = await self._held_to_claim(key)
             rows = await self._store.claim(
                 slots=[(s.worker_id, free) for s, free in taken],
@@ -279,7 +275,7 @@ class Dispatcher:
         self.fixed.due.discard(key.pool)
         self.claims_run += 1
         claimed_ns = now_ns()
-        with _reserved(taken):
+        with reserved(taken):
             rows = await self._store.claim_fixed_due(
                 slots=[(s.worker_id, room) for s, room in taken],
                 pool=key.pool,
@@ -310,7 +306,7 @@ class Dispatcher:
         free_slots = hand_out([(s.worker_id, min(s.free, room)) for s, room in taken])
         claimed_ns = now_ns()
         key = group.key
-        with _reserved(taken):
+        with reserved(taken):
             held = await self._held_to_claim(key)
             rows = await self._store.claim_with_resources(
                 fixed_slots=fixed_slots,
@@ -387,19 +383,3 @@ def _free(session: WorkerSession) -> int:
 
 def _room(session: WorkerSession) -> int:
     return session.room
-
-
-@contextlib.contextmanager
-def _reserved(taken: Slots) -> Iterator[None]:
-    """Reserves the slots a claim may fill while it runs, so a claim running beside it for the
-    same group takes other slots."""
-    began = time.monotonic()
-    for session, count in taken:
-        session.claiming += count
-        session.claims_since.append(began)
-    try:
-        yield
-    finally:
-        for session, count in taken:
-            session.claiming -= count
-            session.claims_since.remove(began)

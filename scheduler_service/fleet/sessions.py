@@ -8,6 +8,7 @@ for its group, and the replica's one dispatcher (dispatch/dispatcher.py) claims 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -337,3 +338,23 @@ class Registry:
         """The session of `worker_id` on this replica, if it holds attempt `ref` (task id, attempt) now."""
         session = self._sessions.get(worker_id) if worker_id is not None else None
         return session if session is not None and session.holds(ref) else None
+
+
+# A claim's slots: the sessions it fills and how many of each one's slots (domain.dispatch.take_slots).
+Slots = list[tuple[WorkerSession, int]]
+
+
+@contextlib.contextmanager
+def reserved(taken: Slots) -> Iterator[None]:
+    """Reserves the slots a claim may fill while it runs, so a claim running beside it for the
+    same group takes other slots."""
+    began = time.monotonic()
+    for session, count in taken:
+        session.claiming += count
+        session.claims_since.append(began)
+    try:
+        yield
+    finally:
+        for session, count in taken:
+            session.claiming -= count
+            session.claims_since.remove(began)
