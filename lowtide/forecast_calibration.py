@@ -145,7 +145,7 @@ class Calibration:
         if now is None or actual is None:
             return out
         if self.follow:
-            return self._followed(listed, out, now, actual)
+            return self._followed(out, now, actual)
         current = bisect.bisect_right(listed, (now, float("inf"))) - 1
         if current < 0 or out[current][1] <= 0:
             return out
@@ -153,23 +153,21 @@ class Calibration:
         return [(at, v * (1 + self.persists(at - now) * error) if at > now else v, e) for at, v, e in out]
 
     def _followed(
-        self,
-        listed: Sequence[tuple[datetime, float]],
-        out: list[tuple[datetime, float, float]],
-        now: datetime,
-        actual: float,
+        self, out: list[tuple[datetime, float, float]], now: datetime, actual: float
     ) -> list[tuple[datetime, float, float]]:
         """The later points as the present `actual` plus the learned share of the change the
         forecast predicts from the present (its value now, or `actual` when it starts later): the
         error it makes at present is taken as lasting along it (real forecast errors are a level
         or a ramp off for hours: a whole ramp comes early or late)."""
-        anchor = _anchor(listed, now, actual)
+        # On the forecast with its bias by lead taken out (a bias that differs by lead is a
+        # change the forecast predicts and the values do not make).
+        anchor = _anchor([(at, v) for at, v, _ in out], now, actual)
         if anchor <= 0 or actual <= 0:
             return out
         moved = []
-        for (at, value), corrected in zip(listed, out, strict=True):
+        for at, value, error in out:
             if at <= now:
-                moved.append(corrected)
+                moved.append((at, value, error))
                 continue
             b = _bucket_of(at - now)
             change = self.follow[b] * (value / anchor - 1)
@@ -254,18 +252,19 @@ class Record:
         )
         days = (now - first) / timedelta(days=1) if first else 0.0
         persistence = self._persistence(Calibration(now, buckets), start, now)
-        follow, residual = self._follow(base, start, now)
+        follow, residual = self._follow(Calibration(now, buckets), base, start, now)
         calibration = Calibration(now, buckets, days=days, persistence=persistence, follow=follow, residual=residual)
         return self._caution([calibration], now)
 
     def _follow(
-        self, prior: Calibration, start: datetime, now: datetime
+        self, biased: Calibration, prior: Calibration, start: datetime, now: datetime
     ) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """Per bucket of time from an anchor (a present a plan sees: a point of lead up to
         `ANCHOR_LEAD`, or the issue itself for a forecast that starts after it), the regression
         (through 0) of the actual relative change from the anchor on the change the forecast
-        predicted, and the robust spread of what it leaves; blended toward 1 and the prior's
-        error by how many forecasts they come from. Empty without a record."""
+        predicted (its bias by lead, as `biased` learned it, taken out), and the robust spread of
+        what it leaves; blended toward 1 and the prior's error by how many forecasts they come
+        from. Empty without a record."""
         sxx = [0.0] * len(BUCKET_EDGES_H)
         sxy = [0.0] * len(BUCKET_EDGES_H)
         pairs: list[list[tuple[float, float]]] = [[] for _ in BUCKET_EDGES_H]
@@ -275,7 +274,11 @@ class Record:
             if not (start <= forecast.issued_at <= now) or (last and forecast.issued_at - last < ANCHOR_STRIDE):
                 continue
             last = forecast.issued_at
-            known = [(at, v, self.actuals[at]) for at, v in forecast.points if at <= now and at in self.actuals]
+            known = [
+                (at, v * (1 + biased.bias(at - forecast.issued_at)), self.actuals[at])
+                for at, v in forecast.points
+                if at <= now and at in self.actuals
+            ]
             known = [(at, v, a) for at, v, a in known if v > 0 and a > 0 and abs(a / v - 1) <= _WILD]
             anchors = [(at, v, a) for at, v, a in known if at - forecast.issued_at <= ANCHOR_LEAD]
             issue_actual = self.actuals.get(forecast.issued_at)

@@ -5,6 +5,7 @@ that is cheapest once it is, not in the one the raw forecast shows cheapest."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -23,10 +24,14 @@ from tests.signal.grid_server import Answer, grid_api
 
 HALF_HOUR = timedelta(minutes=30)
 TRUTH = 300.0
-# The record: a forecast issued every hour for three days, right up to 6 hours ahead and 25 %
-# high beyond (its bias there: 300 / 375 - 1 = -0.2).
+# The record: a forecast issued every hour for three days of a day's swing around 300, right up
+# to 6 hours ahead and 25 % high beyond (its bias there: 1 / 1.25 - 1 = -0.2).
 RECORD_DAYS = 3
 HIGH_FROM = timedelta(hours=6)
+
+
+def _swing(at: datetime) -> float:
+    return TRUTH + 60.0 * math.sin(2 * math.pi * (at.timestamp() / 86400))
 
 
 def _uk(start: datetime, forecast: float, actual: float | None = None) -> dict[str, object]:
@@ -59,12 +64,13 @@ async def test_a_held_task_is_planned_with_the_feeds_learned_bias_taken_out(data
             for hour in range(RECORD_DAYS * 24):
                 issued = start + timedelta(hours=hour)
                 points = tuple(
-                    Point(issued + i * HALF_HOUR, TRUTH * (1.25 if i * HALF_HOUR >= HIGH_FROM else 1.0))
+                    Point(at, _swing(at) * (1.25 if i * HALF_HOUR >= HIGH_FROM else 1.0))
                     for i in range(1, 97)
+                    for at in [issued + i * HALF_HOUR]
                 )
                 await calibrations.record_forecast(SignalForecast("grid", points, "uk-carbon-intensity", 0, issued))
             for i in range(RECORD_DAYS * 48):
-                await calibrations.record_actual("grid", start + i * HALF_HOUR, TRUTH)
+                await calibrations.record_actual("grid", start + i * HALF_HOUR, _swing(start + i * HALF_HOUR))
             learned = await calibrations.learn("grid", datetime.now(UTC))
             assert learned.bias(timedelta(hours=10)) < -0.15
             # The feed issues its next forecast, with the two dips.
