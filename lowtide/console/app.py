@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from lowtide.console import forms, pages
+from lowtide.console import forms, pages, regions
 from lowtide.console.backend import Backend
 from lowtide.console.sessions import Session, Sessions, csrf_ok, same_origin
 
@@ -134,15 +134,23 @@ async def overview_live(console: Console, request: Request, token: str | None) -
 
 
 def _overview_context(view: Any) -> dict[str, Any]:
+    places = regions.of_overview(view)
     return {
         "view": view,
+        "regions": places,
+        "region_lines": {
+            r.pool: (regions.signal_line(r), regions.workers_line(r), regions.releases_line(r)) for r in places
+        },
+        "region_listed": {r.pool: regions.listed(r) for r in places},
+        # A signal a region draws is not drawn again among the other signals.
+        "region_signals": {r.signal for r in places if r.svg},
         "story": pages.story(view),
         "signal_svg": pages.signal_svg(view),
         "forecast_note": pages.forecast_note(view),
         "other_signal_svgs": pages.other_signal_svgs(view),
         "queue_svgs": pages.queue_svgs(view),
         "carbon": pages.carbon(view.status),
-        "releases": sorted(pages.releases(view.pending), key=lambda r: r.at)[:20],
+        "releases": sorted(pages.releases(pages.on_default_signal(view)), key=lambda r: r.at)[:20],
         "when_seconds": pages.when_seconds,
     }
 

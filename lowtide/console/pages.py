@@ -44,6 +44,13 @@ def releases(tasks: list[task_pb2.Task]) -> list[charts.Release]:
     ]
 
 
+def on_default_signal(view: Overview) -> list[task_pb2.Task]:
+    """The pending tasks planned on the default signal: not those the plan placed in a pool bound
+    to another signal (a region, drawn on its own signal's chart)."""
+    elsewhere = {p.name for p in view.status.pools if p.signal and p.signal != view.status.hold.signal}
+    return [t for t in view.pending if t.planned_pool not in elsewhere]
+
+
 def errors(points: Sequence[signal_pb2.SignalPoint]) -> list[tuple[float | None, str]]:
     """Each forecast point's expected error (None when it states none) and where it comes from."""
     return [(p.expected_error if p.HasField("expected_error") else None, p.error_source) for p in points]
@@ -57,7 +64,7 @@ def signal_svg(view: Overview) -> str:
         threshold=view.status.hold.threshold,
         now=now,
         since=now - HISTORY.total_seconds(),
-        releases=releases(view.pending),
+        releases=releases(on_default_signal(view)),
         unit=view.signal.unit,
         errors=errors(view.forecast),
     )
@@ -157,7 +164,8 @@ def story(view: Overview) -> list[str]:
             f"The signal is low: {hold.value:g} {unit} is at or under the threshold of {hold.threshold:g}, "
             "so held work is released and runs now."
         )
-    plans = sorted(releases(view.pending), key=lambda r: r.at)
+    plans = sorted(releases(on_default_signal(view)), key=lambda r: r.at)
+    placed = len(releases(view.pending)) - len(plans)
     if held:
         lines.append(f"{held} task(s) wait for a lower signal; {running} running.")
     else:
@@ -166,6 +174,10 @@ def story(view: Overview) -> list[str]:
         lines.append(
             f"{len(plans)} task(s) have a planned release, in the forecast's cheapest window before their "
             f"latest start: the first at {when_seconds(plans[0].at)}."
+        )
+    if placed:
+        lines.append(
+            f"{placed} task(s) placed in a pool bound to another signal, released there as planned: see Regions."
         )
     for c in carbon(view.status):
         if c.tasks and c.saved > 0:

@@ -152,19 +152,22 @@ ADAPTIVE = "[types.call_api]\nadaptive_concurrency = { min = 1, max = 50, initia
 PRICE = '[signals.price]\nunit = "EUR/MWh"\nthreshold = 80.0\n\n'
 
 
-def _config(folder: Path, *, auth: bool) -> Path:
+def _config(folder: Path, *, auth: bool, extra: str = "") -> Path:
     tokens = "".join(
         f'[[auth.tokens]]\nname = "{role}"\nrole = "{role}"\nsha256 = "{hash_token(token)}"\n\n'
         for role, token in TOKENS.items()
     )
     path = folder / "lowtide.toml"
     guarded = f'[auth]\nsignal_token = "{TOKENS["admin"]}"\n\n{tokens}' if auth else ""
-    path.write_text(ADAPTIVE + PRICE + guarded)
+    path.write_text(ADAPTIVE + PRICE + extra + guarded)
     return path
 
 
-def start_stack(database_url: str, folder: Path, *, auth: bool, feed: dict[str, str] | None = None) -> Stack:
-    """The three processes; `feed` replaces the replayed trace's settings (LOWTIDE_SIGNAL_*)."""
+def start_stack(
+    database_url: str, folder: Path, *, auth: bool, feed: dict[str, str] | None = None, config: str = ""
+) -> Stack:
+    """The three processes; `feed` replaces the replayed trace's settings (LOWTIDE_SIGNAL_*),
+    `config` is added to the configuration file (TOML sections)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOWTIDE_")}
     scheduler, signal = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     env.update(
@@ -191,7 +194,7 @@ def start_stack(database_url: str, folder: Path, *, auth: bool, feed: dict[str, 
         for key in [k for k in env if k.startswith("LOWTIDE_SIGNAL_REPLAY_")]:
             del env[key]
         env.update(feed)
-    env["LOWTIDE_CONFIG"] = str(_config(folder, auth=auth))
+    env["LOWTIDE_CONFIG"] = str(_config(folder, auth=auth, extra=config))
     if not auth:
         env["LOWTIDE_AUTH"] = "off"
     stack = Stack(env, folder)
