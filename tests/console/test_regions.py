@@ -136,4 +136,6 @@ async def test_each_region_shows_its_signal_and_the_releases_planned_there(
         )
         assert default[0] == 0
         assert "1 task(s) placed in a pool bound to another signal, released there as planned" in default[1]
+        # The picture for the docs: the regions, from their heading.
+        await asyncio.to_thread(browser.execute_script, "document.getElementById('regions').scrollIntoView();")
         await asyncio.to_thread(browser.save_screenshot, str(screenshots / "console-regions.png"))
