@@ -104,6 +104,9 @@ class Calibration:
     # The record says to plan on the forecasts as issued (no correction, no error, caution 0):
     # re-played, they started the window's jobs clearly cheaper than the corrected ones.
     raw: bool = False
+    # The follow applies to the forecast as issued, its bias by lead left in: the record's jobs,
+    # re-played, started clearly cheaper so.
+    follow_raw: bool = False
 
     def _bucket(self, lead: timedelta) -> Bucket:
         hours = max(0.0, lead / _HOUR)
@@ -145,7 +148,7 @@ class Calibration:
         if now is None or actual is None:
             return out
         if self.follow:
-            return self._followed(out, now, actual)
+            return self._followed(listed, out, now, actual)
         current = bisect.bisect_right(listed, (now, float("inf"))) - 1
         if current < 0 or out[current][1] <= 0:
             return out
@@ -153,14 +156,20 @@ class Calibration:
         return [(at, v * (1 + self.persists(at - now) * error) if at > now else v, e) for at, v, e in out]
 
     def _followed(
-        self, out: list[tuple[datetime, float, float]], now: datetime, actual: float
+        self,
+        listed: Sequence[tuple[datetime, float]],
+        out: list[tuple[datetime, float, float]],
+        now: datetime,
+        actual: float,
     ) -> list[tuple[datetime, float, float]]:
         """The later points as the present `actual` plus the learned share of the change the
         forecast predicts from the present (its value now, or `actual` when it starts later): the
         error it makes at present is taken as lasting along it (real forecast errors are a level
         or a ramp off for hours: a whole ramp comes early or late)."""
         # On the forecast with its bias by lead taken out (a bias that differs by lead is a
-        # change the forecast predicts and the values do not make).
+        # change the forecast predicts and the values do not make), unless the record said not.
+        if self.follow_raw:
+            out = [(at, raw, error) for (at, raw), (_, _, error) in zip(listed, out, strict=True)]
         anchor = _anchor([(at, v) for at, v, _ in out], now, actual)
         if anchor <= 0 or actual <= 0:
             return out
@@ -254,7 +263,13 @@ class Record:
         persistence = self._persistence(Calibration(now, buckets), start, now)
         follow, residual = self._follow(Calibration(now, buckets), base, start, now)
         calibration = Calibration(now, buckets, days=days, persistence=persistence, follow=follow, residual=residual)
-        return self._caution([calibration], now)
+        if not follow:
+            return self._caution([calibration], now)
+        # The same learned on the forecasts as issued (the prior's bias is 0): a short record's
+        # bias by lead is noisy, and a level bias comes out with the present anyway.
+        follow_raw, residual_raw = self._follow(base, base, start, now)
+        raw = dataclasses.replace(calibration, follow=follow_raw, residual=residual_raw, follow_raw=True)
+        return self._caution([calibration, raw], now)
 
     def _follow(
         self, biased: Calibration, prior: Calibration, start: datetime, now: datetime

@@ -84,6 +84,7 @@ def calibration_message(calibration: Calibration, lead_scale: float) -> signal_p
         ],
         follows=bool(calibration.follow),
         raw=calibration.raw,
+        follow_raw=calibration.follow_raw,
         caution=calibration.caution,
         caution_jobs=calibration.caution_jobs,
         days=calibration.days,

@@ -266,6 +266,7 @@ def _encode(calibration: Calibration) -> dict[str, Any]:
         "follow": list(calibration.follow),
         "residual": list(calibration.residual),
         "raw": calibration.raw,
+        "follow_raw": calibration.follow_raw,
     }
 
 
@@ -281,4 +282,5 @@ def _decode(body: Mapping[str, Any]) -> Calibration:
         follow=tuple(body.get("follow", ())),
         residual=tuple(body.get("residual", ())),
         raw=bool(body.get("raw", False)),
+        follow_raw=bool(body.get("follow_raw", False)),
     )

@@ -28,4 +28,5 @@ def calibration_of(message: signal_pb2.ForecastCalibration) -> Calibration | Non
         follow=tuple(b.follow for b in message.buckets) if message.follows else (),
         residual=tuple(b.residual for b in message.buckets) if message.follows else (),
         raw=message.raw,
+        follow_raw=message.follow_raw,
     )

@@ -144,6 +144,7 @@ class ForecastCalibration(_message.Message):
     LEARNED_AT_FIELD_NUMBER: _builtins.int
     FOLLOWS_FIELD_NUMBER: _builtins.int
     RAW_FIELD_NUMBER: _builtins.int
+    FOLLOW_RAW_FIELD_NUMBER: _builtins.int
     caution: _builtins.float
     """How many standard deviations of a point's error a later start is scored above its value."""
     caution_jobs: _builtins.int
@@ -162,6 +163,10 @@ class ForecastCalibration(_message.Message):
     """The record says the bare forecast plans best: plan on its values as issued, stating no
     error, with caution 0.
     """
+    follow_raw: _builtins.bool
+    """The follow applies to the forecast as issued (its bias by lead left in), not to the forecast
+    with its bias taken out: the record's jobs, re-played, started clearly cheaper so.
+    """
     @_builtins.property
     def buckets(self) -> _containers.RepeatedCompositeFieldContainer[Global___CalibrationBucket]:
         """By lead time, in time order."""
@@ -179,10 +184,11 @@ class ForecastCalibration(_message.Message):
         learned_at: _timestamp_pb2.Timestamp | None = ...,
         follows: _builtins.bool = ...,
         raw: _builtins.bool = ...,
+        follow_raw: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["learned_at", b"learned_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["buckets", b"buckets", "caution", b"caution", "caution_jobs", b"caution_jobs", "days", b"days", "follows", b"follows", "lead_scale", b"lead_scale", "learned_at", b"learned_at", "raw", b"raw"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["buckets", b"buckets", "caution", b"caution", "caution_jobs", b"caution_jobs", "days", b"days", "follow_raw", b"follow_raw", "follows", b"follows", "lead_scale", b"lead_scale", "learned_at", b"learned_at", "raw", b"raw"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
