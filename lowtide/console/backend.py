@@ -78,6 +78,8 @@ class TaskStory:
     reasons: list[str]
     forecast: list[signal_pb2.SignalPoint]
     threshold: float
+    # The signal the plan was made on: the pool's, when it placed the task in a pool bound to one.
+    signal: str = ""
 
 
 @dataclass
@@ -215,14 +217,19 @@ class Backend:
             self._call("scheduler", "ExplainTask", scheduler_pb2.ExplainTaskRequest(id=task_id), token),
             self.status(token),
         )
-        name = status.hold.signal
-        forecast = await self._call("signal", "GetForecast", signal_pb2.GetForecastRequest(name=name), token)
+        placed = explained.task.planned_pool
+        name = next((p.signal for p in status.pools if placed and p.name == placed and p.signal), status.hold.signal)
+        forecast, state = await asyncio.gather(
+            self._call("signal", "GetForecast", signal_pb2.GetForecastRequest(name=name), token),
+            self._call("signal", "GetSignal", signal_pb2.GetSignalRequest(name=name), token),
+        )
         return TaskStory(
             task=explained.task,
             explanation=explained.explanation,
             reasons=[*explained.reasons],
             forecast=[*forecast.points],
-            threshold=status.hold.threshold,
+            threshold=state.state.threshold if name != status.hold.signal else status.hold.threshold,
+            signal=name,
         )
 
     async def pause(self, token: str | None, queue: str) -> scheduler_pb2.QueueStatus:

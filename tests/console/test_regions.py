@@ -136,6 +136,32 @@ async def test_each_region_shows_its_signal_and_the_releases_planned_there(
         )
         assert default[0] == 0
         assert "1 task(s) placed in a pool bound to another signal, released there as planned" in default[1]
+        await _task_page_shows_the_pools_signal(browser, regions_stack, task.id)
         # The picture for the docs: the regions, from their heading.
         await asyncio.to_thread(browser.execute_script, "document.getElementById('regions').scrollIntoView();")
         await asyncio.to_thread(browser.save_screenshot, str(screenshots / "console-regions.png"))
+
+
+TASK_READ = """
+const chart = document.querySelector('#plan-chart svg');
+const pool = document.querySelector('#planned-pool');
+const on = document.querySelector('#plan-signal');
+return {pool: pool ? pool.innerText : '', on: on ? on.innerText : '',
+  markers: chart ? [...chart.querySelectorAll('g.planned-release')].map(g => g.dataset.task) : [],
+  forecast: chart ? [...chart.querySelectorAll('rect.forecast-band')].map(r => parseFloat(r.dataset.value)) : []};
+"""
+
+
+async def _task_page_shows_the_pools_signal(browser: WebDriver, stack: Stack, task_id: int) -> None:
+    """The task's page draws the forecast its plan came from: eu-central's signal's, not the
+    default signal's (which has none here)."""
+    await asyncio.to_thread(browser.get, f"{stack.url}/tasks/{task_id}")
+
+    async def shown() -> dict[str, Any]:
+        page: dict[str, Any] = await asyncio.to_thread(browser.execute_script, TASK_READ)
+        return page if page["markers"] else {}
+
+    page = await eventually(shown, within=20, interval=0.25)
+    assert page["pool"] == "eu-central" and page["on"] == "signal de's forecast (below)"
+    assert page["markers"] == [str(task_id)] and {150.0, 300.0} <= set(page["forecast"])
+    await asyncio.to_thread(browser.get, stack.url + "/")
