@@ -175,8 +175,14 @@ class Calibrations:
             last = self._last_learn.get(name)
             if last is not None and now - last < self._every:
                 continue
-            self._last_learn[name] = now
             await self.learn(name, now)
+            # Only once learned: a learning the database refused is tried again at the next tick.
+            self._last_learn[name] = now
+
+    def learn_soon(self, name: str) -> None:
+        """The signal's calibration is learned again at the next `maybe_learn` (its record has
+        just grown: signal_service/feeds/seed.py), by the one loop that learns and loads."""
+        self._last_learn.pop(name, None)
 
     async def learn(self, name: str, now: datetime) -> Calibration:
         scale = self.scale(name)

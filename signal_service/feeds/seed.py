@@ -18,7 +18,6 @@ all of it within `timeout`; a failure stops the seeding, never the feed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -75,9 +74,9 @@ async def seed_calibration(feed: Feed, signals: Signals, name: str, seeding: See
         log.exception("calibration.seed_failed", extra={"signal": name, "feed": feed.source})
     log.info("calibration.seeded", extra={"signal": name, "feed": feed.source, "requests": asked, "stored": stored})
     if stored:
-        # What was stored is learned from at once, not at the next calibrate_every.
-        with contextlib.suppress(DatabaseUnavailable):
-            await calibrations.learn(name, datetime.now(UTC))
+        # What was stored is learned from at the service's next tick, not at the next
+        # calibrate_every (by the loop that learns and loads: never two learnings racing).
+        calibrations.learn_soon(name)
     return stored
 
 

@@ -18,7 +18,10 @@ from tests.console.conftest import THRESHOLD, TOKENS, Stack
 
 
 def wait(browser: WebDriver, condition: Any, within: float = 20.0) -> Any:
-    return WebDriverWait(browser, within, poll_frequency=0.1).until(condition)
+    # A live refresh may replace an element between finding it and reading it: looked for again.
+    return WebDriverWait(
+        browser, within, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(condition)
 
 
 def text_of(browser: WebDriver, css: str) -> str:

@@ -14,7 +14,6 @@ from typing import Any
 
 import grpc
 import pytest
-from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -51,6 +50,8 @@ def recorded_stack(database_url: str, tmp_path: Path) -> Iterator[Stack]:
     yield stack
     stack.stop()
 
+
+NOTE = "const note = document.getElementById('forecast-note'); return note ? note.innerText : '';"
 
 # The band boxes, the forecast line's first x, the now line's x and the note, read at one moment.
 READ = """
@@ -124,8 +125,9 @@ def test_the_recorded_forecast_is_drawn_as_issued_with_its_band_beside_the_value
     values = [frozenset(b["value"] for b in s["bands"]) for s in seen]
     assert frozenset({125.0}) in values and any(100.0 in v for v in values)
     # The picture for the docs: a forecast with some of the values that came beside it.
+    # (The note is read in the page, at one moment: the live refresh replaces the element.)
     WebDriverWait(browser, 20, poll_frequency=0.05).until(
-        lambda b: re.search(r"Since it was issued, [3-5] value", b.find_element(By.ID, "forecast-note").text)
+        lambda b: re.search(r"Since it was issued, [3-5] value", b.execute_script(NOTE))
     )
     browser.save_screenshot(str(screenshots / "console-forecast-band.png"))
 
