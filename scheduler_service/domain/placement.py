@@ -13,7 +13,12 @@ that changed are planned again. The latest start is the task's own whatever the 
 planner never plans past it, and at it dispatch may start the task in any allowed pool with room.
 
 A pool with no capacity (no workers) is planned around: a task goes there only when no pool it
-may run in has any, and then to its last place (or the first it names). Nothing here does I/O.
+may run in has any, and then to its last place (or the first it names).
+
+Work naming no pool may run in any pool whose workers run its type, and is planned on its type's
+signal beside the placed tasks: the runs placed in a pool are commitments of the room it is
+planned with (`beside_placed`), so no slot is promised both to a placed task and to other work.
+Placed tasks are planned first, as they can run in fewer places. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -24,9 +29,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from scheduler_service.domain.forecast import _US, Forecast
-from scheduler_service.domain.planning import CAUTION, Capacity, Plan, PlanKind, PlanTask, plan
+from scheduler_service.domain.planning import CAUTION, Capacity, Commitment, Plan, PlanKind, PlanTask, plan
 
-__all__ = ["PlaceTask", "Placement", "Region", "place"]
+__all__ = ["PlaceTask", "Placement", "Region", "beside_placed", "place", "placed_runs"]
 
 # Room enough for every task: the first round asks what a place could give, not what it has.
 _ROOMY = 10**6
@@ -200,3 +205,26 @@ def _now_value(region: Region) -> float | None:
     if forecast is None or not forecast.values:
         return None
     return forecast.values[0]
+
+
+def placed_runs(tasks: Sequence[PlaceTask], placements: Sequence[Placement]) -> dict[str, tuple[Commitment, ...]]:
+    """The room the placements take in each pool: a slot over each planned run, by pool. A task
+    the threshold hold releases has no planned run and takes none (as in planning.plan)."""
+    runs: dict[str, list[Commitment]] = {}
+    for task, placement in zip(tasks, placements, strict=True):
+        if placement.plan.kind is PlanKind.THRESHOLD:
+            continue
+        start = placement.plan.release_at
+        runs.setdefault(placement.region, []).append(Commitment(start, start + task.task.duration))
+    return {pool: tuple(r) for pool, r in runs.items()}
+
+
+def beside_placed(
+    slots: Mapping[str, int], runs: Mapping[str, Sequence[Commitment]], committed: Sequence[Commitment] = ()
+) -> Capacity:
+    """The room work naming no pool is planned with: the slots of the pools that may run it
+    (`slots`, by pool), less the fixed starts' windows (`committed`) and the runs placed in
+    those pools (`runs`, from placed_runs). A pool that does not run the work gives it no slots,
+    and the runs placed there take none of its room."""
+    placed = tuple(run for pool, rs in sorted(runs.items()) if slots.get(pool, 0) > 0 for run in rs)
+    return Capacity(max(1, sum(max(0, n) for n in slots.values())), (*committed, *placed))

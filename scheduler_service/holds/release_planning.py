@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from lowtide.config import Config
 from scheduler_service.domain.demand import LOOKBACK, Submitted, expected_arrivals
 from scheduler_service.domain.model import NewTask
+from scheduler_service.domain.placement import PlaceTask, beside_placed, placed_runs
 from scheduler_service.domain.planning import (
     RELEASE_LEAD,
     Capacity,
@@ -42,16 +43,15 @@ POOLS_EVERY = 1.0
 def plan_tasks(
     holds: CostHolds,
     tasks: Sequence[PlanTask],
-    capacity: int,
+    capacity: Capacity,
     now: datetime | None = None,
     *,
-    committed: Sequence[Commitment] = (),
     expected: Sequence[PlanTask] = (),
 ) -> list[Plan]:
     now = now or datetime.now(UTC)
     low = not holds.state.active
-    pool = Capacity(max(1, capacity), tuple(committed))
-    plans = plan(tasks, holds.forecast, pool, now, signal_low=low, caution=holds.forecast_caution, expected=expected)
+    caution = holds.forecast_caution
+    plans = plan(tasks, holds.forecast, capacity, now, signal_low=low, caution=caution, expected=expected)
     # Which forecast a plan came from, so `task explain` can say so.
     origin = holds.forecast_origin
     return [replace(p, reason=f"{p.reason} (forecast: {origin})") if p.kind is PlanKind.FORECAST else p for p in plans]
@@ -103,11 +103,13 @@ class ReleasePlanner:
         wanted = set(types)
         return sum(s.slots for s in self._registry if wanted & set(s.activity_types))
 
-    def pool_slots(self) -> dict[str, int]:
-        """Slots of this replica's connected workers, by pool."""
+    def pool_slots(self, types: Iterable[str] | None = None) -> dict[str, int]:
+        """Slots of this replica's connected workers (those that run any of `types`, if given), by pool."""
+        wanted = None if types is None else set(types)
         slots: dict[str, int] = {}
         for session in self._registry:
-            slots[session.pool] = slots.get(session.pool, 0) + session.slots
+            if wanted is None or wanted & set(session.activity_types):
+                slots[session.pool] = slots.get(session.pool, 0) + session.slots
         return slots
 
     def _place_submitted(self, index: int, task: NewTask) -> NewTask:
@@ -163,7 +165,7 @@ class ReleasePlanner:
                 out.append(task)
                 continue
             alone = PlanTask(index, datetime.now(UTC), release_by(task.latest_start), task.duration)
-            [release] = plan_tasks(holds, [alone], self.capacity([task.activity_type]))
+            [release] = plan_tasks(holds, [alone], Capacity(max(1, self.capacity([task.activity_type]))))
             self.wake_at(release.release_at)
             out.append(
                 replace(
@@ -214,7 +216,9 @@ class ReleasePlanner:
         rows = [
             r for r in await self._store.plannable_tasks() if deferrable(self._holds, r.queue, r.activity_type, r.kind)
         ]
-        await self._place([r for r in rows if r.pools])
+        # The tasks that name pools first (they can run in fewer places); the runs placed in a
+        # pool take room the other work is planned with, so no slot is promised twice.
+        runs = await self._place([r for r in rows if r.pools])
         # Each task is planned on the forecast of the signal its type follows, beside the
         # others that follow the same signal.
         by_signal: dict[str, list[PlannableTask]] = {}
@@ -225,13 +229,14 @@ class ReleasePlanner:
                 self._holds.config.signal_for(r.queue, r.activity_type, self._holds.default), []
             ).append(r)
         for name, group in sorted(by_signal.items()):
-            await self._plan(self._holds.by_signal[name], group)
+            await self._plan(self._holds.by_signal[name], group, runs)
 
-    async def _place(self, rows: list[PlannableTask]) -> None:
+    async def _place(self, rows: list[PlannableTask]) -> dict[str, tuple[Commitment, ...]]:
         """Places the tasks that name pools: each pool on its own signal's forecast, with the
-        slots of its connected workers (any replica's); a pool without workers is planned around."""
+        slots of its connected workers (any replica's); a pool without workers is planned around.
+        Returns the runs placed, by pool."""
         if not rows:
-            return
+            return {}
         # Any replica's workers, and this one's as it sees them now (a worker that just connected
         # here may not be in the table yet: a pool is not planned around for that).
         slots = {p.pool: p.slots for p in await self._store.pools()}
@@ -271,9 +276,13 @@ class ReleasePlanner:
             self.wake_at(min(placement.plan.release_at, task.latest_start))
             self.placed_by_pool[placement.region] = self.placed_by_pool.get(placement.region, 0) + 1
         log.info("planning.placed", extra={"tasks": len(placements), "pools": sorted(slots)})
+        return placed_runs([PlaceTask(task) for task, *_ in tasks], placements)
 
-    async def _plan(self, holds: CostHolds, rows: list[PlannableTask]) -> None:
-        """Plans the tasks that follow one signal, on its forecast."""
+    async def _plan(
+        self, holds: CostHolds, rows: list[PlannableTask], runs: Mapping[str, Sequence[Commitment]]
+    ) -> None:
+        """Plans the tasks that follow one signal, on its forecast, in the room of the pools whose
+        workers run them (any replica's) less the `runs` placed there."""
         # Planned within [submission, release_by(latest start)]: a plan never waits past the
         # moment the hold lets go anyway, so the release and the claim agree.
         tasks = [
@@ -289,10 +298,14 @@ class ReleasePlanner:
         ]
         # Fixed starts were promised capacity at admission: a plan leaves their windows to them.
         committed = [Commitment(r.window_start, r.window_end) for r in await self._store.live_reservations()]
+        # The slots of any replica's workers, and of this one's as it sees them now (as _place).
+        types = sorted({r.activity_type for r in rows})
+        slots = await self._store.pool_slots(types)
+        for pool, mine in self.pool_slots(types).items():
+            slots[pool] = max(slots.get(pool, 0), mine)
         now = datetime.now(UTC)
-        expected = expected_arrivals(await self._recent_deferrable({r.activity_type for r in rows}), now)
-        capacity = self.capacity(r.activity_type for r in rows)
-        plans = plan_tasks(holds, tasks, capacity, now, committed=committed, expected=expected)
+        expected = expected_arrivals(await self._recent_deferrable(set(types)), now)
+        plans = plan_tasks(holds, tasks, beside_placed(slots, runs, committed), now, expected=expected)
         await self._store.apply_plans([(p.task_id, release_time(p), p.expected_intensity, p.reason) for p in plans])
         # Claimed when due, not a poll later: at the planned release, and at the latest start.
         for task, release in zip(tasks, plans, strict=True):

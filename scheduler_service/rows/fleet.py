@@ -109,6 +109,14 @@ class DatabaseClock:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolSlots:
+    """Slots of a pool's connected workers that run some given types (`pool_slots`)."""
+
+    pool: str
+    slots: int
+
+
+@dataclass(frozen=True, slots=True)
 class PoolPlanned:
     """Held tasks placed in a pool by their plan, not released yet (`planned_by_pool`)."""
 

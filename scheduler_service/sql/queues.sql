@@ -116,6 +116,15 @@ WHERE w.lease_expires_at > now()
 GROUP BY w.pool
 ORDER BY w.pool
 
+-- pool_slots --
+-- Slots of the connected workers (any replica's) that run any of these types, by pool: the room
+-- the planner plans work naming no pool in (one row per pool).
+SELECT pool, sum(slots)::int AS slots
+FROM lowtide.workers
+WHERE lease_expires_at > now() AND activity_types && %(types)s::text[]
+GROUP BY pool
+ORDER BY pool
+
 -- planned_by_pool --
 -- Held first attempts the plan placed in each pool (tasks naming pools), not released yet.
 SELECT planned_pool AS pool, count(*)::int AS planned

@@ -13,6 +13,7 @@ from scheduler_service.rows.fleet import (
     PendingGroup,
     PlannableTask,
     PoolPlanned,
+    PoolSlots,
     PoolWorkers,
     QueueName,
     QueueRunning,
@@ -58,6 +59,11 @@ class QueueStore(StoreBase):
 
     async def pools(self) -> list[PoolWorkers]:
         return await self.db.fetch_as(PoolWorkers, Q["pools"])
+
+    async def pool_slots(self, types: Sequence[str]) -> dict[str, int]:
+        """Slots of the connected workers that run any of these types, by pool."""
+        rows = await self.db.fetch_as(PoolSlots, Q["pool_slots"], {"types": list(types)})
+        return {r.pool: r.slots for r in rows}
 
     async def planned_by_pool(self) -> dict[str, int]:
         """Held tasks the plan placed in each pool and has not released yet."""

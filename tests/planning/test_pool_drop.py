@@ -1,7 +1,8 @@
-"""A pool that loses all its workers is planned around at once, not at the next forecast: the
-leader's release planner, on a real database, with forecasts that do not change, moves a task
-placed in the pool whose workers left to the other pool it names within a couple of seconds
-(the next new forecast could be half an hour away, the periodic plan a minute)."""
+"""The leader's release planner with pools bound to signals, on a real database. A pool that
+loses all its workers is planned around at once, not at the next forecast: with forecasts that
+do not change, a task placed in the pool whose workers left moves to the other pool it names
+within a couple of seconds (the next new forecast could be half an hour away, the periodic plan a
+minute). A pool's fixed starts and placed tasks keep their room."""
 
 from __future__ import annotations
 
@@ -47,13 +48,13 @@ def _holds(now: datetime) -> SignalHolds:
     return SignalHolds(by_signal, default="grid", config=config)
 
 
-async def _workers(store: Store, *pools: str) -> None:
+async def _workers(store: Store, *pools: str, slots: int = 2) -> None:
     await store.db.execute("DELETE FROM lowtide.workers", {})
     for pool in pools:
         await store.db.execute(
             "INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at) "
-            "VALUES (%(pool)s, %(pool)s, '{default}', '{train}', 2, 's', now() + interval '1 hour')",
-            {"pool": pool},
+            "VALUES (%(pool)s, %(pool)s, '{default}', '{train}', %(slots)s, 's', now() + interval '1 hour')",
+            {"pool": pool, "slots": slots},
         )
 
 
@@ -70,9 +71,9 @@ _TASK = (
 )
 
 
-def _planner(store: Store, now: datetime) -> ReleasePlanner:
+def _planner(store: Store, now: datetime, holds: SignalHolds | None = None) -> ReleasePlanner:
     config = Config(cost=CostConfig(deferrable_activities=("train",)), pools=POOLS)
-    return ReleasePlanner(store, Registry(), _holds(now), config, wake_at=lambda at: None)
+    return ReleasePlanner(store, Registry(), holds or _holds(now), config, wake_at=lambda at: None)
 
 
 async def test_a_task_placed_in_a_pool_whose_workers_left_moves_to_the_other(store: Store) -> None:
@@ -113,3 +114,26 @@ async def test_the_fixed_starts_a_pool_promised_keep_its_room(store: Store) -> N
     await store.db.execute(_TASK, {})
     await _planner(store, now).tick()
     assert await _placed(store) == "eu-west"
+
+
+async def test_work_naming_no_pool_is_not_planned_into_the_slot_a_placed_task_has(store: Store) -> None:
+    """eu-central has one slot and Germany's grid is clean for an hour: a task placed there and
+    work naming no pool that follows the same grid share that hour, one after the other, rather
+    than both being released into the one slot at once."""
+    now = datetime.now(UTC)
+    holds = _holds(now)
+    # The work naming no pool follows the default signal, here with Germany's forecast.
+    holds.by_signal["grid"].forecast = holds.by_signal["de"].forecast
+    planner = _planner(store, now, holds)
+    await _workers(store, "eu-central", slots=1)
+    await store.db.execute(_TASK.replace("{eu-west,eu-central}", "{eu-central}"), {})
+    await store.db.execute(_TASK.replace("'{eu-west,eu-central}'", "NULL"), {})
+    await planner.tick()
+    placed, plain = sorted(await store.plannable_tasks(), key=lambda r: r.pools is None)
+    assert placed.planned_pool == "eu-central" and plain.pools is None
+    starts = [r.planned_release_at for r in (placed, plain) if r.planned_release_at is not None]
+    assert len(starts) == 2
+    # Each a half-hour run in the clean hour, the two not overlapping.
+    assert abs(starts[0] - starts[1]) >= timedelta(minutes=30)
+    for at in starts:
+        assert now + timedelta(hours=2) - timedelta(seconds=1) <= at <= now + timedelta(hours=3)

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduler_service.domain.placement import PlaceTask, Region, place
-from scheduler_service.domain.planning import Capacity, Forecast, PlanTask
+from scheduler_service.domain.placement import PlaceTask, Region, beside_placed, place, placed_runs
+from scheduler_service.domain.planning import Capacity, Commitment, Forecast, PlanTask, plan
 
 NOW = datetime(2026, 3, 1, 0, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -80,3 +80,46 @@ def test_an_unknown_pool_is_refused_by_name() -> None:
     regions = [Region("eu-west", WEST, Capacity(1))]
     with pytest.raises(ValueError, match="no such pool 'mars'"):
         place([task(1, regions=("mars",))], regions, NOW, resolution=HOUR)
+
+
+def _plain(task_id: int, capacity: Capacity) -> datetime:
+    """When work naming no pool, following eu-west's grid, is planned to start in this room."""
+    work = [PlanTask(task_id, NOW, NOW + 6 * HOUR, HOUR)]
+    (got,) = plan(work, WEST, capacity, NOW, signal_low=False, resolution=HOUR)
+    return got.release_at
+
+
+def test_work_naming_no_pool_is_not_promised_the_slot_a_placed_task_has() -> None:
+    """eu-west's one slot at its cleanest hour goes to the task placed there; the work naming no
+    pool, on the same grid, takes the next cleanest hour rather than the same slot."""
+    placing = [task(1, regions=("eu-west",))]
+    placements = place(placing, [Region("eu-west", WEST, Capacity(1))], NOW, resolution=HOUR)
+    assert placements[0].plan.release_at == NOW + 6 * HOUR
+    runs = placed_runs(placing, placements)
+    assert runs == {"eu-west": (Commitment(NOW + 6 * HOUR, NOW + 7 * HOUR),)}
+    assert _plain(2, beside_placed({"eu-west": 1}, runs)) == NOW + 5 * HOUR
+
+
+def test_work_naming_no_pool_keeps_the_clean_hour_where_another_pool_has_room() -> None:
+    placing = [task(1, regions=("eu-west",))]
+    runs = placed_runs(placing, place(placing, [Region("eu-west", WEST, Capacity(1))], NOW, resolution=HOUR))
+    assert _plain(2, beside_placed({"eu-west": 1, "eu-central": 1}, runs)) == NOW + 6 * HOUR
+    # A pool whose workers do not run the work gives it no room, and its placed runs take none.
+    assert _plain(3, beside_placed({"eu-central": 1}, runs)) == NOW + 6 * HOUR
+
+
+def test_fixed_starts_and_placed_runs_are_both_left_out_of_the_shared_room() -> None:
+    placing = [task(1, regions=("eu-west",))]
+    runs = placed_runs(placing, place(placing, [Region("eu-west", WEST, Capacity(2))], NOW, resolution=HOUR))
+    # eu-west's two slots: one placed at 06:00, one booked by a fixed start from 05:00 to 08:00.
+    fixed = Commitment(NOW + 5 * HOUR, NOW + 8 * HOUR)
+    room = beside_placed({"eu-west": 2}, runs, [fixed])
+    assert room == Capacity(2, (fixed, *runs["eu-west"]))
+    # Either alone would leave a slot at 06:00.
+    assert _plain(2, room) == NOW + 5 * HOUR
+
+
+def test_a_task_the_threshold_hold_releases_takes_no_room_in_the_plan() -> None:
+    placing = [task(1, regions=("eu-west",))]
+    placements = place(placing, [Region("eu-west", None, Capacity(1))], NOW, resolution=HOUR)
+    assert placed_runs(placing, placements) == {}
