@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 
 from scheduler_service.domain.holds import HoldConfig, HoldState, SignalView, held_types_by_signal
+from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.planning import Forecast
 from scheduler_service.domain.timings import HoldEpisode
 from scheduler_service.holds.cost import CostHolds, LoopWatch
@@ -50,6 +51,21 @@ class SignalHolds:
         name = (self.config.pool_signals or {}).get(pool)
         hold = self.by_signal.get(name) if name else None
         return (hold or self.main).value
+
+    def values_at_submit(self, tasks: Iterable[NewTask]) -> list[float | None]:
+        """What each task records as the signal at its submission (signal_at_submit): the
+        default signal's value, and for a task naming pools the lowest of their values now
+        (value_in): running at once in the cleanest pool it may run in is what its carbon is
+        counted against, not the default signal's grid (None while none of them has a value)."""
+        default = self.main.value
+        out: list[float | None] = []
+        for task in tasks:
+            if not task.pools:
+                out.append(default)
+                continue
+            known = [v for v in map(self.value_in, task.pools) if v is not None]
+            out.append(min(known, default=None))
+        return out
 
     def held_for(
         self,

@@ -27,7 +27,8 @@ SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_ke
             THEN n.latest_start - %(release_lead)s::interval
             WHEN n.kind = 'activity' AND n.start_at IS NULL
             THEN LEAST(n.latest_start - %(release_lead)s::interval, n.planned_release_at) END,
-       %(signal)s::float8,
+       -- The signal where the task may run now (a task naming pools: the cleanest of theirs).
+       n.signal_at_submit,
        n.pool, n.start_at, n.start_tolerance_ms, n.on_miss, n.estimated_duration_ms,
        CASE WHEN n.deps_pending > 0 THEN '9999-01-01 00:00:00+00'::timestamptz
             WHEN n.planned_pool IS NOT NULL THEN GREATEST(n.latest_start - %(release_lead)s::interval, now())
@@ -44,13 +45,14 @@ FROM unnest(
     %(start_ats)s::timestamptz[], %(start_tolerance_ms)s::bigint[], %(on_miss)s::text[],
     %(estimated_duration_ms)s::bigint[], %(deps_pending)s::int[], %(resources)s::text[],
     %(latest_starts)s::timestamptz[], %(planned_release_ats)s::timestamptz[], %(planned_intensities)s::float8[],
-    %(plan_reasons)s::text[], %(headers)s::text[], %(allowed_pools)s::text[], %(planned_pools)s::text[]
+    %(plan_reasons)s::text[], %(headers)s::text[], %(allowed_pools)s::text[], %(planned_pools)s::text[],
+    %(signals)s::float8[]
 ) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, idempotency_key, max_attempts,
                       initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable,
                       schedule_to_start_ms, start_to_close_ms, heartbeat_ms, max_defer_ms, pool,
                       start_at, start_tolerance_ms, on_miss, estimated_duration_ms, deps_pending, resources,
                       latest_start, planned_release_at, planned_intensity, plan_reason, headers,
-                      allowed_pools, planned_pool, ord)
+                      allowed_pools, planned_pool, signal_at_submit, ord)
 ORDER BY n.ord
 ON CONFLICT (idempotency_key, submitted_by) WHERE idempotency_key IS NOT NULL DO NOTHING
 
@@ -107,12 +109,13 @@ WITH inserted AS (
            -- As _insert_tasks (a plain task has no fixed start).
            CASE WHEN n.kind = 'activity'
                 THEN LEAST(n.latest_start - %(release_lead)s::interval, n.planned_release_at) END,
-           %(signal)s::float8, n.pool, n.estimated_duration_ms, GREATEST(n.planned_release_at, now()),
+           n.signal_at_submit, n.pool, n.estimated_duration_ms, GREATEST(n.planned_release_at, now()),
            n.resources::jsonb, n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason,
            %(submitted_by)s::text, n.headers::jsonb, string_to_array(n.allowed_pools, E'\x1f'), n.planned_pool,
            CASE WHEN h.worker_id IS NULL THEN 'pending' ELSE 'running' END,
            CASE WHEN h.worker_id IS NULL THEN 0 ELSE 1 END,
            h.worker_id, h.at, h.at + n.start_to_close_ms * interval '1 millisecond',
+           -- Handed only to pools not bound to a signal of their own: the default signal's value.
            h.at + n.heartbeat_ms * interval '1 millisecond', CASE WHEN h.at IS NOT NULL THEN %(signal)s::float8 END
     FROM unnest(
         %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
@@ -122,12 +125,12 @@ WITH inserted AS (
         %(max_defer_ms)s::bigint[], %(pools)s::text[], %(estimated_duration_ms)s::bigint[],
         %(resources)s::text[], %(latest_starts)s::timestamptz[], %(planned_release_ats)s::timestamptz[],
         %(planned_intensities)s::float8[], %(plan_reasons)s::text[], %(headers)s::text[], %(workers)s::text[],
-        %(allowed_pools)s::text[], %(planned_pools)s::text[]
+        %(allowed_pools)s::text[], %(planned_pools)s::text[], %(signals)s::float8[]
     ) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, max_attempts, initial_backoff_ms,
                           backoff_coefficient, max_backoff_ms, non_retryable, schedule_to_start_ms,
                           start_to_close_ms, heartbeat_ms, max_defer_ms, pool, estimated_duration_ms,
                           resources, latest_start, planned_release_at, planned_intensity, plan_reason,
-                          headers, worker, allowed_pools, planned_pool, ord)
+                          headers, worker, allowed_pools, planned_pool, signal_at_submit, ord)
     LEFT JOIN LATERAL (
         SELECT n.worker AS worker_id, now() AS at
         WHERE n.worker IS NOT NULL

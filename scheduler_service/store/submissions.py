@@ -121,17 +121,21 @@ class SubmissionWrites:
         wake: str,
         whole: bool = False,
         workers: Sequence[str | None] | None = None,
+        signals: Sequence[float | None] | None = None,
     ) -> list[tuple[int, str | None]]:
         """Stores the tasks whose key is new in one statement, which also wakes every replica's
         dispatch at commit with the `wake` payload if any was stored; returns (id, key) of each
         one stored. `whole`: the statement also returns each task as stored, kept in `stored`.
         `workers` (plain tasks only, whole): the worker each task is handed to, or None (see
-        insert_tasks_handed: a task handed is stored running, if its queue and worker allow)."""
+        insert_tasks_handed: a task handed is stored running, if its queue and worker allow).
+        `signal` is the default signal's value, `signals` the value each task records at
+        submission (by default `signal`)."""
         params = {
             **_task_columns(tasks),
             "deps_pending": list(deps_pending),
             "submitted_by": submitted_by,
             "signal": signal,
+            "signals": list(signals) if signals is not None else [signal] * len(tasks),
             "release_lead": RELEASE_LEAD,
             "wake": wake,
         }

@@ -189,3 +189,32 @@ async def test_work_that_names_no_pool_counts_its_carbon_on_the_grid_it_ran_in(r
 
 async def _value_known(services: Services, signal: str) -> bool:
     return services.scheduler.dispatcher.holds.by_signal[signal].value is not None
+
+
+async def test_a_task_naming_pools_records_at_submission_the_signal_of_the_pools_it_may_run_in(
+    regions: Services,
+) -> None:
+    """The default signal is set by no one here: a task naming pools records, as the signal at its
+    submission, the cleanest of its pools' signals now (what running it at once there would have
+    had), not the default signal's; work naming no pool still records the default signal's."""
+    await eventually(lambda: _value_known(regions, "gb"))
+    await eventually(lambda: _value_known(regions, "de"))
+    latest = datetime.now(UTC) + timedelta(seconds=20)
+    async with Client(regions.scheduler.target) as client:
+        west = await client.submit("echo", "w", pools=["eu-west"])
+        # Placed (deferrable, with a latest start), and stored by a submission with a key.
+        placed = await client.submit(
+            "train",
+            "p",
+            pools=["eu-west", "eu-central"],
+            latest_start=latest,
+            estimated_duration=timedelta(seconds=1),
+            idempotency_key="placed",
+        )
+        plain = await client.submit("echo", "n")
+        stored = {t.id: t for t in [await client.get(t.id) for t in (west, placed, plain)]}
+    assert stored[west.id].signal_at_submit == pytest.approx(260)
+    # Germany's grid is at 300 or in its clean spell at 150: the lower of the two pools' values.
+    assert stored[placed.id].HasField("signal_at_submit")
+    assert stored[placed.id].signal_at_submit in (pytest.approx(150), pytest.approx(260))
+    assert not stored[plain.id].HasField("signal_at_submit")
