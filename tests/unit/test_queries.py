@@ -63,3 +63,11 @@ def test_no_query_file_is_over_400_lines() -> None:
     files = [p for package in ("scheduler_service", "signal_service") for p in (ROOT / package / "sql").glob("*.sql")]
     assert files
     assert [f"{p.relative_to(ROOT)}: {n}" for p in files if (n := len(p.read_text().splitlines())) > 400] == []
+
+
+def test_the_statements_of_a_single_submit_and_its_finish_are_parsed_once() -> None:
+    # psycopg remembers how it parsed a statement only when its text is at most 4 KB (its
+    # MAX_CACHED_STATEMENT_LENGTH); the insert answering SubmitTask grew past it once unnoticed.
+    every = load_queries("scheduler_service.sql")
+    hot = ("insert_tasks", "insert_tasks_whole", "insert_tasks_handed", "finish_independent_attempts", "claim_pair")
+    assert {name: len(every[name]) for name in hot if len(every[name]) > 4096} == {}
