@@ -34,6 +34,9 @@ class Region:
     # Those of them among the pending tasks read, soonest first.
     releases: list[charts.Release] = field(default_factory=list)
     svg: str = ""
+    # The soonest of all of them (PoolStatus.next_release_*, the scheduler's own, however many
+    # are pending); None when the scheduler names none.
+    next: charts.Release | None = None
 
 
 def _seconds(stamp: object) -> float:
@@ -54,6 +57,14 @@ def placed_in(tasks: Sequence[task_pb2.Task], pool: str) -> list[charts.Release]
         ),
         key=lambda r: r.at,
     )
+
+
+def next_release(pool: scheduler_pb2.PoolStatus) -> charts.Release | None:
+    """The soonest planned release in the pool, as the scheduler counts them all."""
+    if not pool.next_release_task_id:
+        return None
+    intensity = pool.next_release_intensity if pool.HasField("next_release_intensity") else None
+    return charts.Release(task_id=pool.next_release_task_id, at=_seconds(pool.next_release_at), intensity=intensity)
 
 
 def regions(
@@ -98,6 +109,7 @@ def regions(
                 planned=pool.planned_releases,
                 releases=releases,
                 svg=svg,
+                next=next_release(pool),
             )
         )
     return found
@@ -132,14 +144,15 @@ def workers_line(region: Region) -> str:
 
 
 def releases_line(region: Region) -> str:
-    """How many held tasks are to be released here, and the next one."""
+    """How many held tasks are to be released here, and the next one (the scheduler's, else the
+    soonest among the pending tasks read)."""
     if not region.planned and not region.releases:
         return "No held task is planned to be released here."
     count = max(region.planned, len(region.releases))
     line = f"{count} held task(s) planned to be released here"
-    if not region.releases:
+    first = region.next or (region.releases[0] if region.releases else None)
+    if first is None:
         return line + "."
-    first = region.releases[0]
     forecast = f", forecast {first.intensity:.0f}" if first.intensity is not None else ""
     return line + f": the next at {_clock(first.at)} (task {first.task_id}{forecast})."
 

@@ -310,7 +310,12 @@ async def pool_status(
     for name in config.pools:
         pool(name)
     for name, planned in (await store.planned_by_pool()).items():
-        pool(name).planned_releases = planned
+        status = pool(name)
+        status.planned_releases = planned.planned
+        status.next_release_at.FromDatetime(planned.next_at)
+        status.next_release_task_id = planned.next_task_id
+        if planned.next_intensity is not None:
+            status.next_release_intensity = planned.next_intensity
     for name, status in pools.items():
         status.signal = config.pool(name).signal
         if status.signal:

@@ -118,10 +118,14 @@ class PoolSlots:
 
 @dataclass(frozen=True, slots=True)
 class PoolPlanned:
-    """Held tasks placed in a pool by their plan, not released yet (`planned_by_pool`)."""
+    """Held tasks placed in a pool by their plan, not released yet, and the soonest of them
+    (`planned_by_pool`)."""
 
     pool: str
     planned: int
+    next_task_id: int
+    next_at: datetime
+    next_intensity: float | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,13 +126,15 @@ GROUP BY pool
 ORDER BY pool
 
 -- planned_by_pool --
--- Held first attempts the plan placed in each pool (tasks naming pools), not released yet.
-SELECT planned_pool AS pool, count(*)::int AS planned
+-- Held first attempts the plan placed in each pool (tasks naming pools), not released yet: how
+-- many, and the soonest (its release, id and forecast mean). One row per pool, whatever the count.
+SELECT DISTINCT ON (planned_pool) planned_pool AS pool,
+       (count(*) OVER (PARTITION BY planned_pool))::int AS planned,
+       id AS next_task_id, planned_release_at AS next_at, planned_intensity AS next_intensity
 FROM lowtide.tasks
 WHERE state = 'pending' AND attempt = 0 AND latest_start IS NOT NULL AND planned_pool IS NOT NULL
   AND planned_release_at > now()
-GROUP BY planned_pool
-ORDER BY planned_pool
+ORDER BY planned_pool, planned_release_at, id
 
 -- plannable_tasks --
 -- Pending first attempts with a latest start: the tasks whose release the planner chooses.

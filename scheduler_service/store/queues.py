@@ -65,9 +65,9 @@ class QueueStore(StoreBase):
         rows = await self.db.fetch_as(PoolSlots, Q["pool_slots"], {"types": list(types)})
         return {r.pool: r.slots for r in rows}
 
-    async def planned_by_pool(self) -> dict[str, int]:
-        """Held tasks the plan placed in each pool and has not released yet."""
-        return {r.pool: r.planned for r in await self.db.fetch_as(PoolPlanned, Q["planned_by_pool"])}
+    async def planned_by_pool(self) -> dict[str, PoolPlanned]:
+        """Held tasks the plan placed in each pool and has not released yet, and the soonest."""
+        return {r.pool: r for r in await self.db.fetch_as(PoolPlanned, Q["planned_by_pool"])}
 
     async def forget_idle_queues(
         self, *, busy: Collection[str], kept: Collection[str], retention: timedelta, limit: int

@@ -80,3 +80,17 @@ def test_each_pool_bound_to_a_signal_is_a_region_with_its_own_planned_releases()
 def test_a_value_at_its_threshold_is_at_or_under_it() -> None:
     region = regions.Region("p", "s", 250.0, "", 250.0, 0, 0, 0, 0)
     assert regions.signal_line(region) == "Signal s: 250, at or under its threshold of 250."
+
+
+def test_the_next_release_is_the_schedulers_when_it_names_one() -> None:
+    """The pending tasks read are one page: the scheduler's soonest release is the next one."""
+    status = _status()
+    central = status.pools[2]
+    central.next_release_task_id = 3
+    central.next_release_at.FromSeconds(int(NOW) + 60)
+    central.next_release_intensity = 120.0
+    pending = [_task(5, "eu-central", NOW + 600, 140.0)]
+    found = {r.pool: r for r in regions.regions(status, pending, {}, now=NOW)}
+    assert regions.releases_line(found["eu-central"]) == (
+        "3 held task(s) planned to be released here: the next at 08:01:00 UTC (task 3, forecast 120)."
+    )

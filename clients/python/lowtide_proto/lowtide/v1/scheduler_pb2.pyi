@@ -580,6 +580,9 @@ class PoolStatus(_message.Message):
     SIGNAL_FIELD_NUMBER: _builtins.int
     SIGNAL_VALUE_FIELD_NUMBER: _builtins.int
     PLANNED_RELEASES_FIELD_NUMBER: _builtins.int
+    NEXT_RELEASE_AT_FIELD_NUMBER: _builtins.int
+    NEXT_RELEASE_TASK_ID_FIELD_NUMBER: _builtins.int
+    NEXT_RELEASE_INTENSITY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     workers: _builtins.int
     slots: _builtins.int
@@ -605,6 +608,14 @@ class PoolStatus(_message.Message):
     signal_value: _builtins.float
     planned_releases: _builtins.int
     """Held tasks naming pools that the plan placed in this pool, not released yet."""
+    next_release_task_id: _builtins.int
+    next_release_intensity: _builtins.float
+    @_builtins.property
+    def next_release_at(self) -> _timestamp_pb2.Timestamp:
+        """The soonest of them: its planned release, the task, and its plan's forecast mean (absent
+        when the plan had none); all unset when none is planned here.
+        """
+
     def __init__(
         self,
         *,
@@ -621,13 +632,21 @@ class PoolStatus(_message.Message):
         signal: _builtins.str = ...,
         signal_value: _builtins.float | None = ...,
         planned_releases: _builtins.int = ...,
+        next_release_at: _timestamp_pb2.Timestamp | None = ...,
+        next_release_task_id: _builtins.int = ...,
+        next_release_intensity: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_signal_value", b"_signal_value", "signal_value", b"signal_value"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_next_release_intensity", b"_next_release_intensity", "_signal_value", b"_signal_value", "next_release_at", b"next_release_at", "next_release_intensity", b"next_release_intensity", "signal_value", b"signal_value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_signal_value", b"_signal_value", "busy_slots", b"busy_slots", "desired_workers", b"desired_workers", "fixed_start_hit_rate", b"fixed_start_hit_rate", "held_slots", b"held_slots", "max_workers", b"max_workers", "name", b"name", "planned_releases", b"planned_releases", "reservation_capacity", b"reservation_capacity", "reservations_ahead", b"reservations_ahead", "signal", b"signal", "signal_value", b"signal_value", "slots", b"slots", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_release_intensity", b"_next_release_intensity", "_signal_value", b"_signal_value", "busy_slots", b"busy_slots", "desired_workers", b"desired_workers", "fixed_start_hit_rate", b"fixed_start_hit_rate", "held_slots", b"held_slots", "max_workers", b"max_workers", "name", b"name", "next_release_at", b"next_release_at", "next_release_intensity", b"next_release_intensity", "next_release_task_id", b"next_release_task_id", "planned_releases", b"planned_releases", "reservation_capacity", b"reservation_capacity", "reservations_ahead", b"reservations_ahead", "signal", b"signal", "signal_value", b"signal_value", "slots", b"slots", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__next_release_intensity: _TypeAlias = _typing.Literal["next_release_intensity"]  # noqa: Y015
+    _WhichOneofArgType__next_release_intensity: _TypeAlias = _typing.Literal["_next_release_intensity", b"_next_release_intensity"]  # noqa: Y015
     _WhichOneofReturnType__signal_value: _TypeAlias = _typing.Literal["signal_value"]  # noqa: Y015
     _WhichOneofArgType__signal_value: _TypeAlias = _typing.Literal["_signal_value", b"_signal_value"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__next_release_intensity) -> _WhichOneofReturnType__next_release_intensity | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__signal_value) -> _WhichOneofReturnType__signal_value | None: ...
 
 Global___PoolStatus: _TypeAlias = PoolStatus  # noqa: Y015
