@@ -154,6 +154,11 @@ export interface SubmitOptions {
   headers?: Record<string, string>;
   /** The pools it may run in (each a configured [pools.NAME]); none: any pool that runs its type. */
   pools?: string[];
+  /** A deferrable task's window: finish by `deadline`, or start by `latestStart`. */
+  deadline?: Date;
+  latestStart?: Date;
+  /** How long it runs, about: what the plan counts on (and `deadline` less it is its latest start). */
+  estimatedDurationMs?: number;
 }
 
 /** A promise-based client of SchedulerService. */

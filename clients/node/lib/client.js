@@ -5,6 +5,15 @@ const { fromMillis } = require('./duration');
 const { channelSettings } = require('./security');
 const { encodePayload } = require('./codec');
 
+function timestamp(name, date) {
+  if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
+    throw new TypeError(`${name} must be a valid Date (got ${String(date)})`);
+  }
+  const ms = date.getTime();
+  const seconds = Math.floor(ms / 1000);
+  return { seconds, nanos: (ms - seconds * 1000) * 1e6 };
+}
+
 class SchedulerClient {
   /** `security`: { token, ca, cert, key } (see security.js), e.g. `fromEnv()`; plaintext without. */
   constructor(target, security = {}) {
@@ -37,6 +46,11 @@ class SchedulerClient {
     if (Object.keys(encoded.headers).length > 0) task.headers = encoded.headers;
     // The pools it may run in (configured [pools.NAME]); none: any pool that runs its type.
     if (options.pools && options.pools.length > 0) task.pools = [...options.pools];
+    // A deferrable task's window: finish by `deadline` or start by `latestStart` (Dates), running
+    // about `estimatedDurationMs`; the scheduler plans its release (with pools, where and when).
+    if (options.deadline !== undefined) task.deadline = timestamp('deadline', options.deadline);
+    if (options.latestStart !== undefined) task.latest_start = timestamp('latestStart', options.latestStart);
+    if (options.estimatedDurationMs) task.estimated_duration = fromMillis(options.estimatedDurationMs);
     const response = await this._call('SubmitTask', { task });
     return response.task;
   }

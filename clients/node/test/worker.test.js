@@ -254,3 +254,18 @@ test('honours a drain: finishes what it runs, reports it, closes that stream and
   await worker.stop();
   assert.equal(await worker.closed, null);
 });
+
+test('a task is submitted with its window and the pools it may run in', LIMIT, async () => {
+  const latestStart = new Date(Date.now() + 3600 * 1000);
+  const submitted = await client.submit('n_window', 'w', {
+    latestStart,
+    estimatedDurationMs: 90000,
+    pools: ['default'],
+  });
+  const task = await client.get(submitted.id);
+  assert.equal(Number(task.latest_start.seconds), Math.floor(latestStart.getTime() / 1000));
+  assert.equal(Number(task.estimated_duration.seconds), 90);
+  assert.deepEqual(task.pools, ['default']);
+  await client.cancel(submitted.id);
+  await assert.rejects(client.submit('n_window', 'w', { latestStart: 'tomorrow' }), /latestStart must be a valid Date/);
+});
