@@ -52,6 +52,7 @@ def test_the_group_insert_planned_on_an_empty_table_reads_no_backlog_later(datab
         "deps_pending": [0],
         "submitted_by": None,
         "signal": None,
+        "signals": [None],
         "release_lead": RELEASE_LEAD,
         "wake": "",
         "workers": ["w1"],
