@@ -199,14 +199,29 @@ async def test_scheduler_killed_between_claim_and_send_strands_nothing(postgres:
         async def all_back() -> bool:
             # Each worker given work by the next scheduler: it has taken the worker's hello, and
             # ended what was recorded as the worker's and not listed in it, before its first claim.
+            # Work started since, whether still running or done: at any one look, a worker may be
+            # between batches.
             rows = await query(
                 url,
-                "SELECT count(DISTINCT worker_id) FROM lowtide.tasks WHERE state = 'running' "
-                f"AND started_at > '{killed_at}'::timestamptz",
+                f"SELECT count(DISTINCT worker_id) FROM lowtide.tasks WHERE started_at > '{killed_at}'::timestamptz",
             )
             return rows[0][0] == WORKERS
 
-        await eventually(all_back, within=60, interval=0.1)
+        try:
+            await eventually(all_back, within=60, interval=0.1)
+        except AssertionError as error:
+            started = await query(
+                url,
+                "SELECT worker_id, state, count(*) FROM lowtide.tasks "
+                f"WHERE started_at > '{killed_at}'::timestamptz GROUP BY 1, 2 ORDER BY 1, 2",
+            )
+            sessions = await query(
+                url,
+                "SELECT state, wait_event, left(query, 60) FROM pg_stat_activity WHERE backend_type = 'client backend'",
+            )
+            raise AssertionError(
+                f"{error}: started since the kill {started}; {await states(url)}; {sessions}\n{logs_of(logs)}"
+            ) from None
         await postgres.release_commits()
 
     await _drain(url, tmp_path, kills, settings)
