@@ -92,6 +92,9 @@ class Calibrations:
         self._every = every
         self._learned: dict[str, Calibration] = {}
         self._last_learn: dict[str, datetime] = {}
+        # How often each signal's record was said to have grown (learn_soon): a learning that
+        # began before the last of those did not see all of it.
+        self._grown: dict[str, int] = {}
 
     def scale(self, name: str) -> float:
         return self._scales.get(name, 1.0)
@@ -175,13 +178,18 @@ class Calibrations:
             last = self._last_learn.get(name)
             if last is not None and now - last < self._every:
                 continue
+            grown = self._grown.get(name, 0)
             await self.learn(name, now)
-            # Only once learned: a learning the database refused is tried again at the next tick.
-            self._last_learn[name] = now
+            # Only once learned: a learning the database refused is tried again at the next tick;
+            # and not when the record grew while it learned (the seeding stored the past meanwhile):
+            # what it missed is learned at the next tick, not a day later.
+            if self._grown.get(name, 0) == grown:
+                self._last_learn[name] = now
 
     def learn_soon(self, name: str) -> None:
         """The signal's calibration is learned again at the next `maybe_learn` (its record has
         just grown: signal_service/feeds/seed.py), by the one loop that learns and loads."""
+        self._grown[name] = self._grown.get(name, 0) + 1
         self._last_learn.pop(name, None)
 
     async def learn(self, name: str, now: datetime) -> Calibration:
@@ -240,6 +248,7 @@ def _record(issued: list[IssuedRow], actuals: list[ActualRow], *, origin: dateti
     in its interval."""
     record = Record()
     seen = [_scaled(a.at, origin, scale) for a in actuals]
+    anchor: datetime | None = None
     for row in sorted(issued, key=lambda r: r.issued_at):
         times = [_scaled(t, origin, scale) for t in row.at]
         if not times:
@@ -248,7 +257,12 @@ def _record(issued: list[IssuedRow], actuals: list[ActualRow], *, origin: dateti
         step = ONE_POINT_STEP
         if len(times) > 1:
             step = max(timedelta(minutes=1), sorted(b - a for a, b in itertools.pairwise(times))[len(times) // 2 - 1])
-        grid = [origin + round((t - origin) / step) * step for t in times]
+        # One grid for the whole record, in phase with the feed's own times (its first forecast's
+        # first point). Not with the window's start, a moment of the clock: that moved a point by up
+        # to half a step, so a lead of 30 minutes was learned as one of 27 (in the bucket below)
+        # when the learning ran late in a half hour.
+        anchor = anchor or times[0]
+        grid = [anchor + round((t - anchor) / step) * step for t in times]
         record.add_forecast(Issued(_scaled(row.issued_at, origin, scale), tuple(zip(grid, row.value, strict=True))))
         # Paired at the point's own time: its grid time may be up to half a step off it.
         for raw, at in zip(times, grid, strict=True):

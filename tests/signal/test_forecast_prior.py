@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from lowtide.config import SignalDefinition
 from lowtide.db import Database
+from lowtide.forecast_calibration import Calibration
 from lowtide.forecast_error import HorizonError
 from lowtide_client import SignalClient
 from lowtide_proto.lowtide.v1 import signal_pb2
@@ -110,5 +111,58 @@ async def test_a_learning_stored_after_a_later_one_does_not_replace_it(database_
         # Learned up to four days ago: nothing yet, all prior; refused, as older than the stored one.
         await calibrations.learn("grid", now - timedelta(days=4))
         assert calibrations.current("grid", now).learned(timedelta(hours=24))
+    finally:
+        await db.close()
+
+
+async def test_a_record_grown_while_learning_is_learned_again_at_the_next_tick(database_url: str) -> None:
+    """The seeding stores a feed's past while the service's first learning runs (both start with
+    the service). That learning read the record before the past was in it: the next tick learns
+    again, not a day later (the seeded leads stayed on the prior for a day)."""
+    db = Database(database_url, min_size=1, max_size=2)
+    await db.open()
+    try:
+        calibrations = Calibrations(db, every=timedelta(days=1))
+        now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+        learn = calibrations.learn
+
+        async def seeded_meanwhile(name: str, now: datetime) -> Calibration:
+            learned = await learn(name, now)  # read an empty record
+            await _record(calibrations, now - timedelta(days=4), forecasts=72, days=4)
+            calibrations.learn_soon(name)
+            return learned
+
+        calibrations.learn = seeded_meanwhile  # type: ignore[method-assign]
+        await calibrations.maybe_learn(["grid"], now)
+        assert not calibrations.current("grid", now).learned(timedelta(hours=24))
+        calibrations.learn = learn  # type: ignore[method-assign]
+        await calibrations.maybe_learn(["grid"], now + timedelta(seconds=1))
+        assert calibrations.current("grid", now).learned(timedelta(hours=24))
+    finally:
+        await db.close()
+
+
+async def test_a_lead_is_learned_as_it_was_whatever_the_minute_of_the_learning(database_url: str) -> None:
+    """A feed's past, each value forecast 30 minutes ahead (as the UK feed seeds it), learned at
+    any moment of a half hour: the 30-minute lead is learned (before, a learning in the second
+    half of a half hour put every one of those forecasts at a 27-minute lead or so, in the
+    bucket below, and the lead the seeding is for stayed on the prior)."""
+    db = Database(database_url, min_size=1, max_size=2)
+    await db.open()
+    try:
+        calibrations = Calibrations(db)
+        hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+        pairs = [(hour - i * HALF_HOUR, TRUTH / 1.1, TRUTH) for i in range(1, 3 * 48)]
+        await calibrations.record_past("grid", pairs, lead=HALF_HOUR)
+        for into in (
+            timedelta(0),
+            timedelta(minutes=7),
+            timedelta(minutes=16, seconds=3),
+            timedelta(minutes=27, seconds=12),
+        ):
+            learned = await calibrations.learn("grid", hour + into)
+            assert learned.learned(timedelta(minutes=45)) and learned.samples(timedelta(minutes=45)) >= 140, into
+            assert not learned.learned(timedelta(minutes=15)), into
+            assert abs(learned.bias(timedelta(minutes=45)) - 0.1) < 0.01, into
     finally:
         await db.close()
