@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -16,6 +17,9 @@ import pytest
 NODE_DIR = Path(__file__).resolve().parents[2] / "clients" / "node"
 # Written after a successful `npm ci`: the hash of the lock file it installed.
 STAMP = NODE_DIR / "node_modules" / ".lowtide-lock-sha256"
+# Held while `npm ci` runs: the suite's processes (pytest-xdist) install one at a time; two at
+# once, on a fresh clone, emptied each other's node_modules.
+INSTALLING = NODE_DIR / ".npm-ci.lock"
 
 
 def node_or_skip() -> str:
@@ -52,8 +56,13 @@ async def ensure_node_modules() -> None:
     lock = hashlib.sha256((NODE_DIR / "package-lock.json").read_bytes()).hexdigest()
     if STAMP.exists() and STAMP.read_text().strip() == lock:
         return
-    code, out, err = await run_bounded(
-        "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error", cwd=NODE_DIR, within=300
-    )
-    assert code == 0, f"npm ci failed ({code}):\n{out}\n{err}"
-    STAMP.write_text(lock)
+    with INSTALLING.open("w") as installing:
+        # Bounded: the process holding it runs `npm ci` for at most 300 s.
+        await asyncio.to_thread(fcntl.flock, installing, fcntl.LOCK_EX)
+        if STAMP.exists() and STAMP.read_text().strip() == lock:
+            return  # installed by another process meanwhile
+        code, out, err = await run_bounded(
+            "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error", cwd=NODE_DIR, within=300
+        )
+        assert code == 0, f"npm ci failed ({code}):\n{out}\n{err}"
+        STAMP.write_text(lock)
