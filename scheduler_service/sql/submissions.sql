@@ -108,10 +108,13 @@ WITH inserted AS (
            n.schedule_to_start_ms, n.start_to_close_ms, n.heartbeat_ms,
            CASE WHEN h.worker_id IS NULL THEN now() + n.schedule_to_start_ms * interval '1 millisecond' END,
            n.max_defer_ms,
-           -- As _insert_tasks (a plain task has no fixed start).
-           CASE WHEN n.kind = 'activity'
-                THEN LEAST(n.latest_start - %(release_lead)s::interval, n.planned_release_at) END,
-           n.signal_at_submit, n.pool, n.estimated_duration_ms, GREATEST(n.planned_release_at, now()),
+           -- As _insert_tasks (a plain task has no fixed start; one placed in a pool is the
+           -- others' only from its latest start).
+           CASE WHEN n.kind = 'activity' AND n.planned_pool IS NOT NULL THEN n.latest_start - %(release_lead)s::interval
+                WHEN n.kind = 'activity' THEN LEAST(n.latest_start - %(release_lead)s::interval, n.planned_release_at) END,
+           n.signal_at_submit, n.pool, n.estimated_duration_ms,
+           CASE WHEN n.planned_pool IS NOT NULL THEN GREATEST(n.latest_start - %(release_lead)s::interval, now())
+                ELSE GREATEST(n.planned_release_at, now()) END,
            n.resources::jsonb, n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason,
            %(submitted_by)s::text, n.headers::jsonb, string_to_array(n.allowed_pools, E'\x1f'), n.planned_pool,
            CASE WHEN h.worker_id IS NULL THEN 'pending' ELSE 'running' END,

@@ -1,0 +1,82 @@
+"""A task placed in a pool (where and when) is stored alike by each of the three inserts a submit
+may take: alone (insert_tasks), answered whole (insert_tasks_whole), or in a group of single
+submits one of which is handed straight to an idle slot (insert_tasks_handed). Stored otherwise,
+every pool it names could take it from its planned release on, not only the one it was placed in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from lowtide.db import Database
+from scheduler_service.domain.model import Kind, NewTask, RetryPolicy
+from scheduler_service.domain.planning import RELEASE_LEAD
+from scheduler_service.store.submissions import SubmissionWrites
+
+RETRY = RetryPolicy(3, timedelta(seconds=1), 2.0, timedelta(seconds=60))
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    payload: bytes
+    state: str
+    run_at: datetime
+    hold_deadline: datetime | None
+    planned_pool: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    state: str
+
+
+async def test_a_placed_task_is_stored_alike_by_every_insert(database_url: str) -> None:
+    now = datetime.now(UTC)
+    latest = now + timedelta(hours=6)
+    db = Database(database_url, min_size=1, max_size=2)
+    await db.open()
+    try:
+        await db.execute(
+            "INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at) "
+            "VALUES ('w1', 'default', '{default}', '{plain}', 4, 's1', now() + interval '1 hour')"
+        )
+
+        async def submit(path: str) -> None:
+            placed = NewTask(
+                "default", Kind.ACTIVITY, "render", path.encode(), 0, None, RETRY, None, None, None,
+                latest_start=latest, duration=timedelta(minutes=30),
+                planned_release_at=now + timedelta(hours=1), planned_intensity=120.0, plan_reason="placed",
+                pools=("eu-west", "eu-central"), planned_pool="eu-central",
+            )  # fmt: skip
+            # Of a type of its own: a pending task of its type would go first, and this one wait.
+            plain = NewTask(
+                "default", Kind.ACTIVITY, f"plain-{path}", b"plain-" + path.encode(), 0, None, RETRY, None, None, None
+            )
+            writes = SubmissionWrites(db, set())
+            workers: list[str | None] | None = [None, "w1"] if path == "handed" else None
+            await writes.insert(
+                [placed, plain],
+                deps_pending=[0, 0],
+                signal=None,
+                submitted_by=None,
+                wake="",
+                whole=path != "alone",
+                workers=workers,
+            )
+
+        for path in ("alone", "whole", "handed"):
+            await submit(path)
+        rows = await db.fetch_as(
+            Stored,
+            "SELECT payload, state, run_at, hold_deadline, planned_pool FROM lowtide.tasks "
+            "WHERE activity_type = 'render' ORDER BY id",
+        )
+        # Held for its own pool until its latest start, however it was stored.
+        stored = {bytes(r.payload).decode(): (r.state, r.run_at, r.hold_deadline, r.planned_pool) for r in rows}
+        held = ("pending", latest - RELEASE_LEAD, latest - RELEASE_LEAD, "eu-central")
+        assert stored == dict.fromkeys(("alone", "whole", "handed"), held)
+        # The group really was the handed one: its plain task was stored running on the idle worker.
+        handed = await db.fetch_as(State, "SELECT state FROM lowtide.tasks WHERE payload = 'plain-handed'::bytea")
+        assert handed == [State("running")]
+    finally:
+        await db.close()
