@@ -169,6 +169,9 @@ LIMIT 20000
 -- own pool's claims take it from planned_release_at on (claims.sql, _placed_here).
 UPDATE lowtide.tasks t
 SET run_at = CASE WHEN p.pool IS NOT NULL THEN GREATEST(t.latest_start - %(release_lead)s::interval, now())
+                  -- Placed no more (no forecast covers it now): due in any pool it names from the
+                  -- release it was placed for, as a task never placed keeps its last release.
+                  WHEN p.release_at IS NULL AND t.planned_pool IS NOT NULL THEN GREATEST(t.planned_release_at, now())
                   WHEN p.release_at IS NULL THEN t.run_at ELSE GREATEST(p.release_at, now()) END,
     hold_deadline = CASE WHEN p.pool IS NOT NULL THEN t.latest_start - %(release_lead)s::interval
                          ELSE LEAST(t.latest_start - %(release_lead)s::interval, p.release_at) END,

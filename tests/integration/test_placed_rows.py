@@ -1,7 +1,12 @@
-"""A task placed in a pool (where and when) is stored alike by each of the three inserts a submit
-may take: alone (insert_tasks), answered whole (insert_tasks_whole), or in a group of single
-submits one of which is handed straight to an idle slot (insert_tasks_handed). Stored otherwise,
-every pool it names could take it from its planned release on, not only the one it was placed in."""
+"""The rows of a task placed in a pool (where and when), as a new user of regions would notice
+them: who may take it, and from when.
+
+A placed task is stored alike by each of the three inserts a submit may take: alone
+(insert_tasks), answered whole (insert_tasks_whole), or in a group of single submits one of which
+is handed straight to an idle slot (insert_tasks_handed). Stored otherwise, every pool it names
+could take it from its planned release on, not only the one it was placed in. And when a later
+plan places it no more, the hold decides from the release it was placed for, in any of its pools.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from lowtide.db import Database
 from scheduler_service.domain.model import Kind, NewTask, RetryPolicy
 from scheduler_service.domain.planning import RELEASE_LEAD
+from scheduler_service.store.base import Q
 from scheduler_service.store.submissions import SubmissionWrites
 
 RETRY = RetryPolicy(3, timedelta(seconds=1), 2.0, timedelta(seconds=60))
@@ -78,5 +84,40 @@ async def test_a_placed_task_is_stored_alike_by_every_insert(database_url: str) 
         # The group really was the handed one: its plain task was stored running on the idle worker.
         handed = await db.fetch_as(State, "SELECT state FROM lowtide.tasks WHERE payload = 'plain-handed'::bytea")
         assert handed == [State("running")]
+    finally:
+        await db.close()
+
+
+async def test_a_placed_task_no_forecast_covers_any_more_is_due_in_any_pool_from_its_release(database_url: str) -> None:
+    """Placed, then planned again with no forecast covering its window (the feed went quiet): the
+    threshold hold decides from the release it was placed for, in any pool it names, as for a task
+    never placed. It stayed due only at its latest start, whatever the signal."""
+    now = datetime.now(UTC)
+    latest, release = now + timedelta(hours=6), now + timedelta(hours=1)
+    db = Database(database_url, min_size=1, max_size=2)
+    await db.open()
+    try:
+        task = NewTask(
+            "default", Kind.ACTIVITY, "render", b"placed", 0, None, RETRY, None, None, None,
+            latest_start=latest, duration=timedelta(minutes=30), planned_release_at=release,
+            planned_intensity=120.0, plan_reason="placed", pools=("eu-west", "eu-central"), planned_pool="eu-central",
+        )  # fmt: skip
+        ((task_id, _),) = await SubmissionWrites(db, set()).insert(
+            [task], deps_pending=[0], signal=None, submitted_by=None, wake=""
+        )
+        threshold = {
+            "ids": [task_id],
+            "release_ats": [None],
+            "intensities": [None],
+            "reasons": ["no forecast; held until the signal falls under its threshold"],
+            "planned_pools": [None],
+            "release_lead": RELEASE_LEAD,
+        }
+        await db.execute(Q["apply_plans"], threshold)
+        rows = await db.fetch_as(
+            Stored, "SELECT payload, state, run_at, hold_deadline, planned_pool FROM lowtide.tasks WHERE id = %(id)s",
+            {"id": task_id},
+        )  # fmt: skip
+        assert [(r.run_at, r.hold_deadline, r.planned_pool) for r in rows] == [(release, latest - RELEASE_LEAD, None)]
     finally:
         await db.close()
