@@ -165,6 +165,7 @@ async def run_feed(
     forecast_due = loop.time()
     issued = _issue(feed)
     leading = False
+    seeder: asyncio.Task[int] | None = None
     try:
         while True:
             interval = feed.interval(refresh)
@@ -179,8 +180,10 @@ async def run_feed(
                     available = await refresh_forecast(feed, signals, name, stats)
                     forecast_due = loop.time() + (refresh if available else FORECAST_UNAVAILABLE_RETRY)
                 if seeding is not None:
-                    # Once, when first leading, after the first value and forecast are stored.
-                    await seed_calibration(feed, signals, name, seeding)
+                    # Once, when first leading, after the first value and forecast are stored;
+                    # beside the polls (its requests take up to its timeout: the signal is kept
+                    # fresh and the lease renewed meanwhile).
+                    seeder = loop.create_task(seed_calibration(feed, signals, name, seeding), name=f"seed-{name}")
                     seeding = None
             wait = feed.interval(refresh)
             if leading and wait > interval:
@@ -190,6 +193,10 @@ async def run_feed(
                 await _leading(signals, holder, timedelta(seconds=wait) + lease_ttl(interval), lease)
             await asyncio.sleep(wait)
     finally:
+        if seeder is not None and not seeder.done():
+            seeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await seeder
         if leading:
             with contextlib.suppress(DatabaseUnavailable):
                 await signals.store.release_feed_lease(holder, lease=lease)

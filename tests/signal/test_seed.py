@@ -6,6 +6,7 @@ for none of the days it stored."""
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -114,3 +115,39 @@ async def test_the_uk_feeds_past_forecasts_seed_the_short_leads_at_start(
             await again.stop()
         assert (done.requests, done.stored) == (0, 0)  # type: ignore[attr-defined]
         assert len(_past(api)) == DAYS
+
+
+async def test_the_signal_is_polled_while_the_past_is_asked_for(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An API slow to give its past (each day's answer takes 2 s here; a seeding may take up to its
+    timeout): the signal's value is polled all the while, not once the seeding is done (the
+    signal went stale, and the feed's lease lapsed, behind a slow seeding)."""
+    caplog.set_level(logging.INFO, logger="lowtide.signal.feed")
+
+    def slow_past(path: str) -> dict[str, object]:
+        if not path.endswith("/fw48h"):
+            time.sleep(2.0)
+        return _answer(path)
+
+    with grid_api() as api:
+        now = datetime.now(UTC)
+        slot = now.replace(minute=30 * (now.minute // 30), second=0, microsecond=0)
+        api.on("/intensity", Answer({"data": [_entry(slot, TRUTH, TRUTH)]}))
+        api.on("/intensity/*", Answer(slow_past))
+        config = signal_config(refresh=timedelta(milliseconds=200), calibration_seed_days=DAYS)
+        feed = UkCarbonIntensity(HttpJson(api.url, timeout=5.0, backoff_initial=0.01, backoff_max=0.02))
+        server = await start_signal_service(config, database_url=database_url, feed=feed)
+        try:
+
+            async def seeded() -> list[logging.LogRecord]:
+                return [r for r in caplog.records if r.getMessage() == "calibration.seeded"]
+
+            (done,) = await eventually(seeded, within=60)
+        finally:
+            await server.stop()
+    assert done.requests == DAYS  # type: ignore[attr-defined]
+    past = [r.at for r in api.requests if r.path.startswith("/intensity/") and not r.path.endswith("/fw48h")]
+    polls = [r.at for r in api.to("/intensity") if min(past) < r.at < max(past)]
+    # The seeding's requests are spread over 4 s or more; a poll every 0.2 s meanwhile.
+    assert len(polls) >= 3, (past, polls)
