@@ -14,6 +14,14 @@ function timestamp(name, date) {
   return { seconds, nanos: (ms - seconds * 1000) * 1e6 };
 }
 
+// A list of pool names: a bare string would be spread into letters, each sent as a pool.
+function poolNames(pools) {
+  if (!Array.isArray(pools) || !pools.every((p) => typeof p === 'string')) {
+    throw new TypeError(`pools must be an array of pool names (got ${JSON.stringify(pools)})`);
+  }
+  return [...pools];
+}
+
 class SchedulerClient {
   /** `security`: { token, ca, cert, key } (see security.js), e.g. `fromEnv()`; plaintext without. */
   constructor(target, security = {}) {
@@ -45,7 +53,7 @@ class SchedulerClient {
     if (options.startToCloseTimeoutMs) task.start_to_close_timeout = fromMillis(options.startToCloseTimeoutMs);
     if (Object.keys(encoded.headers).length > 0) task.headers = encoded.headers;
     // The pools it may run in (configured [pools.NAME]); none: any pool that runs its type.
-    if (options.pools && options.pools.length > 0) task.pools = [...options.pools];
+    if (options.pools !== undefined) task.pools = poolNames(options.pools);
     // A deferrable task's window: finish by `deadline` or start by `latestStart` (Dates), running
     // about `estimatedDurationMs`; the scheduler plans its release (with pools, where and when).
     if (options.deadline !== undefined) task.deadline = timestamp('deadline', options.deadline);

@@ -268,4 +268,6 @@ test('a task is submitted with its window and the pools it may run in', LIMIT, a
   assert.deepEqual(task.pools, ['default']);
   await client.cancel(submitted.id);
   await assert.rejects(client.submit('n_window', 'w', { latestStart: 'tomorrow' }), /latestStart must be a valid Date/);
+  // A bare string is not spread into one-letter pools.
+  await assert.rejects(client.submit('n_window', 'w', { pools: 'eu-west' }), /pools must be an array of pool names/);
 });
