@@ -5,8 +5,8 @@ Why it works this way: docs/architecture/holds.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
@@ -48,13 +48,14 @@ class PlanTask:
     later not-before); a deadline on the finish is turned into a latest start by `finishing_by`.
     `planned` is the start its last plan chose, if any: keeping it is scored at the forecast mean
     less its expected error, so a re-plan leaves it only for a start that is better by more than
-    the noise."""
+    the noise. `caution`, when set, is the task's own (see `plan`)."""
 
     task_id: int
     earliest: datetime
     latest_start: datetime
     duration: timedelta
     planned: datetime | None = None
+    caution: float | None = None
 
     def __post_init__(self) -> None:
         if self.duration < timedelta(0):
@@ -111,21 +112,28 @@ def plan(
     *,
     signal_low: bool,
     resolution: timedelta = timedelta(minutes=5),
-    caution: float = CAUTION,
+    caution: float | Callable[[timedelta], float] = CAUTION,
     expected: Iterable[PlanTask] = (),
 ) -> list[Plan]:
     """One plan per task, in the order given.
 
     `signal_low` is the threshold hold's current verdict (the signal is at or under its
     threshold): it decides the fallback for tasks no forecast covers. `caution` weighs the
-    forecast's expected errors (0: plan on its values alone). `expected` are tasks expected to
-    be submitted later (see `scheduler_service.domain.demand`): they are planned beside the
-    given ones and take room in the plan, but get no plan, and never take a given task's room.
+    forecast's expected errors (0: plan on its values alone), the same for every task, or a
+    function of a task's window (its latest start less its earliest): a start now cannot be
+    undone, a later one is planned again, and a longer window holds more chances to wait for.
+    `expected` are tasks expected to be submitted later (see `scheduler_service.domain.demand`):
+    they are planned beside the given ones and take room in the plan, but get no plan, and never
+    take a given task's room.
     """
     given = list(tasks)
     if resolution <= timedelta(0):
         raise ValueError("resolution must be positive")
     coming = [t for t in expected if t.earliest > now] if given else []
+    if callable(caution):
+        by_window = caution
+        given, coming = ([_own(t, by_window) for t in ts] for ts in (given, coming))
+        caution = CAUTION
     if coming:
         # Expected work arriving after the last given task's latest start competes with none.
         last = max(t.latest_start for t in given)
@@ -139,6 +147,10 @@ def plan(
         if _costs_room(plans, alone):
             return alone
     return plans
+
+
+def _own(task: PlanTask, caution: Callable[[timedelta], float]) -> PlanTask:
+    return task if task.caution is not None else replace(task, caution=caution(task.latest_start - task.earliest))
 
 
 def _costs_room(beside: Sequence[Plan], alone: Sequence[Plan]) -> bool:
@@ -226,6 +238,7 @@ def _starts(
     """(score, offset) of every start worth trying in the task's window, lowest score first: the
     forecast's kinks, and (beside other runs the best free start may be just clear of one of
     them, which is no forecast point) every start on the slot grid."""
+    caution = caution if task.caution is None else task.caution
     span = task.duration // _US
     scored = forecast._scored_starts(forecast._offset(earliest), forecast._offset(task.latest_start), span, caution)
     if task.planned is not None and earliest < task.planned <= task.latest_start:
@@ -273,6 +286,7 @@ def _plan_one(
     caution: float,
     pinned: tuple[int, tuple[float, int]] | None = None,
 ) -> Plan:
+    caution = caution if task.caution is None else task.caution
     earliest = max(task.earliest, now)
     latest = task.latest_start
     if latest <= earliest:

@@ -5,7 +5,7 @@ forecast is never worse than planning once."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -112,3 +112,24 @@ def test_on_a_perfect_forecast_re_planning_is_never_worse_than_planning_once(
         again = _replanned(t, forecast)
         assert again <= max(t.latest_start, T0)
         assert mean_at(forecast, again, t.duration) <= mean_at(forecast, once.release_at, t.duration)
+
+
+def test_a_longer_window_is_planned_with_its_own_lower_caution() -> None:
+    # Now 100 (known); later 95, each point off by 10 %: at caution 1 not surely under 100, at
+    # caution 0 it is. A caution falling with the window waits in a day's window, not in 4 hours'.
+    ahead = [(at(30 * i), 95.0, 0.1) for i in range(1, 60)]
+    forecast = Forecast.of([(at(0), 100.0, 0.0), *ahead])
+
+    def by_window(window: timedelta) -> float:
+        return 1.0 if window <= timedelta(hours=4) else 0.0
+
+    short, long = task(1, latest=240), task(2, latest=24 * 60)
+    plans = plan([short, long], forecast, ROOMY, T0, signal_low=False, caution=by_window)
+    assert [p.release_at for p in plans] == [T0, at(30)]
+    # The same with a pool (the auction) and with a caution of the task's own.
+    plans = plan([short, long], forecast, Capacity(max_running=2), T0, signal_low=False, caution=by_window)
+    assert [p.release_at for p in plans] == [T0, at(30)]
+    own = replace(long, caution=1.0)
+    assert plan([own], forecast, ROOMY, T0, signal_low=False, caution=by_window)[0].release_at == T0
+    # One caution for every task, as before: both start now.
+    assert [p.release_at for p in plan([short, long], forecast, ROOMY, T0, signal_low=False)] == [T0, T0]
