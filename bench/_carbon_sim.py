@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -146,8 +146,8 @@ class Learned:
         self._cache[k] = forecast
         return forecast
 
-    def caution(self, k: int) -> float:
-        return self._calibrated(k).caution
+    def caution(self, k: int) -> Callable[[timedelta], float]:
+        return self._calibrated(k).caution_for
 
 
 class Issuing(Protocol):
@@ -163,7 +163,7 @@ class Issuing(Protocol):
 class ForecastSource(Protocol):
     def at(self, k: int) -> Forecast: ...
 
-    def caution(self, k: int) -> float: ...
+    def caution(self, k: int) -> float | Callable[[timedelta], float]: ...
 
 
 def replanned(

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from lowtide.forecast_error import ErrorModel, HorizonError
-from lowtide.forecast_replay import CAUTION_WINDOW, JOB_SLACKS, JOB_STRIDE, MIN_JOBS, paying, replayed
+from lowtide.forecast_replay import CAUTION_WINDOW, JOB_SLACKS, JOB_STRIDE, MIN_JOBS, SLOPES, paying, replayed, windowed
 
 __all__ = [
     "BUCKET_EDGES_H",
@@ -85,12 +85,14 @@ class Bucket:
 @dataclass(frozen=True, slots=True)
 class Calibration:
     """What the record taught at `at`: per lead bucket the bias and error (blended with the
-    prior), and the caution that paid (`caution_jobs` re-played; 0 when the prior's was kept)."""
+    prior), and the caution that paid (`caution_jobs` re-played; 0 when the prior's was kept),
+    a 4 h window's, falling by `caution_slope` per doubling of the window (`caution_for`)."""
 
     at: datetime
     buckets: tuple[Bucket, ...]
     caution: float = PRIOR_CAUTION
     caution_jobs: int = 0
+    caution_slope: float = 0.0
     days: float = 0.0
     # How much of a forecast's error now is still there `BUCKET_EDGES_H[i]` hours later (the
     # regression of the later error on the earlier; 0 without a record).
@@ -107,6 +109,10 @@ class Calibration:
     # The follow applies to the forecast as issued, its bias by lead left in: the record's jobs,
     # re-played, started clearly cheaper so.
     follow_raw: bool = False
+
+    def caution_for(self, window: timedelta) -> float:
+        """The caution for a task whose latest start is `window` after its earliest."""
+        return windowed(self.caution, self.caution_slope, window)
 
     def _bucket(self, lead: timedelta) -> Bucket:
         hours = max(0.0, lead / _HOUR)
@@ -357,21 +363,24 @@ class Record:
 
     def _caution(self, variants: Sequence[Calibration], now: datetime) -> Calibration:
         """Of the `variants` (the same figures, corrected in different ways), the one and the
-        caution under which the window's jobs, re-played, started cheapest, or the bare
-        forecasts if they did better still; the first variant at its default caution unless
-        another is clearly better."""
+        caution under which the window's jobs, re-played, started cheapest, or the bare forecasts
+        if they did better still (the first variant at its default caution unless another is
+        clearly better); then a caution falling with the window, if one clearly beats that."""
         first = variants[0]
-        # Without a learned follow the default caution is the prior's; with it, the forecast's
-        # expected values (caution 0) are.
-        reference = CAUTIONS.index(0.0) if first.follow else CAUTIONS.index(PRIOR_CAUTION)
-        costs = replayed(self.issued, self.actuals, variants, now, CAUTIONS)
+        # The default caution: the prior's without a learned follow, else the expected values'.
+        grid = [(c, k) for c in CAUTIONS for k in SLOPES]
+        reference = grid.index((0.0 if first.follow else PRIOR_CAUTION, 0.0))
+        costs = replayed(self.issued, self.actuals, variants, now, grid)
         if len(costs) < MIN_JOBS:
-            return dataclasses.replace(first, caution=CAUTIONS[reference], caution_jobs=len(costs))
-        chosen = paying(costs, reference)
-        if chosen == len(variants) * len(CAUTIONS):
+            return dataclasses.replace(first, caution=grid[reference][0], caution_jobs=len(costs))
+        bare = len(variants) * len(grid)
+        chosen = paying(costs, reference, [i for i in range(bare + 1) if i == bare or grid[i % len(grid)][1] == 0])
+        if chosen != bare:
+            chosen = paying(costs, chosen)
+        if chosen == bare:
             return dataclasses.replace(first, caution=0.0, caution_jobs=len(costs), raw=True)
-        variant, caution = divmod(chosen, len(CAUTIONS))
-        return dataclasses.replace(variants[variant], caution=CAUTIONS[caution], caution_jobs=len(costs))
+        variant, (caution, slope) = chosen // len(grid), grid[chosen % len(grid)]
+        return dataclasses.replace(variants[variant], caution=caution, caution_slope=slope, caution_jobs=len(costs))
 
 
 def _blend(prior: Bucket, errors: list[float], forecasts: int) -> Bucket:

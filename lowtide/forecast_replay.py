@@ -44,6 +44,18 @@ JOB_STRIDE = timedelta(hours=1)
 CAUTION_WINDOW = timedelta(days=7)
 MIN_JOBS = 24
 _CLEARLY = 2.0
+# How much a task's caution falls per doubling of its window (latest start less earliest) over
+# the shortest re-played, up to the longest (no further: the record re-plays none longer), tried
+# with each caution: a start now cannot be undone, a later one is planned again, and a longer
+# window holds more chances to wait for (the lowest of many noisy futures is lower than the
+# lowest forecast), so waiting may be worth more the longer the window.
+SLOPES = (0.0, 0.25, 0.5)
+
+
+def windowed(caution: float, slope: float, window: timedelta) -> float:
+    """The caution of a task whose window is `window`: `caution` for the shortest re-played."""
+    shortest, longest = JOB_SLACKS[0], JOB_SLACKS[-1]
+    return caution - slope * math.log2(min(max(window, shortest), longest) / shortest)
 
 
 def replayed(
@@ -51,10 +63,10 @@ def replayed(
     actuals: dict[datetime, float],
     variants: Sequence[Calibration],
     now: datetime,
-    cautions: Sequence[float],
+    cautions: Sequence[tuple[float, float]],
 ) -> list[list[float]]:
     """The cost of each of the record's jobs (one every `JOB_STRIDE` for each window of
-    `JOB_SLACKS`) under each variant and caution, and last on the bare forecasts."""
+    `JOB_SLACKS`) under each variant and (caution, slope), and last on the bare forecasts."""
     costs: list[list[float]] = []
     times = sorted(t for t in actuals if now - CAUTION_WINDOW <= t <= now)
     # The forecasts issued from the newest one at the first arrival on (the older ones are
@@ -77,7 +89,15 @@ def replayed(
         for slack in JOB_SLACKS:
             steps = times[i : bisect.bisect_right(times, arrival + slack)]
             if steps[-1] >= arrival + slack:
-                job = [_replay(steps, actuals, v, c) for v in seen for c in cautions]
+                # The same caution for this window (slopes differ only for longer ones) is one re-play.
+                got: dict[tuple[int, float], float] = {}
+                job = []
+                for n, v in enumerate(seen):
+                    for c, k in cautions:
+                        at = windowed(c, k, slack)
+                        if (n, at) not in got:
+                            got[n, at] = _replay(steps, actuals, v, at)
+                        job.append(got[n, at])
                 costs.append([*job, _replay(steps, actuals, bare, 0.0)])
     return costs
 
@@ -140,13 +160,13 @@ def _replay(steps: Sequence[datetime], actuals: dict[datetime, float], seen: _Se
     return actuals[latest]
 
 
-def paying(costs: Sequence[Sequence[float]], reference: int) -> int:
-    """The candidate (a column of `costs`) whose jobs started cheapest, if clearly so: the
-    `reference` holds unless another saves on average more than `_CLEARLY` standard errors of
-    the jobs' paired differences (the record is short and its jobs overlap, so small differences
-    are noise)."""
+def paying(costs: Sequence[Sequence[float]], reference: int, among: Iterable[int] | None = None) -> int:
+    """The candidate (a column of `costs`, of `among` if given) whose jobs started cheapest, if
+    clearly so: the `reference` holds unless another saves on average more than `_CLEARLY`
+    standard errors of the jobs' paired differences (the record is short and its jobs overlap, so
+    small differences are noise)."""
     best, best_mean = reference, 0.0
-    for c in range(len(costs[0])):
+    for c in range(len(costs[0])) if among is None else among:
         diffs = [job[c] - job[reference] for job in costs]
         mean = statistics.fmean(diffs)
         error = statistics.stdev(diffs) / math.sqrt(len(diffs))

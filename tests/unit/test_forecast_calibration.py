@@ -7,13 +7,24 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lowtide.forecast_calibration import BUCKET_EDGES_H, MIN_JOBS, PRIOR_CAUTION, Issued, Record, prior_calibration
+import lowtide.forecast_calibration as calibration_module
+from lowtide.forecast_calibration import (
+    BUCKET_EDGES_H,
+    CAUTIONS,
+    JOB_SLACKS,
+    MIN_JOBS,
+    PRIOR_CAUTION,
+    Issued,
+    Record,
+    prior_calibration,
+)
 from lowtide.forecast_error import ErrorModel, HorizonError, IidError
+from lowtide.forecast_replay import SLOPES, replayed
 
 STEP = timedelta(minutes=30)
 START = datetime(2024, 3, 1, tzinfo=UTC)
@@ -151,3 +162,68 @@ def test_caution_is_not_chosen_where_it_did_not_pay() -> None:
     assert learned.caution_jobs >= MIN_JOBS
     assert learned.caution == 0.0
     assert not learned.raw
+
+
+def test_a_caution_by_window_is_the_4_h_one_falling_per_doubling_up_to_24_h() -> None:
+    learned = dataclasses.replace(prior_calibration(START), caution=0.5, caution_slope=0.25)
+    assert learned.caution_for(timedelta(hours=1)) == 0.5
+    assert learned.caution_for(timedelta(hours=4)) == 0.5
+    assert learned.caution_for(timedelta(hours=8)) == 0.25
+    assert learned.caution_for(timedelta(hours=16)) == 0.0
+    # No further than the longest window the record re-plays.
+    assert learned.caution_for(timedelta(hours=48)) == learned.caution_for(timedelta(hours=24))
+    assert prior_calibration(START).caution_for(timedelta(hours=24)) == PRIOR_CAUTION
+
+
+def test_the_record_is_re_played_with_each_windows_own_caution() -> None:
+    record = _record(IidError(0.15), 3)
+    now = START + 3 * 48 * STEP
+    calibration = record.learn(now)
+    # A 4 h job's caution is the same at any slope; an 8 h job's at slope 0.5 is a doubling's less.
+    grid = [(1.0, 0.0), (1.0, 0.5), (0.5, 0.0)]
+    costs = replayed(record.issued, record.actuals, [calibration], now, grid)
+    # Each hour's arrival is a job of each window in turn, while the record holds the window.
+    whole = costs[: 24 * len(JOB_SLACKS)]
+    by_window = [whole[i :: len(JOB_SLACKS)] for i in range(len(JOB_SLACKS))]
+    assert all(job[0] == job[1] for job in by_window[0])
+    assert all(job[1] == job[2] for job in by_window[1])
+    assert any(job[0] != job[2] for job in by_window[1])
+
+
+def _jobs(cheaper: Callable[[int, float, float], float], count: int = 60) -> list[list[float]]:
+    """A re-play's costs (jobs of each window in turn, columns the grid's (caution, slope) pairs
+    of the one variant, then the bare forecasts): 100, less `cheaper(window_h, caution, slope)`,
+    with a little noise."""
+    rng = random.Random(3)
+    costs = []
+    for _ in range(count):
+        for slack in JOB_SLACKS:
+            hours = slack // timedelta(hours=1)
+            row = [100 - cheaper(hours, c, k) + rng.gauss(0, 0.1) for c in CAUTIONS for k in SLOPES]
+            costs.append([*row, 110 + rng.gauss(0, 0.1)])
+    return costs
+
+
+def test_a_record_that_pays_less_caution_in_longer_windows_learns_the_slope(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def waiting_pays_longer(hours: int, caution: float, slope: float) -> float:
+        # Every window pays best at its own caution: 0.5 at 4 h, falling 0.25 a doubling.
+        own = 0.5 - 0.25 * math.log2(hours / 4)
+        return -abs(caution - slope * math.log2(hours / 4) - own)
+
+    monkeypatch.setattr(calibration_module, "replayed", lambda *_: _jobs(waiting_pays_longer))
+    learned = Record().learn(START)
+    assert (learned.caution, learned.caution_slope) == (0.5, 0.25)
+    assert learned.caution_for(timedelta(hours=24)) < learned.caution_for(timedelta(hours=4))
+
+
+def test_without_a_clear_gain_by_window_the_caution_is_the_same_for_every_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def one_caution_pays(hours: int, caution: float, slope: float) -> float:
+        return -abs(caution - slope * math.log2(hours / 4) - 1.0)
+
+    monkeypatch.setattr(calibration_module, "replayed", lambda *_: _jobs(one_caution_pays))
+    learned = Record().learn(START)
+    assert (learned.caution, learned.caution_slope) == (1.0, 0.0)
