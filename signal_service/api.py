@@ -87,6 +87,7 @@ def calibration_message(calibration: Calibration, lead_scale: float) -> signal_p
         follow_raw=calibration.follow_raw,
         caution=calibration.caution,
         caution_jobs=calibration.caution_jobs,
+        caution_slope=calibration.caution_slope,
         days=calibration.days,
         lead_scale=lead_scale,
         learned_at=_timestamp(calibration.at),

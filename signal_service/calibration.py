@@ -281,6 +281,7 @@ def _encode(calibration: Calibration) -> dict[str, Any]:
         ],
         "caution": calibration.caution,
         "caution_jobs": calibration.caution_jobs,
+        "caution_slope": calibration.caution_slope,
         "days": calibration.days,
         "persistence": list(calibration.persistence),
         "follow": list(calibration.follow),
@@ -296,6 +297,8 @@ def _decode(body: Mapping[str, Any]) -> Calibration:
         buckets=tuple(Bucket(b[0], math.inf if b[1] is None else b[1], *b[2:]) for b in body["buckets"]),
         caution=body["caution"],
         caution_jobs=body["caution_jobs"],
+        # Stored before the caution fell with the window: the same for every window.
+        caution_slope=body.get("caution_slope", 0.0),
         days=body["days"],
         persistence=tuple(body["persistence"]),
         # Stored before the calibration learned them: absent.

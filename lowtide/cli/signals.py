@@ -106,7 +106,8 @@ async def _signal_forecast(args: argparse.Namespace, config: Config) -> int:
     if response.HasField("calibration"):
         learned = response.calibration
         record = f"learned over {learned.days:.1f} days" if learned.days else "the prior's"
-        header.append(f"caution={learned.caution:g} ({record})")
+        by_window = f", -{learned.caution_slope:g} per doubling of a window over 4 h" if learned.caution_slope else ""
+        header.append(f"caution={learned.caution:g} ({record}{by_window})")
     if not response.points:
         header.append("(the feed gives no forecast now)")
     print(" ".join(header), flush=True)

@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 import grpc
 
 from lowtide.calibrated_forecast import planning_points
+from lowtide.forecast_replay import windowed
 from lowtide_client import SignalClient
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.channel import Security, keepalive_options, open_channel
@@ -133,6 +134,10 @@ class CostHolds:
         # How many standard deviations of a point's error a plan allows for: the caution the
         # signal's calibration found to pay on this feed, else the planner's default.
         self.forecast_caution = CAUTION
+        # How much it falls per doubling of a task's window (in the feed's time: a wall-clock
+        # window times `_lead_scale`), when the calibration found that to pay (`planning_caution`).
+        self.forecast_caution_slope = 0.0
+        self._lead_scale = 1.0
         # Grows with every new forecast, so the planner knows when to plan again.
         self.forecast_version = 0
         # The feed's latest forecast as streamed by the signal service (None: none yet).
@@ -279,7 +284,7 @@ class CostHolds:
         now = self._clock()
         actual = state.value if state.HasField("value") else None
         calibration = calibration_of(feed.calibration) if feed is not None and feed.HasField("calibration") else None
-        caution = CAUTION
+        caution, slope, scale = CAUTION, 0.0, 1.0
         if feed is not None and calibration is not None:
             # A bare feed: its points corrected by what the signal's calibration learned, as the
             # carbon bench's `replanned_learned` mode does, with the caution that paid.
@@ -287,7 +292,7 @@ class CostHolds:
             bare = [(p.at.ToDatetime(tzinfo=UTC), p.value) for p in feed.points]
             scale = feed.calibration.lead_scale or 1.0
             points = planning_points(calibration, issued, bare, now=now, actual=actual, scale=scale)
-            caution = calibration.caution
+            caution, slope = calibration.caution, calibration.caution_slope
         else:
             # Each point with its expected error, when the feed states one (0: planned on as given).
             given = [] if feed is None else feed.points
@@ -296,11 +301,22 @@ class CostHolds:
             known = [] if actual is None else [(now, actual, 0.0)]
             points = known + [(at, value, error) for at, value, error in raw if at > now]
         forecast = Forecast.of(points) if len(points) > 1 else None
-        if forecast != self.forecast or caution != self.forecast_caution:
+        if forecast != self.forecast or (caution, slope, scale) != self._caution_learned:
             self.forecast = forecast
-            self.forecast_caution = caution
+            self.forecast_caution, self.forecast_caution_slope, self._lead_scale = caution, slope, scale
             self.forecast_source = feed.source if feed is not None and forecast is not None else ""
             self.forecast_version += 1
+
+    @property
+    def _caution_learned(self) -> tuple[float, float, float]:
+        return self.forecast_caution, self.forecast_caution_slope, self._lead_scale
+
+    def planning_caution(self) -> float | Callable[[timedelta], float]:
+        """The caution to plan with: the same for every task, or by a task's window."""
+        caution, slope, scale = self._caution_learned
+        if not slope:
+            return caution
+        return lambda window: windowed(caution, slope, window * scale)
 
     @property
     def forecast_origin(self) -> str:
@@ -316,6 +332,8 @@ class CostHolds:
             learned = feed.calibration
             record = f"learned over {learned.days:.1f} days" if learned.days else "the prior's"
             origin += f"; bias and error {record}, caution {self.forecast_caution:g}"
+            if self.forecast_caution_slope:
+                origin += f" (4 h window; {-self.forecast_caution_slope:g} per doubling of a window up to 24 h)"
         return origin
 
     def _restart_stale_timer(self, version: int) -> None:

@@ -50,7 +50,7 @@ def plan_tasks(
 ) -> list[Plan]:
     now = now or datetime.now(UTC)
     low = not holds.state.active
-    caution = holds.forecast_caution
+    caution = holds.planning_caution()
     plans = plan(tasks, holds.forecast, capacity, now, signal_low=low, caution=caution, expected=expected)
     # Which forecast a plan came from, so `task explain` can say so.
     origin = holds.forecast_origin

@@ -23,6 +23,7 @@ def calibration_of(message: signal_pb2.ForecastCalibration) -> Calibration | Non
         buckets=buckets,
         caution=message.caution,
         caution_jobs=message.caution_jobs,
+        caution_slope=message.caution_slope,
         days=message.days,
         persistence=tuple(b.persistence for b in message.buckets),
         follow=tuple(b.follow for b in message.buckets) if message.follows else (),

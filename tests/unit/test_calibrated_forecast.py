@@ -3,12 +3,19 @@ current value first, and a replay's leads counted in its own time."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from datetime import UTC, datetime, timedelta
 
 from lowtide.calibrated_forecast import planning_points
 from lowtide.forecast_calibration import Issued, Record
+from lowtide_proto.lowtide.v1 import signal_pb2
+from scheduler_service.domain.holds import HoldConfig, HoldPolicy
+from scheduler_service.domain.planning import CAUTION
+from scheduler_service.holds.cost import CostHolds
 from scheduler_service.wire.forecast import calibration_of
 from signal_service.api import calibration_message
+from signal_service.calibration import _decode, _encode
 
 HOUR = timedelta(hours=1)
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -53,9 +60,38 @@ def test_a_replays_leads_are_counted_in_its_time() -> None:
 def test_the_calibration_reaches_the_scheduler_whole() -> None:
     """What the signal service learned is what the scheduler corrects with: every field of the
     calibration crosses the wire (a field added to it and not to ForecastCalibration fails here)."""
-    learned = _biased_record().learn(START + 72 * HOUR)
+    learned = dataclasses.replace(_biased_record().learn(START + 72 * HOUR), caution_slope=0.25)
     message = calibration_message(learned, lead_scale=1.0)
     assert calibration_of(message) == learned
+    # And what the signal service stores of it, read back.
+    assert _decode(json.loads(json.dumps(_encode(learned)))) == learned
     # And a calibration of other lead buckets (another release's) is not guessed at.
     del message.buckets[-1]
     assert calibration_of(message) is None
+
+
+def test_the_scheduler_plans_with_the_caution_of_each_tasks_window_in_the_feeds_time() -> None:
+    now = START + 72 * HOUR
+    learned = dataclasses.replace(_biased_record().learn(now), caution=0.5, caution_slope=0.25)
+    # A replay at 3600x: a task's window of 8 s of wall clock is 8 h of the feed's.
+    second = timedelta(seconds=1)
+    feed = signal_pb2.Forecast(source="replay", version=1)
+    feed.issued_at.FromDatetime(now)
+    for i in range(1, 49):
+        feed.points.add(value=300.0).at.FromDatetime(now + i * second)
+    feed.calibration.CopyFrom(calibration_message(learned, lead_scale=3600))
+    holds = CostHolds(
+        target="unused",
+        signal="grid",
+        policy=HoldPolicy(),
+        config=HoldConfig(frozenset({"defer"})),
+        on_release=lambda: None,
+        clock=lambda: now,
+    )
+    assert holds.planning_caution() == CAUTION
+    holds._feed_forecast = feed
+    holds._refresh_forecast(signal_pb2.SignalState(value=280.0))
+    caution = holds.planning_caution()
+    assert callable(caution)
+    assert (caution(4 * second), caution(8 * second), caution(16 * second)) == (0.5, 0.25, 0.0)
+    assert "per doubling" in holds.forecast_origin

@@ -145,6 +145,7 @@ class ForecastCalibration(_message.Message):
     FOLLOWS_FIELD_NUMBER: _builtins.int
     RAW_FIELD_NUMBER: _builtins.int
     FOLLOW_RAW_FIELD_NUMBER: _builtins.int
+    CAUTION_SLOPE_FIELD_NUMBER: _builtins.int
     caution: _builtins.float
     """How many standard deviations of a point's error a later start is scored above its value."""
     caution_jobs: _builtins.int
@@ -167,6 +168,11 @@ class ForecastCalibration(_message.Message):
     """The follow applies to the forecast as issued (its bias by lead left in), not to the forecast
     with its bias taken out: the record's jobs, re-played, started clearly cheaper so.
     """
+    caution_slope: _builtins.float
+    """How much the caution falls per doubling of a task's window (latest start less earliest, in
+    the feed's time) over 4 h, up to 24 h: `caution` is a 4 h window's. A start now cannot be
+    undone and a later one is planned again, so waiting can be worth more in a longer window.
+    """
     @_builtins.property
     def buckets(self) -> _containers.RepeatedCompositeFieldContainer[Global___CalibrationBucket]:
         """By lead time, in time order."""
@@ -185,10 +191,11 @@ class ForecastCalibration(_message.Message):
         follows: _builtins.bool = ...,
         raw: _builtins.bool = ...,
         follow_raw: _builtins.bool = ...,
+        caution_slope: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["learned_at", b"learned_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["buckets", b"buckets", "caution", b"caution", "caution_jobs", b"caution_jobs", "days", b"days", "follow_raw", b"follow_raw", "follows", b"follows", "lead_scale", b"lead_scale", "learned_at", b"learned_at", "raw", b"raw"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["buckets", b"buckets", "caution", b"caution", "caution_jobs", b"caution_jobs", "caution_slope", b"caution_slope", "days", b"days", "follow_raw", b"follow_raw", "follows", b"follows", "lead_scale", b"lead_scale", "learned_at", b"learned_at", "raw", b"raw"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
