@@ -117,6 +117,14 @@ class PoolSlots:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolType:
+    """A type some connected worker of a pool runs (`pool_types`)."""
+
+    pool: str
+    activity_type: str
+
+
+@dataclass(frozen=True, slots=True)
 class PoolPlanned:
     """Held tasks placed in a pool by their plan, not released yet, and the soonest of them
     (`planned_by_pool`)."""

@@ -125,6 +125,13 @@ WHERE lease_expires_at > now() AND activity_types && %(types)s::text[]
 GROUP BY pool
 ORDER BY pool
 
+-- pool_types --
+-- Which of these types the connected workers (any replica's) of each pool run: the pools a task
+-- naming pools may be placed in (one row per pool and type).
+SELECT DISTINCT pool, activity_type
+FROM lowtide.workers, unnest(activity_types) AS activity_type
+WHERE lease_expires_at > now() AND activity_type = ANY(%(types)s::text[])
+
 -- planned_by_pool --
 -- Held first attempts the plan placed in each pool (tasks naming pools), not released yet: how
 -- many, and the soonest (its release, id and forecast mean). One row per pool, whatever the count.

@@ -14,6 +14,7 @@ from scheduler_service.rows.fleet import (
     PlannableTask,
     PoolPlanned,
     PoolSlots,
+    PoolType,
     PoolWorkers,
     QueueName,
     QueueRunning,
@@ -64,6 +65,13 @@ class QueueStore(StoreBase):
         """Slots of the connected workers that run any of these types, by pool."""
         rows = await self.db.fetch_as(PoolSlots, Q["pool_slots"], {"types": list(types)})
         return {r.pool: r.slots for r in rows}
+
+    async def pool_types(self, types: Sequence[str]) -> dict[str, set[str]]:
+        """The pools whose connected workers run each of these types, by type."""
+        out: dict[str, set[str]] = {}
+        for r in await self.db.fetch_as(PoolType, Q["pool_types"], {"types": list(types)}):
+            out.setdefault(r.activity_type, set()).add(r.pool)
+        return out
 
     async def planned_by_pool(self) -> dict[str, PoolPlanned]:
         """Held tasks the plan placed in each pool and has not released yet, and the soonest."""
