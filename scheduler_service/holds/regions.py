@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from lowtide.config import Config
-from scheduler_service.domain.placement import Placement, PlaceTask, Region, place
+from scheduler_service.domain.placement import Placement, PlaceTask, Region, place, placed_runs
 from scheduler_service.domain.planning import Capacity, Commitment, PlanKind, PlanTask
 from scheduler_service.holds.signals import SignalHolds
 
@@ -67,18 +67,28 @@ def placed(
     committed: Mapping[str, Sequence[Commitment]] | None = None,
 ) -> list[Placement]:
     """One placement per task ((its plan task, the pools it names, the pool its last plan chose,
-    its queue, its type)), in the order given. The pools are planned once for all of them, on
-    the signals of the first task's queue and type where a pool has none of its own."""
-    if not tasks:
-        return []
-    names = sorted({name for _, pools, _, _, _ in tasks for name in pools})
-    _, _, _, queue, activity_type = tasks[0]
-    places = regions(config, holds, names, slots, queue=queue, activity_type=activity_type, committed=committed)
-    given = [PlaceTask(task, pools, last) for task, pools, last, _, _ in tasks]
-    # The room is counted in steps no longer than the shortest task (at most RESOLUTION): a step
-    # longer than a task counts it busy for the whole step.
-    step = max(MIN_RESOLUTION, min(RESOLUTION, *(task.duration for task, *_ in tasks)))
-    return place(given, places, now, resolution=step)
+    its queue, its type)), in the order given. A pool with no signal of its own is planned on the
+    signal the task's type follows: the tasks are placed in groups by that signal, each group in
+    the room the groups before it left (their placed runs count as commitments)."""
+    groups: dict[str, list[int]] = {}
+    for i, (_, _, _, queue, activity_type) in enumerate(tasks):
+        groups.setdefault(holds.config.signal_for(queue, activity_type, holds.default), []).append(i)
+    taken = {pool: list(runs) for pool, runs in (committed or {}).items()}
+    out: dict[int, Placement] = {}
+    for _, indexes in sorted(groups.items()):
+        group = [tasks[i] for i in indexes]
+        names = sorted({name for _, pools, _, _, _ in group for name in pools})
+        _, _, _, queue, activity_type = group[0]
+        places = regions(config, holds, names, slots, queue=queue, activity_type=activity_type, committed=taken)
+        given = [PlaceTask(task, pools, last) for task, pools, last, _, _ in group]
+        # The room is counted in steps no longer than the shortest task (at most RESOLUTION): a
+        # step longer than a task counts it busy for the whole step.
+        step = max(MIN_RESOLUTION, min(RESOLUTION, *(task.duration for task, *_ in group)))
+        placements = place(given, places, now, resolution=step)
+        for pool, runs in placed_runs(given, placements).items():
+            taken.setdefault(pool, []).extend(runs)
+        out.update(zip(indexes, placements, strict=True))
+    return [out[i] for i in range(len(tasks))]
 
 
 def chosen_pool(placement: Placement) -> str | None:
