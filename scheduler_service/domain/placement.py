@@ -180,7 +180,13 @@ def _placement(
     score = _score(region, p, task.task.duration)
     options = {n: (None if math.isinf(s) else s) for n, s in best.items()}
     unit = f" {region.unit}" if region.unit else ""
-    when = "now" if p.release_at <= now else p.release_at.astimezone(UTC).strftime("%H:%M")
+    at = p.release_at.astimezone(UTC)
+    # With its date once it is not today's (a forecast runs up to two days ahead).
+    when = (
+        "now"
+        if p.release_at <= now
+        else at.strftime("%H:%M" if at.date() == now.astimezone(UTC).date() else "%Y-%m-%d %H:%M")
+    )
     if p.expected_intensity is None:
         reason = f"{region.name}: {p.reason}"
     else:

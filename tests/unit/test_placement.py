@@ -33,6 +33,16 @@ def test_a_task_allowed_in_two_pools_runs_where_and_when_the_forecast_is_lowest(
     assert got.options == {"eu-west": 200.0, "eu-central": 180.0}
 
 
+def test_a_release_on_another_day_is_said_with_its_date() -> None:
+    # Planned at 22:00 for 03:00 the next day: "at 03:00" would read as a time today.
+    late = NOW - 2 * HOUR
+    west = Forecast.of([(late + i * HOUR, 260.0) for i in range(10)])
+    central = Forecast.of([(late + i * HOUR, 180.0 if i == 5 else 300.0) for i in range(10)])
+    regions = [Region("eu-west", west, Capacity(2)), Region("eu-central", central, Capacity(2))]
+    (got,) = place([PlaceTask(PlanTask(1, late, NOW + 6 * HOUR, HOUR), ())], regions, late, resolution=HOUR)
+    assert got.reason.startswith("eu-central at 2026-03-01 03:00: 180 against 260 in eu-west now"), got.reason
+
+
 def test_a_task_naming_one_pool_stays_in_it() -> None:
     regions = [Region("eu-west", WEST, Capacity(2)), Region("eu-central", CENTRAL, Capacity(2))]
     (got,) = place([task(1, regions=("eu-west",))], regions, NOW, resolution=HOUR)
