@@ -243,13 +243,15 @@ class ReleasePlanner:
         for pool, mine in self.pool_slots().items():
             slots[pool] = max(slots.get(pool, 0), mine)
         # A task is placed only among the pools whose workers (any replica's, or this one's) run
-        # its type: placed in one whose workers run others, it would wait there to its latest start.
+        # its type on its queue: placed in one whose workers do not, it would wait there to its
+        # latest start.
         # Of a type no pool runs yet, among all it names (planned around as pools without workers).
         types = sorted({r.activity_type for r in rows})
         running = await self._store.pool_types(types)
         for session in self._registry:
             for activity_type in set(session.activity_types) & set(types):
-                running.setdefault(activity_type, set()).add(session.pool)
+                for queue in session.queues:
+                    running.setdefault((queue, activity_type), set()).add(session.pool)
         # Fixed starts were promised their pool's capacity: each pool's are left to them.
         committed: dict[str, list[Commitment]] = {}
         for r in await self._store.live_reservations():
@@ -268,7 +270,8 @@ class ReleasePlanner:
                     # on the new forecast, and a spell that moved a little would send the task to
                     # another pool (the place it had wins ties, so it does not flip between equals).
                 ),
-                tuple(p for p in r.pools or () if p in running.get(r.activity_type, ())) or tuple(r.pools or ()),
+                tuple(p for p in r.pools or () if p in running.get((r.queue, r.activity_type), ()))
+                or tuple(r.pools or ()),
                 r.planned_pool,
                 r.queue,
                 r.activity_type,

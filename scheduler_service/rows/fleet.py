@@ -118,9 +118,10 @@ class PoolSlots:
 
 @dataclass(frozen=True, slots=True)
 class PoolType:
-    """A type some connected worker of a pool runs (`pool_types`)."""
+    """A type some connected worker of a pool runs on a queue (`pool_types`)."""
 
     pool: str
+    queue: str
     activity_type: str
 
 

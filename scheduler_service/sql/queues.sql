@@ -126,10 +126,10 @@ GROUP BY pool
 ORDER BY pool
 
 -- pool_types --
--- Which of these types the connected workers (any replica's) of each pool run: the pools a task
--- naming pools may be placed in (one row per pool and type).
-SELECT DISTINCT pool, activity_type
-FROM lowtide.workers, unnest(activity_types) AS activity_type
+-- Which of these types the connected workers (any replica's) of each pool run, and on which
+-- queues: the pools a task naming pools may be placed in (one row per pool, queue and type).
+SELECT DISTINCT pool, queue, activity_type
+FROM lowtide.workers, unnest(queues) AS queue, unnest(activity_types) AS activity_type
 WHERE lease_expires_at > now() AND activity_type = ANY(%(types)s::text[])
 
 -- planned_by_pool --

@@ -66,11 +66,11 @@ class QueueStore(StoreBase):
         rows = await self.db.fetch_as(PoolSlots, Q["pool_slots"], {"types": list(types)})
         return {r.pool: r.slots for r in rows}
 
-    async def pool_types(self, types: Sequence[str]) -> dict[str, set[str]]:
-        """The pools whose connected workers run each of these types, by type."""
-        out: dict[str, set[str]] = {}
+    async def pool_types(self, types: Sequence[str]) -> dict[tuple[str, str], set[str]]:
+        """The pools whose connected workers run each of these types, by (queue, type)."""
+        out: dict[tuple[str, str], set[str]] = {}
         for r in await self.db.fetch_as(PoolType, Q["pool_types"], {"types": list(types)}):
-            out.setdefault(r.activity_type, set()).add(r.pool)
+            out.setdefault((r.queue, r.activity_type), set()).add(r.pool)
         return out
 
     async def planned_by_pool(self) -> dict[str, PoolPlanned]:

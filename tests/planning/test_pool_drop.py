@@ -139,12 +139,16 @@ async def test_work_naming_no_pool_is_not_planned_into_the_slot_a_placed_task_ha
         assert now + timedelta(hours=2) - timedelta(seconds=1) <= at <= now + timedelta(hours=3)
 
 
-async def test_a_task_is_placed_only_in_a_pool_whose_workers_run_its_type(store: Store) -> None:
-    """eu-central is cleaner, but its workers run another type: the task is placed in eu-west,
-    whose workers run it (placed in eu-central, it would wait there for its latest start)."""
+@pytest.mark.parametrize(
+    "elsewhere", ["activity_types = '{render}'", "queues = '{gpu}'"], ids=["another-type", "another-queue"]
+)
+async def test_a_task_is_placed_only_in_a_pool_whose_workers_run_it(store: Store, elsewhere: str) -> None:
+    """eu-central is cleaner, but its workers run another type, or its type on another queue: the
+    task is placed in eu-west, whose workers run it (placed in eu-central, it would wait there for
+    its latest start)."""
     now = datetime.now(UTC)
     await _workers(store, "eu-west", "eu-central")
-    await store.db.execute("UPDATE lowtide.workers SET activity_types = '{render}' WHERE pool = 'eu-central'", {})
+    await store.db.execute(f"UPDATE lowtide.workers SET {elsewhere} WHERE pool = 'eu-central'", {})
     await store.db.execute(_TASK, {})
     await _planner(store, now).tick()
     assert await _placed(store) == "eu-west"
