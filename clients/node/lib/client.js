@@ -53,7 +53,7 @@ class SchedulerClient {
     if (options.startToCloseTimeoutMs) task.start_to_close_timeout = fromMillis(options.startToCloseTimeoutMs);
     if (Object.keys(encoded.headers).length > 0) task.headers = encoded.headers;
     // The pools it may run in (configured [pools.NAME]); none: any pool that runs its type.
-    if (options.pools !== undefined) task.pools = poolNames(options.pools);
+    if (options.pools !== undefined && options.pools !== null) task.pools = poolNames(options.pools);
     // A deferrable task's window: finish by `deadline` or start by `latestStart` (Dates), running
     // about `estimatedDurationMs`; the scheduler plans its release (with pools, where and when).
     if (options.deadline !== undefined) task.deadline = timestamp('deadline', options.deadline);

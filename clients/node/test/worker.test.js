@@ -270,4 +270,8 @@ test('a task is submitted with its window and the pools it may run in', LIMIT, a
   await assert.rejects(client.submit('n_window', 'w', { latestStart: 'tomorrow' }), /latestStart must be a valid Date/);
   // A bare string is not spread into one-letter pools.
   await assert.rejects(client.submit('n_window', 'w', { pools: 'eu-west' }), /pools must be an array of pool names/);
+  // null, as undefined: any pool.
+  const anywhere = await client.submit('n_window', 'w', { latestStart, pools: null });
+  assert.deepEqual((await client.get(anywhere.id)).pools, []);
+  await client.cancel(anywhere.id);
 });
