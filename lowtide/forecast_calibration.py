@@ -21,8 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from lowtide import forecast_replay as replay
 from lowtide.forecast_error import ErrorModel, HorizonError
-from lowtide.forecast_replay import CAUTION_WINDOW, JOB_SLACKS, JOB_STRIDE, MIN_JOBS, SLOPES, paying, replayed, windowed
+from lowtide.forecast_replay import CAUTION_WINDOW, CAUTIONS, JOB_SLACKS, JOB_STRIDE, MIN_JOBS, SLOPES, windowed
 
 __all__ = [
     "BUCKET_EDGES_H",
@@ -47,10 +48,8 @@ BUCKET_EDGES_H = (0.0, 0.5, 1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 30, 36, 42, 48)
 # How many issued forecasts the prior weighs as: a bucket learned from that many has the data's
 # figures and the prior's at half weight each.
 PRIOR_FORECASTS = 8
-# The planner's default caution without a record, and the ones tried on the record (below 0: a
-# later start is worth more than its expected value, for the chance it comes lower still).
+# The planner's default caution without a record (those tried on it: forecast_replay.CAUTIONS).
 PRIOR_CAUTION = 1.0
-CAUTIONS = (-0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 1.5, 2.0)
 _MAD_TO_SIGMA = 1.4826
 # The leads a plan made on a forecast issued earlier sees as its present (feeds issue one every
 # half hour to few hours), and at most one forecast per `ANCHOR_STRIDE` for learning how errors
@@ -59,8 +58,7 @@ ANCHOR_LEAD = timedelta(hours=6)
 ANCHOR_STRIDE = timedelta(hours=1)
 # A relative error beyond this is a bad value (a zero actual, a units slip), not a forecast's error.
 _WILD = 5.0
-# A forecast's predicted change is followed at most this much over (a short record can regress
-# steeper than 1 by chance).
+# The most a forecast's predicted change is followed (a short record can regress steeper than 1).
 _MAX_FOLLOW = 1.5
 
 
@@ -362,21 +360,24 @@ class Record:
         return tuple(out)
 
     def _caution(self, variants: Sequence[Calibration], now: datetime) -> Calibration:
-        """Of the `variants` (the same figures, corrected in different ways), the one and the
-        caution under which the window's jobs, re-played, started cheapest, or the bare forecasts
-        if they did better still (the first variant at its default caution unless another is
-        clearly better); then a caution falling with the window, if one clearly beats that."""
+        """Of the `variants` (the figures corrected in different ways) and the bare forecasts, the
+        one and caution under which the window's jobs, re-played, started clearly cheapest (else the
+        first at its default); then a caution falling with the window, if one clearly beats that."""
         first = variants[0]
+        # A caution falling with the window only once the record re-plays enough of the longest
+        # windows on forecasts that covered them: never stretched from short ones to long ones.
+        long = replay.covered_jobs(self.issued, self.actuals, now, JOB_SLACKS[-1])
+        grid = [(c, k) for c in CAUTIONS for k in (SLOPES if long >= MIN_JOBS else (0.0,))]
         # The default caution: the prior's without a learned follow, else the expected values'.
-        grid = [(c, k) for c in CAUTIONS for k in SLOPES]
         reference = grid.index((0.0 if first.follow else PRIOR_CAUTION, 0.0))
-        costs = replayed(self.issued, self.actuals, variants, now, grid)
+        costs = replay.replayed(self.issued, self.actuals, variants, now, grid)
         if len(costs) < MIN_JOBS:
             return dataclasses.replace(first, caution=grid[reference][0], caution_jobs=len(costs))
         bare = len(variants) * len(grid)
-        chosen = paying(costs, reference, [i for i in range(bare + 1) if i == bare or grid[i % len(grid)][1] == 0])
+        single = [i for i in range(bare + 1) if i == bare or grid[i % len(grid)][1] == 0]
+        chosen = replay.paying(costs, reference, single)
         if chosen != bare:
-            chosen = paying(costs, chosen)
+            chosen = replay.paying(costs, chosen)
         if chosen == bare:
             return dataclasses.replace(first, caution=0.0, caution_jobs=len(costs), raw=True)
         variant, (caution, slope) = chosen // len(grid), grid[chosen % len(grid)]

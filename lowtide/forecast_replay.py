@@ -50,12 +50,38 @@ _CLEARLY = 2.0
 # window holds more chances to wait for (the lowest of many noisy futures is lower than the
 # lowest forecast), so waiting may be worth more the longer the window.
 SLOPES = (0.0, 0.25, 0.5)
+# The cautions tried on the record (below 0: a later start is worth more than its expected value,
+# for the chance it comes lower still).
+CAUTIONS = (-0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 1.5, 2.0)
 
 
 def windowed(caution: float, slope: float, window: timedelta) -> float:
-    """The caution of a task whose window is `window`: `caution` for the shortest re-played."""
+    """The caution of a task whose window is `window`: `caution` for the shortest re-played. The
+    re-play plays each window's jobs with it, so a caution planned with was tried on the record."""
     shortest, longest = JOB_SLACKS[0], JOB_SLACKS[-1]
     return caution - slope * math.log2(min(max(window, shortest), longest) / shortest)
+
+
+def covered_jobs(issued_all: Sequence[Issued], actuals: dict[datetime, float], now: datetime, slack: timedelta) -> int:
+    """How many of the record's jobs of this window (one every `JOB_STRIDE`, as `replayed`) the
+    forecast newest at their arrival covered up to their latest start: only their re-play says
+    what waiting that long is worth (a record of forecasts one point ahead, as a feed's past is
+    seeded, says nothing of it)."""
+    times = sorted(t for t in actuals if now - CAUTION_WINDOW <= t <= now)
+    issued = [f for f in issued_all if f.issued_at <= now]
+    stamps = [f.issued_at for f in issued]
+    count, last_job = 0, None
+    for arrival in times:
+        if last_job is not None and arrival - last_job < JOB_STRIDE:
+            continue
+        newest = bisect.bisect_right(stamps, arrival)
+        if newest == 0:
+            continue
+        last_job = arrival
+        points = issued[newest - 1].points
+        if arrival + slack <= times[-1] and points and points[-1][0] >= arrival + slack:
+            count += 1
+    return count
 
 
 def replayed(

@@ -40,7 +40,7 @@ from scheduler_service.domain.holds import (
     initial_hold,
     next_hold,
 )
-from scheduler_service.domain.planning import CAUTION, Forecast
+from scheduler_service.domain.planning import CAUTION, RELEASE_LEAD, Forecast
 from scheduler_service.domain.timings import HoldEpisode
 from scheduler_service.wire.forecast import calibration_of
 
@@ -312,11 +312,13 @@ class CostHolds:
         return self.forecast_caution, self.forecast_caution_slope, self._lead_scale
 
     def planning_caution(self) -> float | Callable[[timedelta], float]:
-        """The caution to plan with: the same for every task, or by a task's window."""
+        """The caution to plan with: the same for every task, or by a task's window (the planner
+        gives it up to the release lead before the latest start: the whole window is that longer,
+        which a replay's speed makes a good part of an hour of its feed's time)."""
         caution, slope, scale = self._caution_learned
         if not slope:
             return caution
-        return lambda window: windowed(caution, slope, window * scale)
+        return lambda window: windowed(caution, slope, (window + RELEASE_LEAD) * scale)
 
     @property
     def forecast_origin(self) -> str:

@@ -11,7 +11,7 @@ from lowtide.calibrated_forecast import planning_points
 from lowtide.forecast_calibration import Issued, Record
 from lowtide_proto.lowtide.v1 import signal_pb2
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy
-from scheduler_service.domain.planning import CAUTION
+from scheduler_service.domain.planning import CAUTION, RELEASE_LEAD
 from scheduler_service.holds.cost import CostHolds
 from scheduler_service.wire.forecast import calibration_of
 from signal_service.api import calibration_message
@@ -93,5 +93,7 @@ def test_the_scheduler_plans_with_the_caution_of_each_tasks_window_in_the_feeds_
     holds._refresh_forecast(signal_pb2.SignalState(value=280.0))
     caution = holds.planning_caution()
     assert callable(caution)
-    assert (caution(4 * second), caution(8 * second), caution(16 * second)) == (0.5, 0.25, 0.0)
+    # The planner gives a task's window up to its release (RELEASE_LEAD before its latest start).
+    given = [w * second - RELEASE_LEAD for w in (4, 8, 16)]
+    assert [caution(w) for w in given] == [0.5, 0.25, 0.0]
     assert "per doubling" in holds.forecast_origin

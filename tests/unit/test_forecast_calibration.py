@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-import lowtide.forecast_calibration as calibration_module
+import lowtide.forecast_replay as replay_module
 from lowtide.forecast_calibration import (
     BUCKET_EDGES_H,
     CAUTIONS,
@@ -24,7 +24,7 @@ from lowtide.forecast_calibration import (
     prior_calibration,
 )
 from lowtide.forecast_error import ErrorModel, HorizonError, IidError
-from lowtide.forecast_replay import SLOPES, replayed
+from lowtide.forecast_replay import SLOPES, covered_jobs, replayed
 
 STEP = timedelta(minutes=30)
 START = datetime(2024, 3, 1, tzinfo=UTC)
@@ -190,7 +190,9 @@ def test_the_record_is_re_played_with_each_windows_own_caution() -> None:
     assert any(job[0] != job[2] for job in by_window[1])
 
 
-def _jobs(cheaper: Callable[[int, float, float], float], count: int = 60) -> list[list[float]]:
+def _jobs(
+    cheaper: Callable[[int, float, float], float], count: int = 60, slopes: tuple[float, ...] = SLOPES
+) -> list[list[float]]:
     """A re-play's costs (jobs of each window in turn, columns the grid's (caution, slope) pairs
     of the one variant, then the bare forecasts): 100, less `cheaper(window_h, caution, slope)`,
     with a little noise."""
@@ -199,7 +201,7 @@ def _jobs(cheaper: Callable[[int, float, float], float], count: int = 60) -> lis
     for _ in range(count):
         for slack in JOB_SLACKS:
             hours = slack // timedelta(hours=1)
-            row = [100 - cheaper(hours, c, k) + rng.gauss(0, 0.1) for c in CAUTIONS for k in SLOPES]
+            row = [100 - cheaper(hours, c, k) + rng.gauss(0, 0.1) for c in CAUTIONS for k in slopes]
             costs.append([*row, 110 + rng.gauss(0, 0.1)])
     return costs
 
@@ -212,7 +214,8 @@ def test_a_record_that_pays_less_caution_in_longer_windows_learns_the_slope(
         own = 0.5 - 0.25 * math.log2(hours / 4)
         return -abs(caution - slope * math.log2(hours / 4) - own)
 
-    monkeypatch.setattr(calibration_module, "replayed", lambda *_: _jobs(waiting_pays_longer))
+    monkeypatch.setattr(replay_module, "replayed", lambda *_: _jobs(waiting_pays_longer))
+    monkeypatch.setattr(replay_module, "covered_jobs", lambda *_: MIN_JOBS)
     learned = Record().learn(START)
     assert (learned.caution, learned.caution_slope) == (0.5, 0.25)
     assert learned.caution_for(timedelta(hours=24)) < learned.caution_for(timedelta(hours=4))
@@ -224,6 +227,40 @@ def test_without_a_clear_gain_by_window_the_caution_is_the_same_for_every_window
     def one_caution_pays(hours: int, caution: float, slope: float) -> float:
         return -abs(caution - slope * math.log2(hours / 4) - 1.0)
 
-    monkeypatch.setattr(calibration_module, "replayed", lambda *_: _jobs(one_caution_pays))
+    monkeypatch.setattr(replay_module, "replayed", lambda *_: _jobs(one_caution_pays))
+    monkeypatch.setattr(replay_module, "covered_jobs", lambda *_: MIN_JOBS)
     learned = Record().learn(START)
     assert (learned.caution, learned.caution_slope) == (1.0, 0.0)
+
+
+def test_a_record_of_forecasts_one_point_ahead_learns_no_caution_by_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A feed's past as seeded: each value forecast half an hour ahead. Its jobs re-played say
+    nothing of waiting a day, so no caution falls with the window, whatever they paid."""
+
+    def waiting_pays_longer(hours: int, caution: float, slope: float) -> float:
+        return -abs(caution - slope * math.log2(hours / 4) - (0.5 - 0.25 * math.log2(hours / 4)))
+
+    record = Record()
+    for i in range(7 * 48):
+        at = START + i * STEP
+        record.add_forecast(Issued(at - STEP, ((at, 300.0),)))
+        record.add_actual(at, 300.0)
+    now = START + 7 * 48 * STEP
+    assert covered_jobs(record.issued, record.actuals, now, timedelta(hours=24)) == 0
+
+    def replayed_paying(
+        _issued: object, _actuals: object, variants: list[object], _now: object, grid: list[tuple[float, float]]
+    ) -> list[list[float]]:
+        # Whatever is tried, for every variant: a caution falling with the window would pay.
+        rows = []
+        for slack in JOB_SLACKS * 60:
+            hours = slack // timedelta(hours=1)
+            row = [100 - waiting_pays_longer(hours, c, k) for _ in variants for c, k in grid]
+            rows.append([*row, 110.0])
+        return rows
+
+    monkeypatch.setattr(replay_module, "replayed", replayed_paying)
+    assert record.learn(now).caution_slope == 0.0
+    # The same record, had it covered the long windows, would have learned the slope.
+    monkeypatch.setattr(replay_module, "covered_jobs", lambda *_: MIN_JOBS)
+    assert record.learn(now).caution_slope == 0.25
