@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -62,24 +62,43 @@ def windowed(caution: float, slope: float, window: timedelta) -> float:
     return caution - slope * math.log2(min(max(window, shortest), longest) / shortest)
 
 
-def covered_jobs(issued_all: Sequence[Issued], actuals: dict[datetime, float], now: datetime, slack: timedelta) -> int:
-    """How many of the record's jobs of this window (one every `JOB_STRIDE`, as `replayed`) the
-    forecast newest at their arrival covered up to their latest start: only their re-play says
-    what waiting that long is worth (a record of forecasts one point ahead, as a feed's past is
-    seeded, says nothing of it)."""
+def _record(
+    issued_all: Sequence[Issued], actuals: dict[datetime, float], now: datetime
+) -> tuple[list[datetime], list[Issued]]:
+    """The times of the values known at `now` (over the last CAUTION_WINDOW), and the forecasts
+    issued by then from the newest one at the first of them on (the older ones are never the
+    newest at a re-played step)."""
     times = sorted(t for t in actuals if now - CAUTION_WINDOW <= t <= now)
     issued = [f for f in issued_all if f.issued_at <= now]
+    if times:
+        issued = issued[max(0, bisect.bisect_right([f.issued_at for f in issued], times[0]) - 1) :]
+    return times, issued
+
+
+def _jobs(times: Sequence[datetime], issued: Sequence[Issued]) -> Iterator[tuple[int, Issued]]:
+    """The record's jobs, one every `JOB_STRIDE` once a forecast was issued: the index of each
+    one's arrival in `times`, and the forecast newest then."""
     stamps = [f.issued_at for f in issued]
-    count, last_job = 0, None
-    for arrival in times:
+    last_job: datetime | None = None
+    for i, arrival in enumerate(times):
         if last_job is not None and arrival - last_job < JOB_STRIDE:
             continue
         newest = bisect.bisect_right(stamps, arrival)
         if newest == 0:
             continue
         last_job = arrival
-        points = issued[newest - 1].points
-        if arrival + slack <= times[-1] and points and points[-1][0] >= arrival + slack:
+        yield i, issued[newest - 1]
+
+
+def covered_jobs(issued_all: Sequence[Issued], actuals: dict[datetime, float], now: datetime, slack: timedelta) -> int:
+    """How many of the record's jobs of this window the forecast newest at their arrival covered
+    up to their latest start: only their re-play says what waiting that long is worth (a record of
+    forecasts one point ahead, as a feed's past is seeded, says nothing of it)."""
+    times, issued = _record(issued_all, actuals, now)
+    count = 0
+    for i, newest in _jobs(times, issued):
+        end = times[i] + slack
+        if end <= times[-1] and newest.points and newest.points[-1][0] >= end:
             count += 1
     return count
 
@@ -91,27 +110,16 @@ def replayed(
     now: datetime,
     cautions: Sequence[tuple[float, float]],
 ) -> list[list[float]]:
-    """The cost of each of the record's jobs (one every `JOB_STRIDE` for each window of
-    `JOB_SLACKS`) under each variant and (caution, slope), and last on the bare forecasts."""
-    costs: list[list[float]] = []
-    times = sorted(t for t in actuals if now - CAUTION_WINDOW <= t <= now)
-    # The forecasts issued from the newest one at the first arrival on (the older ones are
-    # never the newest at a re-played step).
-    issued = [f for f in issued_all if f.issued_at <= now]
+    """The cost of each of the record's jobs (for each window of `JOB_SLACKS`) under each variant
+    and (caution, slope), and last on the bare forecasts."""
+    times, issued = _record(issued_all, actuals, now)
     if len(times) < 2 or not issued:
-        return costs
-    first = max(0, bisect.bisect_right([f.issued_at for f in issued], times[0]) - 1)
-    issued = issued[first:]
-    stamps = [f.issued_at for f in issued]
+        return []
     seen = [_Seen(issued, v, actuals) for v in variants]
     bare = _Seen(issued, None, actuals)
-    last_job: datetime | None = None
-    for i, arrival in enumerate(times):
-        if last_job is not None and arrival - last_job < JOB_STRIDE:
-            continue
-        if bisect.bisect_right(stamps, arrival) == 0:
-            continue
-        last_job = arrival
+    costs: list[list[float]] = []
+    for i, _ in _jobs(times, issued):
+        arrival = times[i]
         for slack in JOB_SLACKS:
             steps = times[i : bisect.bisect_right(times, arrival + slack)]
             if steps[-1] >= arrival + slack:

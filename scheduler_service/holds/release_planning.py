@@ -244,8 +244,8 @@ class ReleasePlanner:
             slots[pool] = max(slots.get(pool, 0), mine)
         # A task is placed only among the pools whose workers (any replica's, or this one's) run
         # its type on its queue: placed in one whose workers do not, it would wait there to its
-        # latest start.
-        # Of a type no pool runs yet, among all it names (planned around as pools without workers).
+        # latest start. Of a type no pool runs yet, among all it names (planned around as pools
+        # without workers).
         types = sorted({r.activity_type for r in rows})
         running = await self._store.pool_types(types)
         for session in self._registry:

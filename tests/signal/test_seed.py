@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -51,6 +52,24 @@ def _past(api: GridApi) -> list[str]:
     return [p for p in api.paths() if p.startswith("/intensity/") and not p.endswith("/fw48h")]
 
 
+def _answering(api: GridApi, answer: Callable[[str], dict[str, object]] = _answer) -> None:
+    """The API's value for the current half hour, and its forecasts and past from `answer`."""
+    now = datetime.now(UTC)
+    slot = now.replace(minute=30 * (now.minute // 30), second=0, microsecond=0)
+    api.on("/intensity", Answer({"data": [_entry(slot, TRUTH, TRUTH)]}))
+    api.on("/intensity/*", Answer(answer))
+
+
+async def _seeded(caplog: pytest.LogCaptureFixture, *, within: float) -> logging.LogRecord:
+    """The seeding's one `calibration.seeded` record, once logged."""
+
+    async def seeded() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.getMessage() == "calibration.seeded"]
+
+    (done,) = await eventually(seeded, within=within)
+    return done
+
+
 async def _forecast(target: str) -> signal_pb2.GetForecastResponse:
     async with grpc.aio.insecure_channel(target) as channel:
         response: signal_pb2.GetForecastResponse = await signal_pb2_grpc.SignalServiceStub(channel).GetForecast(
@@ -70,10 +89,7 @@ async def test_the_uk_feeds_past_forecasts_seed_the_short_leads_at_start(
 ) -> None:
     caplog.set_level(logging.INFO, logger="lowtide.signal.feed")
     with grid_api() as api:
-        now = datetime.now(UTC)
-        slot = now.replace(minute=30 * (now.minute // 30), second=0, microsecond=0)
-        api.on("/intensity", Answer({"data": [_entry(slot, TRUTH, TRUTH)]}))
-        api.on("/intensity/*", Answer(_answer))
+        _answering(api)
         config = signal_config(refresh=timedelta(milliseconds=200), calibration_seed_days=DAYS)
 
         def feed() -> UkCarbonIntensity:
@@ -106,11 +122,7 @@ async def test_the_uk_feeds_past_forecasts_seed_the_short_leads_at_start(
         caplog.clear()
         again = await start_signal_service(config, database_url=database_url, feed=feed())
         try:
-
-            async def seeded() -> list[logging.LogRecord]:
-                return [r for r in caplog.records if r.getMessage() == "calibration.seeded"]
-
-            (done,) = await eventually(seeded, within=15)
+            done = await _seeded(caplog, within=15)
         finally:
             await again.stop()
         assert (done.requests, done.stored) == (0, 0)  # type: ignore[attr-defined]
@@ -131,19 +143,12 @@ async def test_the_signal_is_polled_while_the_past_is_asked_for(
         return _answer(path)
 
     with grid_api() as api:
-        now = datetime.now(UTC)
-        slot = now.replace(minute=30 * (now.minute // 30), second=0, microsecond=0)
-        api.on("/intensity", Answer({"data": [_entry(slot, TRUTH, TRUTH)]}))
-        api.on("/intensity/*", Answer(slow_past))
+        _answering(api, slow_past)
         config = signal_config(refresh=timedelta(milliseconds=200), calibration_seed_days=DAYS)
         feed = UkCarbonIntensity(HttpJson(api.url, timeout=5.0, backoff_initial=0.01, backoff_max=0.02))
         server = await start_signal_service(config, database_url=database_url, feed=feed)
         try:
-
-            async def seeded() -> list[logging.LogRecord]:
-                return [r for r in caplog.records if r.getMessage() == "calibration.seeded"]
-
-            (done,) = await eventually(seeded, within=60)
+            done = await _seeded(caplog, within=60)
         finally:
             await server.stop()
     assert done.requests == DAYS  # type: ignore[attr-defined]
