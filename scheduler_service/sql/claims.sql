@@ -153,7 +153,8 @@ candidates AS (
     SELECT c.id, c.priority, c.run_at, p.activity_type, p.cap, NULL::text
     FROM (SELECT * FROM open_pairs UNION ALL SELECT * FROM held_pairs) p
     CROSS JOIN LATERAL (
-        SELECT t.id, t.priority, t.run_at
+        -- Due since its planned release: ranked with the rest by priority, then by that.
+        SELECT t.id, t.priority, t.planned_release_at AS run_at
         FROM lowtide.tasks t
         WHERE {{_placed_here}}
         ORDER BY t.planned_release_at
@@ -193,8 +194,10 @@ RETURNING {{_started_attempt}}
 -- claim_tasks for the common case of one open (queue, type) pair and nothing held (workers of
 -- one type, or a group whose other types are at their limits): rows are taken straight off the
 -- pending index in order and locked as they are read, skipping those another claimer is taking,
--- up to the free slots or the pair's cap. Nothing is read twice and nothing is locked that is
--- not taken. Which slot a row goes to follows the order they were locked in.
+-- up to the free slots or the pair's cap. Tasks the plan placed in this pool whose release has
+-- come are read (the earliest released first) and ranked with the rest, best priority first, a
+-- placed task due since its planned release; only then may more rows be locked than taken (up to
+-- twice the slots, until the statement's commit). Which slot a row goes to follows that rank.
 WITH {{_claim_slots}},
 pair AS (
     SELECT %(queue)s::text AS queue, %(activity_type)s::text AS activity_type
@@ -202,7 +205,7 @@ pair AS (
       AND NOT EXISTS (SELECT 1 FROM lowtide.queues q WHERE q.name = %(queue)s::text AND q.paused)
 ),
 placed AS (
-    SELECT t.id
+    SELECT t.id, t.priority, t.planned_release_at AS due
     FROM lowtide.tasks t
     WHERE t.state = 'pending' AND t.planned_pool = %(pool)s::text AND t.start_at IS NULL AND t.resources IS NULL
       AND t.queue = %(queue)s::text AND t.activity_type = %(activity_type)s::text
@@ -212,23 +215,24 @@ placed AS (
     FOR UPDATE OF t SKIP LOCKED
 ),
 locked AS (
-    SELECT t.id
+    SELECT t.id, t.priority, t.run_at AS due
     FROM lowtide.tasks t
     WHERE t.state = 'pending' AND t.start_at IS NULL AND t.resources IS NULL AND t.queue = %(queue)s::text
       AND t.activity_type = %(activity_type)s::text AND t.run_at <= now() AND {{_pool_allows}}
       AND EXISTS (SELECT 1 FROM pair)
     ORDER BY t.priority DESC, t.run_at, t.id
-    LIMIT LEAST(%(cap)s::int, (SELECT count(*) FROM slots)) - (SELECT count(*) FROM placed)
+    LIMIT LEAST(%(cap)s::int, (SELECT count(*) FROM slots))
     FOR UPDATE OF t SKIP LOCKED
 ),
 taken AS (
-    SELECT id, row_number() OVER () AS nth FROM (SELECT id FROM placed UNION ALL SELECT id FROM locked) AS both_
+    SELECT id, row_number() OVER (ORDER BY priority DESC, due, id) AS nth
+    FROM (SELECT * FROM placed UNION ALL SELECT * FROM locked) AS both_
 )
 UPDATE lowtide.tasks t
 SET {{_start_attempt}},
     released_by = NULL
 FROM taken JOIN slots slot USING (nth)
-WHERE t.id = taken.id
+WHERE t.id = taken.id AND taken.nth <= %(cap)s::int
 RETURNING {{_started_attempt}}
 
 -- _unplace_back --
@@ -309,7 +313,8 @@ WHERE t.state = 'pending' AND t.resources IS NOT NULL
        OR t.start_at IS NULL AND t.planned_pool = %(pool)s::text AND t.planned_release_at <= now() AND t.attempt = 0
        OR t.start_at IS NULL AND t.run_at <= now() AND {{_pool_allows}}
           AND NOT (t.kind = 'activity' AND (t.queue || E'\x1f' || t.activity_type) = ANY(%(held)s::text[])))
-ORDER BY (t.start_at IS NOT NULL) DESC, t.priority DESC, t.run_at, t.id
+ORDER BY (t.start_at IS NOT NULL) DESC, t.priority DESC,
+    CASE WHEN t.planned_pool = %(pool)s::text AND t.attempt = 0 THEN t.planned_release_at ELSE t.run_at END, t.id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 

@@ -135,3 +135,45 @@ def test_a_placed_task_handed_back_is_due_for_the_other_pools_only_at_its_latest
     conn.execute(Q["unclaim_tasks"], back)
     assert conn.execute(Q["claim_pair"], {**pair, "workers": "west", "pool": "eu-west"}).fetchall() == []
     assert len(conn.execute(Q["claim_pair"], {**pair, "workers": "central", "pool": "eu-central"}).fetchall()) == 1
+
+
+@pytest.mark.parametrize("statement", ["claim_pair", "claim_tasks"])
+def test_a_placed_task_waits_behind_better_priority_and_goes_before_worse(
+    conn: psycopg.Connection[Any], statement: str
+) -> None:
+    # One slot in eu-central, a task placed there and released a minute ago (priority 0), and a
+    # task naming no pool due now: the claim takes the better priority first, whichever it is.
+    _fill(conn, placed=False)
+    conn.execute("DELETE FROM lowtide.tasks")
+    conn.execute(_PLACED, {"release": "-1 minute", "count": 1})
+    conn.execute(f"INSERT INTO lowtide.tasks ({_COLUMNS}, priority) SELECT {_VALUES}, 5")
+    params = {
+        "workers": "central",
+        "free": "1",
+        "signal": None,
+        "pool": "eu-central",
+        "release_lead": timedelta(seconds=1),
+        "queue": "default",
+        "activity_type": "train",
+        "cap": 1,
+        "queues": ["default"],
+        "types": ["train"],
+        "caps": [2],
+        "held_queues": [],
+        "held_types": [],
+        "held_caps": [],
+    }
+
+    def first_taken() -> str:
+        with conn.transaction(force_rollback=True):
+            [row] = conn.execute(Q[statement], params).fetchall()
+            found = conn.execute("SELECT planned_pool FROM lowtide.tasks WHERE id = %s", (row[0],)).fetchone()
+        assert found is not None
+        return "placed" if found[0] else "regular"
+
+    assert first_taken() == "regular"
+    conn.execute("UPDATE lowtide.tasks SET priority = 9 WHERE planned_pool IS NOT NULL")
+    assert first_taken() == "placed"
+    # Equal priorities: the placed task is due since its release, before the other was submitted.
+    conn.execute("UPDATE lowtide.tasks SET priority = 5")
+    assert first_taken() == "placed"
