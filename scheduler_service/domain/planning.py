@@ -120,8 +120,9 @@ def plan(
     `signal_low` is the threshold hold's current verdict (the signal is at or under its
     threshold): it decides the fallback for tasks no forecast covers. `caution` weighs the
     forecast's expected errors (0: plan on its values alone), the same for every task, or a
-    function of a task's window (its latest start less its earliest): a start now cannot be
-    undone, a later one is planned again, and a longer window holds more chances to wait for.
+    function of the window a task has left (its latest start less now, or less its earliest when
+    that is later): a start now cannot be undone, a later one is planned again, and a longer
+    window holds more chances to wait for.
     `expected` are tasks expected to be submitted later (see `scheduler_service.domain.demand`):
     they are planned beside the given ones and take room in the plan, but get no plan, and never
     take a given task's room.
@@ -132,7 +133,7 @@ def plan(
     coming = [t for t in expected if t.earliest > now] if given else []
     if callable(caution):
         by_window = caution
-        given, coming = ([_own(t, by_window) for t in ts] for ts in (given, coming))
+        given, coming = ([_own(t, by_window, now) for t in ts] for ts in (given, coming))
         caution = CAUTION
     if coming:
         # Expected work arriving after the last given task's latest start competes with none.
@@ -149,8 +150,10 @@ def plan(
     return plans
 
 
-def _own(task: PlanTask, caution: Callable[[timedelta], float]) -> PlanTask:
-    return task if task.caution is not None else replace(task, caution=caution(task.latest_start - task.earliest))
+def _own(task: PlanTask, caution: Callable[[timedelta], float], now: datetime) -> PlanTask:
+    if task.caution is not None:
+        return task
+    return replace(task, caution=caution(task.latest_start - max(task.earliest, now)))
 
 
 def _costs_room(beside: Sequence[Plan], alone: Sequence[Plan]) -> bool:

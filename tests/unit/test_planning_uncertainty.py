@@ -133,3 +133,18 @@ def test_a_longer_window_is_planned_with_its_own_lower_caution() -> None:
     assert plan([own], forecast, ROOMY, T0, signal_low=False, caution=by_window)[0].release_at == T0
     # One caution for every task, as before: both start now.
     assert [p.release_at for p in plan([short, long], forecast, ROOMY, T0, signal_low=False)] == [T0, T0]
+
+
+def test_a_task_is_planned_with_the_caution_of_the_window_it_has_left() -> None:
+    # As above; a task submitted 20 h ago with a day's window has 4 h left: a start now cannot be
+    # undone, and what is left to wait for is a 4 h window's, planned with its caution.
+    ahead = [(at(30 * i), 95.0, 0.1) for i in range(1, 60)]
+    forecast = Forecast.of([(at(0), 100.0, 0.0), *ahead])
+
+    def by_window(window: timedelta) -> float:
+        return 1.0 if window <= timedelta(hours=4) else 0.0
+
+    late = replace(task(1, latest=240), earliest=T0 - timedelta(hours=20))
+    fresh = task(2, latest=24 * 60)
+    plans = plan([late, fresh], forecast, ROOMY, T0, signal_low=False, caution=by_window)
+    assert [p.release_at for p in plans] == [T0, at(30)]
