@@ -21,9 +21,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from lowtide import forecast_caution
 from lowtide import forecast_replay as replay
 from lowtide.forecast_error import ErrorModel, HorizonError
-from lowtide.forecast_replay import CAUTION_WINDOW, CAUTIONS, JOB_SLACKS, JOB_STRIDE, MIN_JOBS, SLOPES, windowed
+from lowtide.forecast_replay import CAUTION_WINDOW, CAUTIONS, JOB_SLACKS, JOB_STRIDE, MIN_JOBS, windowed
 
 __all__ = [
     "BUCKET_EDGES_H",
@@ -109,7 +110,7 @@ class Calibration:
     follow_raw: bool = False
 
     def caution_for(self, window: timedelta) -> float:
-        """The caution for a task whose latest start is `window` after its earliest."""
+        """The caution for a task whose latest start is `window` after now (or its earliest)."""
         return windowed(self.caution, self.caution_slope, window)
 
     def _bucket(self, lead: timedelta) -> Bucket:
@@ -361,27 +362,26 @@ class Record:
 
     def _caution(self, variants: Sequence[Calibration], now: datetime) -> Calibration:
         """Of the `variants` (the figures corrected in different ways) and the bare forecasts, the
-        one and caution under which the window's jobs, re-played, started clearly cheapest (else the
-        first at its default); then a caution falling with the window, if one clearly beats that."""
+        one and caution under which the window's jobs, re-played, started clearly cheapest (else
+        the first at its default); then a caution by window, the longest window's from the gap
+        its jobs left under the forecast, if it clearly beats that (lowtide.forecast_caution)."""
         first = variants[0]
-        # A caution falling with the window only once the record re-plays enough of the longest
-        # windows on forecasts that covered them: never stretched from short ones to long ones.
-        long = replay.covered_jobs(self.issued, self.actuals, now, JOB_SLACKS[-1])
-        grid = [(c, k) for c in CAUTIONS for k in (SLOPES if long >= MIN_JOBS else (0.0,))]
+        # Only from jobs of the longest window whose forecasts covered it: never stretched from
+        # short ones to long ones (a feed's past, seeded half an hour ahead, says nothing of it).
+        longest = [
+            forecast_caution.longest(replay.gaps(self.issued, self.actuals, v, now, JOB_SLACKS[-1])) for v in variants
+        ]
+        grids = [
+            [*((c, 0.0) for c in CAUTIONS), *((c, forecast_caution.slope(c, end)) for c in CAUTIONS)] for end in longest
+        ]
         # The default caution: the prior's without a learned follow, else the expected values'.
-        reference = grid.index((0.0 if first.follow else PRIOR_CAUTION, 0.0))
-        costs = replay.replayed(self.issued, self.actuals, variants, now, grid)
-        if len(costs) < MIN_JOBS:
-            return dataclasses.replace(first, caution=grid[reference][0], caution_jobs=len(costs))
-        bare = len(variants) * len(grid)
-        single = [i for i in range(bare + 1) if i == bare or grid[i % len(grid)][1] == 0]
-        chosen = replay.paying(costs, reference, single)
-        if chosen != bare:
-            chosen = replay.paying(costs, chosen)
-        if chosen == bare:
-            return dataclasses.replace(first, caution=0.0, caution_jobs=len(costs), raw=True)
-        variant, (caution, slope) = chosen // len(grid), grid[chosen % len(grid)]
-        return dataclasses.replace(variants[variant], caution=caution, caution_slope=slope, caution_jobs=len(costs))
+        default = CAUTIONS.index(0.0 if first.follow else PRIOR_CAUTION)
+        costs = [cost for _, cost in replay.replayed(self.issued, self.actuals, variants, now, grids)]
+        got = forecast_caution.choose(costs, len(variants), len(grids[0]), default)
+        if got.variant is None:
+            return dataclasses.replace(first, caution=0.0, caution_jobs=got.jobs, raw=True)
+        caution, slope = grids[got.variant][got.column]
+        return dataclasses.replace(variants[got.variant], caution=caution, caution_slope=slope, caution_jobs=got.jobs)
 
 
 def _blend(prior: Bucket, errors: list[float], forecasts: int) -> Bucket:

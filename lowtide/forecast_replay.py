@@ -44,20 +44,14 @@ JOB_STRIDE = timedelta(hours=1)
 CAUTION_WINDOW = timedelta(days=7)
 MIN_JOBS = 24
 _CLEARLY = 2.0
-# How much a task's caution falls per doubling of its window (latest start less earliest) over
-# the shortest re-played, up to the longest (no further: the record re-plays none longer), tried
-# with each caution: a start now cannot be undone, a later one is planned again, and a longer
-# window holds more chances to wait for (the lowest of many noisy futures is lower than the
-# lowest forecast), so waiting may be worth more the longer the window.
-SLOPES = (0.0, 0.25, 0.5)
 # The cautions tried on the record (below 0: a later start is worth more than its expected value,
 # for the chance it comes lower still).
 CAUTIONS = (-0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 1.5, 2.0)
 
 
 def windowed(caution: float, slope: float, window: timedelta) -> float:
-    """The caution of a task whose window is `window`: `caution` for the shortest re-played. The
-    re-play plays each window's jobs with it, so a caution planned with was tried on the record."""
+    """The caution of a task with `window` left to its latest start: `caution` for the shortest
+    re-played, falling by `slope` per doubling up to the longest (the re-play plans its jobs so)."""
     shortest, longest = JOB_SLACKS[0], JOB_SLACKS[-1]
     return caution - slope * math.log2(min(max(window, shortest), longest) / shortest)
 
@@ -90,50 +84,69 @@ def _jobs(times: Sequence[datetime], issued: Sequence[Issued]) -> Iterator[tuple
         yield i, issued[newest - 1]
 
 
-def covered_jobs(issued_all: Sequence[Issued], actuals: dict[datetime, float], now: datetime, slack: timedelta) -> int:
-    """How many of the record's jobs of this window the forecast newest at their arrival covered
-    up to their latest start: only their re-play says what waiting that long is worth (a record of
-    forecasts one point ahead, as a feed's past is seeded, says nothing of it)."""
-    times, issued = _record(issued_all, actuals, now)
-    count = 0
-    for i, newest in _jobs(times, issued):
-        end = times[i] + slack
-        if end <= times[-1] and newest.points and newest.points[-1][0] >= end:
-            count += 1
-    return count
-
-
 def replayed(
     issued_all: Sequence[Issued],
     actuals: dict[datetime, float],
     variants: Sequence[Calibration],
     now: datetime,
-    cautions: Sequence[tuple[float, float]],
-) -> list[list[float]]:
-    """The cost of each of the record's jobs (for each window of `JOB_SLACKS`) under each variant
-    and (caution, slope), and last on the bare forecasts."""
+    cautions: Sequence[Sequence[tuple[float, float]]],
+) -> list[tuple[timedelta, list[float]]]:
+    """Each of the record's jobs (for each window of `JOB_SLACKS`): its window, and its cost under
+    each variant and each of that variant's (caution, slope), each job planned at each step with
+    the caution of the window it has left (`windowed`), and last on the bare forecasts."""
     times, issued = _record(issued_all, actuals, now)
     if len(times) < 2 or not issued:
         return []
     seen = [_Seen(issued, v, actuals) for v in variants]
     bare = _Seen(issued, None, actuals)
-    costs: list[list[float]] = []
+    costs: list[tuple[timedelta, list[float]]] = []
     for i, _ in _jobs(times, issued):
         arrival = times[i]
         for slack in JOB_SLACKS:
             steps = times[i : bisect.bisect_right(times, arrival + slack)]
             if steps[-1] >= arrival + slack:
-                # The same caution for this window (slopes differ only for longer ones) is one re-play.
-                got: dict[tuple[int, float], float] = {}
+                got: dict[tuple[int, float, float], float] = {}
                 job = []
-                for n, v in enumerate(seen):
-                    for c, k in cautions:
-                        at = windowed(c, k, slack)
-                        if (n, at) not in got:
-                            got[n, at] = _replay(steps, actuals, v, at)
-                        job.append(got[n, at])
-                costs.append([*job, _replay(steps, actuals, bare, 0.0)])
+                for n, (v, grid) in enumerate(zip(seen, cautions, strict=True)):
+                    for c, k in grid:
+                        # A window no longer than the shortest has its caution at any slope.
+                        key = (n, c, k if slack > JOB_SLACKS[0] else 0.0)
+                        if key not in got:
+                            got[key] = _replay(steps, actuals, v, c, key[2])
+                        job.append(got[key])
+                costs.append((slack, [*job, _replay(steps, actuals, bare, 0.0)]))
     return costs
+
+
+def gaps(
+    issued_all: Sequence[Issued],
+    actuals: dict[datetime, float],
+    calibration: Calibration,
+    now: datetime,
+    window: timedelta,
+) -> list[float]:
+    """For each of the record's jobs of this window whose forecast covered it: how far the lowest
+    value that came in (arrival, arrival + window] was from the lowest the forecast showed there,
+    as `calibration` read it at the arrival, in that point's expected errors (below 0: lower than
+    it showed). Points stating no error say nothing of it."""
+    times, issued = _record(issued_all, actuals, now)
+    if len(times) < 2 or not issued:
+        return []
+    seen = _Seen(issued, calibration, actuals)
+    out = []
+    for i, newest in _jobs(times, issued):
+        arrival, end = times[i], times[i] + window
+        if end > times[-1] or not newest.points or newest.points[-1][0] < end:
+            continue
+        f = seen.at(arrival)
+        ahead = range(bisect.bisect_right(f.times, arrival), bisect.bisect_right(f.times, end))
+        came = [actuals[at] for at in times[i + 1 : bisect.bisect_right(times, end)]]
+        if not ahead or not came:
+            continue
+        lowest = min(ahead, key=lambda j: f.values[j])
+        if f.spreads[lowest] > 0:
+            out.append((min(came) - f.values[lowest]) / f.spreads[lowest])
+    return out
 
 
 class _Corrected:
@@ -171,20 +184,24 @@ class _Seen:
         return got
 
 
-def _replay(steps: Sequence[datetime], actuals: dict[datetime, float], seen: _Seen, caution: float) -> float:
+def _replay(
+    steps: Sequence[datetime], actuals: dict[datetime, float], seen: _Seen, caution: float, slope: float = 0.0
+) -> float:
     """The actual value at the start a job (arriving at steps[0], to start by steps[-1]) gets when
     re-planned at each step on the newest forecast, scored as the planner does: now at its known
-    value, a later start at value + caution x spread, the start planned before at value - that."""
+    value, a later start at value + its window's caution x spread (the window left: `windowed`),
+    the start planned before at value - that."""
     latest = steps[-1]
     planned: datetime | None = None
     for now in steps[:-1]:
+        c = windowed(caution, slope, latest - now)
         f = seen.at(now)
         best_score, best_at = actuals[now], now
         lo = bisect.bisect_right(f.times, now)
         hi = bisect.bisect_right(f.times, latest)
         for j in range(lo, hi):
             at = f.times[j]
-            sign = -caution if at == planned else caution
+            sign = -c if at == planned else c
             score = f.values[j] + sign * f.spreads[j]
             if score < best_score:
                 best_score, best_at = score, at

@@ -10,6 +10,7 @@ from typing import Any
 from lowtide import output
 from lowtide.cli.common import Commands, Parents, finite, security, serve_service
 from lowtide.config import Config
+from lowtide.forecast_replay import JOB_SLACKS, windowed
 from lowtide_client import SignalClient
 
 
@@ -106,7 +107,8 @@ async def _signal_forecast(args: argparse.Namespace, config: Config) -> int:
     if response.HasField("calibration"):
         learned = response.calibration
         record = f"learned over {learned.days:.1f} days" if learned.days else "the prior's"
-        by_window = f", -{learned.caution_slope:g} per doubling of a window over 4 h" if learned.caution_slope else ""
+        day = windowed(learned.caution, learned.caution_slope, JOB_SLACKS[-1])
+        by_window = f" for a 4 h window, {day:.2g} for 24 h" if learned.caution_slope else ""
         header.append(f"caution={learned.caution:g} ({record}{by_window})")
     if not response.points:
         header.append("(the feed gives no forecast now)")

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 import grpc
 
 from lowtide.calibrated_forecast import planning_points
-from lowtide.forecast_replay import windowed
+from lowtide.forecast_replay import JOB_SLACKS, windowed
 from lowtide_client import SignalClient
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.channel import Security, keepalive_options, open_channel
@@ -134,7 +134,7 @@ class CostHolds:
         # How many standard deviations of a point's error a plan allows for: the caution the
         # signal's calibration found to pay on this feed, else the planner's default.
         self.forecast_caution = CAUTION
-        # How much it falls per doubling of a task's window (in the feed's time: a wall-clock
+        # How much it falls per doubling of the window a task has left (in the feed's time: a wall-clock
         # window times `_lead_scale`), when the calibration found that to pay (`planning_caution`).
         self.forecast_caution_slope = 0.0
         self._lead_scale = 1.0
@@ -335,7 +335,8 @@ class CostHolds:
             record = f"learned over {learned.days:.1f} days" if learned.days else "the prior's"
             origin += f"; bias and error {record}, caution {self.forecast_caution:g}"
             if self.forecast_caution_slope:
-                origin += f" (4 h window; {-self.forecast_caution_slope:g} per doubling of a window up to 24 h)"
+                day = windowed(self.forecast_caution, self.forecast_caution_slope, JOB_SLACKS[-1])
+                origin += f" (4 h window; {day:.2g} for a window of 24 h, log-linear between)"
         return origin
 
     def _restart_stale_timer(self, version: int) -> None:

@@ -96,4 +96,5 @@ def test_the_scheduler_plans_with_the_caution_of_each_tasks_window_in_the_feeds_
     # The planner gives a task's window up to its release (RELEASE_LEAD before its latest start).
     given = [w * second - RELEASE_LEAD for w in (4, 8, 16)]
     assert [caution(w) for w in given] == [0.5, 0.25, 0.0]
-    assert "per doubling" in holds.forecast_origin
+    # A day's window: 0.5 less 0.25 per doubling of 4 h, six times over.
+    assert "caution 0.5 (4 h window; -0.15 for a window of 24 h" in holds.forecast_origin

@@ -7,12 +7,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import statistics
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 import lowtide.forecast_replay as replay_module
+from lowtide import forecast_caution
 from lowtide.forecast_calibration import (
     BUCKET_EDGES_H,
     CAUTIONS,
@@ -23,8 +25,10 @@ from lowtide.forecast_calibration import (
     Record,
     prior_calibration,
 )
+from lowtide.forecast_caution import MAX_CAUTION
 from lowtide.forecast_error import ErrorModel, HorizonError, IidError
-from lowtide.forecast_replay import SLOPES, covered_jobs, replayed
+from lowtide.forecast_replay import gaps as gaps_of
+from lowtide.forecast_replay import replayed, windowed
 
 STEP = timedelta(minutes=30)
 START = datetime(2024, 3, 1, tzinfo=UTC)
@@ -175,92 +179,130 @@ def test_a_caution_by_window_is_the_4_h_one_falling_per_doubling_up_to_24_h() ->
     assert prior_calibration(START).caution_for(timedelta(hours=24)) == PRIOR_CAUTION
 
 
-def test_the_record_is_re_played_with_each_windows_own_caution() -> None:
+def test_each_re_played_job_says_its_window() -> None:
     record = _record(IidError(0.15), 3)
     now = START + 3 * 48 * STEP
     calibration = record.learn(now)
-    # A 4 h job's caution is the same at any slope; an 8 h job's at slope 0.5 is a doubling's less.
-    grid = [(1.0, 0.0), (1.0, 0.5), (0.5, 0.0)]
-    costs = replayed(record.issued, record.actuals, [calibration], now, grid)
-    # Each hour's arrival is a job of each window in turn, while the record holds the window.
-    whole = costs[: 24 * len(JOB_SLACKS)]
-    by_window = [whole[i :: len(JOB_SLACKS)] for i in range(len(JOB_SLACKS))]
-    assert all(job[0] == job[1] for job in by_window[0])
-    assert all(job[1] == job[2] for job in by_window[1])
-    assert any(job[0] != job[2] for job in by_window[1])
+    # A 4 h job's caution is the same at any slope (its window left is never longer); an 8 h
+    # job's at slope 0.5 is a doubling's less while more than 4 h are left.
+    jobs = replayed(record.issued, record.actuals, [calibration], now, [[(1.0, 0.0), (1.0, 0.5)]])
+    assert {window for window, _ in jobs} == set(JOB_SLACKS)
+    # A cost per (caution, slope) of the one variant, then the bare forecasts'.
+    assert all(len(costs) == 3 for _, costs in jobs)
+    assert all(costs[0] == costs[1] for window, costs in jobs if window == JOB_SLACKS[0])
+    assert any(costs[0] != costs[1] for window, costs in jobs if window == JOB_SLACKS[1])
+
+
+def _dipping_record(days: int) -> Record:
+    """A feed whose forecasts (a level 300, 5 % noise) never show the dip that comes once a day,
+    4 h at an hour that changes from day to day, 40 % under the level."""
+    record = Record()
+    rng = random.Random(5)
+    dips = [rng.randrange(48) for _ in range(days + 3)]
+
+    def came(i: int) -> float:
+        day, row = divmod(i, 48)
+        return 300 * (0.6 if dips[day] <= row < dips[day] + 8 else 1.0)
+
+    for k in range(days * 48):
+        drawn = IidError(0.05).perturb([300.0] * 97, STEP, random.Random(f"dip:{k}"))
+        points = tuple((START + (k + i) * STEP, v) for i, v in enumerate(drawn) if i)
+        record.add_forecast(Issued(START + k * STEP, points))
+        record.add_actual(START + k * STEP, came(k))
+    return record
+
+
+def test_a_day_whose_dips_the_forecasts_miss_leaves_a_gap_under_the_lowest_forecast() -> None:
+    record = _dipping_record(8)
+    now = START + 8 * 48 * STEP
+    gaps = gaps_of(record.issued, record.actuals, record.learn(now), now, JOB_SLACKS[-1])
+    # One per hour's job whose day the record holds and its forecast covered.
+    assert MIN_JOBS <= len(gaps) <= 7 * 24
+    # Over a day the lowest value that came is well under the lowest forecast, in its errors;
+    # over 4 h, most of which hold no dip, it is not.
+    assert statistics.median(gaps) < -1
+    short = gaps_of(record.issued, record.actuals, record.learn(now), now, JOB_SLACKS[0])
+    assert statistics.median(short) > statistics.median(gaps)
+
+
+@pytest.mark.parametrize(("gap", "longest"), [(-1.0, -0.5), (1.0, 0.5), (-9.0, -MAX_CAUTION), (0.0, 0.0)])
+def test_the_longest_windows_caution_is_half_the_gap_a_prophet_would_wait_for(gap: float, longest: float) -> None:
+    end = forecast_caution.longest([gap] * MIN_JOBS)
+    learned = dataclasses.replace(
+        prior_calibration(START), caution=0.25, caution_slope=forecast_caution.slope(0.25, end)
+    )
+    assert learned.caution_for(timedelta(hours=4)) == 0.25
+    assert learned.caution_for(timedelta(hours=24)) == pytest.approx(longest)
+    assert learned.caution_for(timedelta(hours=48)) == pytest.approx(longest)
+    # Too few of the longest windows' jobs: one caution for every window.
+    assert forecast_caution.longest([gap] * (MIN_JOBS - 1)) is None
+    assert forecast_caution.slope(0.25, None) == 0.0
 
 
 def _jobs(
-    cheaper: Callable[[int, float, float], float], count: int = 60, slopes: tuple[float, ...] = SLOPES
-) -> list[list[float]]:
-    """A re-play's costs (jobs of each window in turn, columns the grid's (caution, slope) pairs
-    of the one variant, then the bare forecasts): 100, less `cheaper(window_h, caution, slope)`,
-    with a little noise."""
+    cheaper: Callable[[float, float], float], end: float | None, variants: int = 1
+) -> list[tuple[timedelta, list[float]]]:
+    """A re-play's jobs (each window in turn; columns each caution of one variant for every
+    window, then each falling to `end` at 24 h, then the bare forecasts): 100, less
+    `cheaper(window_h, the window's caution)`, with a little noise."""
     rng = random.Random(3)
-    costs = []
-    for _ in range(count):
+    grid = [*((c, 0.0) for c in CAUTIONS), *((c, forecast_caution.slope(c, end)) for c in CAUTIONS)]
+    jobs = []
+    for _ in range(60):
         for slack in JOB_SLACKS:
-            hours = slack // timedelta(hours=1)
-            row = [100 - cheaper(hours, c, k) + rng.gauss(0, 0.1) for c in CAUTIONS for k in slopes]
-            costs.append([*row, 110 + rng.gauss(0, 0.1)])
-    return costs
+            hours = slack / timedelta(hours=1)
+            row = [100 - cheaper(hours, windowed(c, k, slack)) + rng.gauss(0, 0.1) for c, k in grid * variants]
+            jobs.append((slack, [*row, 110 + rng.gauss(0, 0.1)]))
+    return jobs
 
 
-def test_a_record_that_pays_less_caution_in_longer_windows_learns_the_slope(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    def waiting_pays_longer(hours: int, caution: float, slope: float) -> float:
-        # Every window pays best at its own caution: 0.5 at 4 h, falling 0.25 a doubling.
-        own = 0.5 - 0.25 * math.log2(hours / 4)
-        return -abs(caution - slope * math.log2(hours / 4) - own)
+def _own(hours: float) -> float:
+    """0.5 at 4 h, falling to -0.5 at 24 h (linear in the log of the window)."""
+    return 0.5 - math.log2(hours / 4) / math.log2(6)
 
-    monkeypatch.setattr(replay_module, "replayed", lambda *_: _jobs(waiting_pays_longer))
-    monkeypatch.setattr(replay_module, "covered_jobs", lambda *_: MIN_JOBS)
+
+def test_a_record_whose_windows_pay_their_own_caution_plans_each_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replay_module, "replayed", lambda *_: _jobs(lambda h, c: -abs(c - _own(h)), -0.5))
+    monkeypatch.setattr(replay_module, "gaps", lambda *_: [-1.0] * MIN_JOBS)
     learned = Record().learn(START)
-    assert (learned.caution, learned.caution_slope) == (0.5, 0.25)
-    assert learned.caution_for(timedelta(hours=24)) < learned.caution_for(timedelta(hours=4))
+    # A day's window is planned with half the gap its jobs left; a 4 h one with the caution that
+    # paid for every window.
+    assert learned.caution_for(timedelta(hours=24)) == pytest.approx(-0.5)
+    assert learned.caution_for(timedelta(hours=4)) == learned.caution > learned.caution_for(timedelta(hours=24))
 
 
-def test_without_a_clear_gain_by_window_the_caution_is_the_same_for_every_window(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    def one_caution_pays(hours: int, caution: float, slope: float) -> float:
-        return -abs(caution - slope * math.log2(hours / 4) - 1.0)
+def test_where_the_re_play_cannot_tell_the_gap_says_how_long_windows_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replay_module, "replayed", lambda *_: _jobs(lambda h, c: 0.0, -0.5))
+    monkeypatch.setattr(replay_module, "gaps", lambda *_: [-1.0] * MIN_JOBS)
+    learned = Record().learn(START)
+    assert learned.caution_for(timedelta(hours=4)) == PRIOR_CAUTION
+    assert learned.caution_for(timedelta(hours=24)) == pytest.approx(-0.5)
 
-    monkeypatch.setattr(replay_module, "replayed", lambda *_: _jobs(one_caution_pays))
-    monkeypatch.setattr(replay_module, "covered_jobs", lambda *_: MIN_JOBS)
+
+def test_a_caution_by_window_that_clearly_cost_more_on_the_record_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Forecasts whose lowest point says nothing of when the lowest value comes: holding out for
+    # the gap in long windows starts their jobs dearer, and the re-play says so.
+    monkeypatch.setattr(replay_module, "replayed", lambda *_: _jobs(lambda h, c: -abs(c - 1.0), -0.5))
+    monkeypatch.setattr(replay_module, "gaps", lambda *_: [-1.0] * MIN_JOBS)
     learned = Record().learn(START)
     assert (learned.caution, learned.caution_slope) == (1.0, 0.0)
 
 
 def test_a_record_of_forecasts_one_point_ahead_learns_no_caution_by_window(monkeypatch: pytest.MonkeyPatch) -> None:
     """A feed's past as seeded: each value forecast half an hour ahead. Its jobs re-played say
-    nothing of waiting a day, so no caution falls with the window, whatever they paid."""
-
-    def waiting_pays_longer(hours: int, caution: float, slope: float) -> float:
-        return -abs(caution - slope * math.log2(hours / 4) - (0.5 - 0.25 * math.log2(hours / 4)))
-
+    nothing of waiting a day, so no caution changes with the window, whatever they paid."""
     record = Record()
     for i in range(7 * 48):
         at = START + i * STEP
-        record.add_forecast(Issued(at - STEP, ((at, 300.0),)))
-        record.add_actual(at, 300.0)
+        record.add_forecast(Issued(at - STEP, ((at, 300.0 + (i % 7)),)))
+        record.add_actual(at, 300.0 - (i % 5))
     now = START + 7 * 48 * STEP
-    assert covered_jobs(record.issued, record.actuals, now, timedelta(hours=24)) == 0
+    assert gaps_of(record.issued, record.actuals, record.learn(now), now, JOB_SLACKS[-1]) == []
 
-    def replayed_paying(
-        _issued: object, _actuals: object, variants: list[object], _now: object, grid: list[tuple[float, float]]
-    ) -> list[list[float]]:
-        # Whatever is tried, for every variant: a caution falling with the window would pay.
-        rows = []
-        for slack in JOB_SLACKS * 60:
-            hours = slack // timedelta(hours=1)
-            row = [100 - waiting_pays_longer(hours, c, k) for _ in variants for c, k in grid]
-            rows.append([*row, 110.0])
-        return rows
+    def replayed_paying(_i: object, _a: object, variants: Sequence[object], *_: object) -> object:
+        # Whatever is tried, for every variant: a caution by window would pay.
+        return _jobs(lambda h, c: -abs(c - _own(h)), -0.5, len(variants))
 
     monkeypatch.setattr(replay_module, "replayed", replayed_paying)
-    assert record.learn(now).caution_slope == 0.0
-    # The same record, had it covered the long windows, would have learned the slope.
-    monkeypatch.setattr(replay_module, "covered_jobs", lambda *_: MIN_JOBS)
-    assert record.learn(now).caution_slope == 0.25
+    learned = record.learn(now)
+    assert learned.caution_slope == 0.0

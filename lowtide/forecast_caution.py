@@ -1,0 +1,86 @@
+"""How much caution pays on a feed, and for which window (part of lowtide.forecast_calibration;
+pure, no I/O).
+
+The longest window's caution comes from how far the lowest value that came in each of the record's
+jobs of that window was from the lowest the forecast showed at the job's arrival, in that point's
+expected errors (its `gaps`, lowtide.forecast_replay). A start now cannot be undone, while a later
+one is planned again on every new forecast: a prophet who knew the values to come would wait
+whenever that gap is below 0, and take all of it. A planner that learns the future as it comes
+cannot, and the classic answer to stopping on values that come one by one (the prophet
+inequality: hold out for half of what the prophet expects, and get at least half of what he
+gets) is half of it. So the longest window's caution is half the median gap: below 0 where the
+feed's forecasts miss how low the values go over a day (a real feed's forecasts smooth out the
+dips they do not see coming), above 0 where the lowest of its noisy points is lower than what
+comes (the winner's curse), near 0 where the lowest forecast is what comes. It is a median over
+every covered job of the record, where choosing among cautions by re-play has too few
+independent days of long windows to say it.
+
+A task is planned with the caution of the window it has left (its latest start less now): a 4 h
+window's is the one under which the record's jobs of every window, re-played, started clearly
+cheapest (`choose`), and one between 4 h and the longest has the caution between theirs (linear in
+the log of the window). The re-play plans its jobs the same way, and keeps the caution by window
+unless they started clearly cheaper under the one caution for every window (a forecast whose
+lowest point says nothing of when the lowest value comes, as one whose swings are mostly noise,
+gains nothing from holding out for it).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lowtide.forecast_replay import CAUTIONS, JOB_SLACKS, MIN_JOBS, paying
+
+# Of the gap a prophet would wait for, the share a planner that learns the future as it comes
+# holds out for (the prophet inequality's threshold); and the most caution it makes either way
+# (as many expected errors as the widest caution tried by re-play).
+PROPHET_SHARE = 0.5
+MAX_CAUTION = max(CAUTIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The variant to plan with (None: the bare forecasts), its column of the grid (see
+    `choose`), and how many jobs said so."""
+
+    variant: int | None
+    column: int
+    jobs: int
+
+
+def choose(costs: Sequence[Sequence[float]], variants: int, width: int, default: int) -> Choice:
+    """`costs`: each re-played job's cost under each variant and each of `width` (caution, slope)
+    (variant by variant: each caution of `CAUTIONS` for every window, then each falling to the
+    longest window's own), then on the bare forecasts; `default` the column that holds without a
+    clear gain. First the variant and caution for every window that started the jobs clearly
+    cheapest; then the same caution falling to the longest window's own, unless the jobs started
+    clearly cheaper without it."""
+    if len(costs) < MIN_JOBS:
+        return Choice(0, default, len(costs))
+    bare = variants * width
+    single = [i for i in range(bare + 1) if i == bare or i % width < len(CAUTIONS)]
+    chosen = paying(costs, default, single)
+    if chosen == bare:
+        return Choice(None, 0, len(costs))
+    by_window = chosen + len(CAUTIONS)
+    if width > len(CAUTIONS) and paying(costs, by_window, [chosen]) == by_window:
+        chosen = by_window
+    return Choice(*divmod(chosen, width), len(costs))
+
+
+def longest(gaps: Sequence[float]) -> float | None:
+    """The longest window's caution from its jobs' `gaps` (see the module's docstring); None with
+    fewer than MIN_JOBS of them."""
+    if len(gaps) < MIN_JOBS:
+        return None
+    return max(-MAX_CAUTION, min(MAX_CAUTION, PROPHET_SHARE * statistics.median(gaps)))
+
+
+def slope(caution: float, longest: float | None) -> float:
+    """How much the caution falls per doubling of a task's window from the shortest re-played
+    (`caution`) to the longest (`longest`; None: the same caution for every window)."""
+    if longest is None:
+        return 0.0
+    return (caution - longest) / math.log2(JOB_SLACKS[-1] / JOB_SLACKS[0])
