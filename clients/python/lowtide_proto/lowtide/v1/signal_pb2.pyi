@@ -169,9 +169,11 @@ class ForecastCalibration(_message.Message):
     with its bias taken out: the record's jobs, re-played, started clearly cheaper so.
     """
     caution_slope: _builtins.float
-    """How much the caution falls per doubling of a task's window (latest start less earliest, in
-    the feed's time) over 4 h, up to 24 h: `caution` is a 4 h window's. A start now cannot be
-    undone and a later one is planned again, so waiting can be worth more in a longer window.
+    """How much the caution falls per doubling of the window a task has left (its latest start less
+    now, in the feed's time) over 4 h, up to 24 h (below 0: it rises): `caution` is a 4 h window's,
+    the 24 h window's is learned from how low the values came against the lowest forecast. A start
+    now cannot be undone and a later one is planned again, so waiting can be worth more in a longer
+    window.
     """
     @_builtins.property
     def buckets(self) -> _containers.RepeatedCompositeFieldContainer[Global___CalibrationBucket]:
