@@ -363,8 +363,8 @@ class Record:
     def _caution(self, variants: Sequence[Calibration], now: datetime) -> Calibration:
         """Of the `variants` (the figures corrected in different ways) and the bare forecasts, the
         one and caution under which the window's jobs, re-played, started clearly cheapest (else
-        the first at its default); then a caution by window, the longest window's from the gap
-        its jobs left under the forecast, if it clearly beats that (lowtide.forecast_caution)."""
+        the first at its default); that for a 4 h window, the longest's from its jobs' gaps, unless
+        one caution for every window started them clearly cheaper (lowtide.forecast_caution)."""
         first = variants[0]
         # Only from jobs of the longest window whose forecasts covered it: never stretched from
         # short ones to long ones (a feed's past, seeded half an hour ahead, says nothing of it).
