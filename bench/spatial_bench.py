@@ -10,7 +10,8 @@ at once where it was submitted. Policies:
 - `best_region_now`: at arrival, in the region whose signal is lowest now (what the Carbon Aware
   SDK's "best location" answers), the next lowest when its pool is full; no waiting for an hour.
 - `where_and_when`: lowtide's placement (scheduler_service.domain.placement), re-planned on every
-  new forecast of every region, each with its expected error and its pool; a job planned for now
+  new forecast of every region, each with its expected error and its pool, beside the work
+  expected from the last day's arrivals (as the temporal evaluation's plans); a job planned for now
   starts there when its pool has a slot; at its latest start it starts in any region with room.
 - `oracle`: the cheapest assignment of jobs to (region, row) with `slots` a region and row, the
   true future known: an LP (a transportation problem, integral), solved by HiGHS as the
@@ -35,6 +36,7 @@ from scipy.sparse import coo_matrix
 
 from bench._carbon_sim import ROW, Forecasts, Rows
 from bench.carbon_bench import BLOCK_DAYS, BLOCKS, MODELS, SEED, figures, resample, sample
+from scheduler_service.domain.demand import LOOKBACK, Submitted, expected_arrivals
 from scheduler_service.domain.placement import PlaceTask, Region, place
 from scheduler_service.domain.planning import Capacity, PlanTask
 from signal_service.feeds.replay import load_trace
@@ -204,7 +206,14 @@ def where_and_when(
             last = previous.get(j)
             task = PlanTask(j, times[a], times[a + slack], ROW, last[1] if last else None)
             tasks.append(PlaceTask(task, region=last[0] if last else None))
-        placed = place(tasks, places, times[k], resolution=ROW)
+        # The work expected next, from the arrivals of the last day (a job a region a row), as
+        # the scheduler estimates it from the tasks that named pools.
+        recent = (
+            Submitted(times[a], slack * ROW, ROW, count=len(regions))
+            for a in range(max(jobs[0][1], k - LOOKBACK // ROW + 1), min(k + 1, jobs[-1][1] + 1))
+        )
+        coming = [PlaceTask(t) for t in expected_arrivals(recent, times[k])]
+        placed = place(tasks, places, times[k], resolution=ROW, expected=coming)
         previous = {p.task_id: (p.region, p.plan.release_at) for p in placed}
         room = [slots] * len(regions)
         # The tightest latest start first (the earliest arrival, then the order submitted).

@@ -15,6 +15,11 @@ planner never plans past it, and at it dispatch may start the task in any allowe
 A pool with no capacity (no workers) is planned around: a task goes there only when no pool it
 may run in has any, and then to its last place (or the first it names).
 
+Work expected to be submitted later (the last day's, as in `planning.plan`) is counted in the
+pool each expected task would be placed in on its own, as that pool's expected work: a pool's
+plan leaves a cheap hour to it when it would have no other and a given task loses less by going
+later or elsewhere (never a given task's room).
+
 Work naming no pool may run in any pool whose workers run its type, and is planned on its type's
 signal beside the placed tasks: the runs placed in a pool are commitments of the room it is
 planned with (`beside_placed`), so no slot is promised both to a placed task and to other work.
@@ -75,10 +80,20 @@ class Placement:
 
 
 def place(
-    tasks: Iterable[PlaceTask], regions: Sequence[Region], now: datetime, *, resolution: timedelta
+    tasks: Iterable[PlaceTask],
+    regions: Sequence[Region],
+    now: datetime,
+    *,
+    resolution: timedelta,
+    expected: Sequence[PlaceTask] = (),
 ) -> list[Placement]:
-    """One placement per task, in the order given."""
+    """One placement per task, in the order given. `expected` is work expected to be submitted
+    later (see scheduler_service.domain.demand), naming the pools it may run in: each expected
+    task is counted in the pool whose forecast could give it the best start, as that pool's
+    `Region.expected`, and takes room there beside the given tasks (never a given task's)."""
     given = list(tasks)
+    if expected and given:
+        regions = _expecting(regions, expected, now, resolution)
     by_name = {r.name: r for r in regions}
     if len(by_name) != len(regions):
         raise ValueError("pool names must be distinct")
@@ -92,12 +107,7 @@ def place(
     if not given:
         return []
     # Round one: what each place could give each task, room for all.
-    best: list[dict[str, float]] = [{} for _ in given]
-    for region in regions:
-        members = [i for i, names in enumerate(allowed) if region.name in names]
-        roomy = replace(region, capacity=Capacity(_ROOMY), expected=())
-        for i, p in zip(members, _plan_in(roomy, [given[i] for i in members], now, resolution), strict=True):
-            best[i][region.name] = _score(region, p, given[i].task.duration)
+    best = _could_give(regions, given, allowed, now, resolution)
     home = [_choose(given[i], allowed[i], best[i], by_name) for i in range(len(given))]
     plans = _plan_all(regions, given, home, now, resolution)
     # Round two: a task planned worse where it is than another allowed place could give it moves.
@@ -117,6 +127,40 @@ def place(
         _placement(given[i], by_name[home[i]], plans[i], best=best[i], by_name=by_name, now=now)
         for i in range(len(given))
     ]
+
+
+def _could_give(
+    regions: Sequence[Region],
+    tasks: Sequence[PlaceTask],
+    allowed: Sequence[tuple[str, ...]],
+    now: datetime,
+    resolution: timedelta,
+) -> list[dict[str, float]]:
+    """What each place could give each task at best (the score of its best start there, as if
+    the pool had room for all of them), by the names of the pools it may run in."""
+    best: list[dict[str, float]] = [{} for _ in tasks]
+    for region in regions:
+        members = [i for i, names in enumerate(allowed) if region.name in names]
+        if not members:
+            continue
+        roomy = replace(region, capacity=Capacity(_ROOMY), expected=())
+        for i, p in zip(members, _plan_in(roomy, [tasks[i] for i in members], now, resolution), strict=True):
+            best[i][region.name] = _score(region, p, tasks[i].task.duration)
+    return best
+
+
+def _expecting(
+    regions: Sequence[Region], expected: Sequence[PlaceTask], now: datetime, resolution: timedelta
+) -> list[Region]:
+    """The regions with each expected task counted in the `expected` of the pool it would be
+    placed in on its own (the open pool, of those it names, that could give it the best start)."""
+    by_name = {r.name: r for r in regions}
+    allowed = [tuple(n for n in t.regions if n in by_name) or tuple(by_name) for t in expected]
+    best = _could_give(regions, expected, allowed, now, resolution)
+    homes: dict[str, list[PlanTask]] = {}
+    for task, names, scores in zip(expected, allowed, best, strict=True):
+        homes.setdefault(_choose(task, names, scores, by_name), []).append(task.task)
+    return [replace(r, expected=(*r.expected, *homes.get(r.name, ()))) for r in regions]
 
 
 def _open(region: Region) -> bool:

@@ -65,17 +65,20 @@ def placed(
     now: datetime,
     *,
     committed: Mapping[str, Sequence[Commitment]] | None = None,
+    expected: Mapping[str, Sequence[PlanTask]] | None = None,
 ) -> list[Placement]:
     """One placement per task ((its plan task, the pools it names, the pool its last plan chose,
     its queue, its type)), in the order given. A pool with no signal of its own is planned on the
     signal the task's type follows: the tasks are placed in groups by that signal, each group in
-    the room the groups before it left (their placed runs count as commitments)."""
+    the room the groups before it left (their placed runs count as commitments), beside the work
+    `expected` later of the types that follow that signal (by signal name; it may run in any pool
+    the group names)."""
     groups: dict[str, list[int]] = {}
     for i, (_, _, _, queue, activity_type) in enumerate(tasks):
         groups.setdefault(holds.config.signal_for(queue, activity_type, holds.default), []).append(i)
     taken = {pool: list(runs) for pool, runs in (committed or {}).items()}
     out: dict[int, Placement] = {}
-    for _, indexes in sorted(groups.items()):
+    for signal, indexes in sorted(groups.items()):
         group = [tasks[i] for i in indexes]
         names = sorted({name for _, pools, _, _, _ in group for name in pools})
         _, _, _, queue, activity_type = group[0]
@@ -84,7 +87,8 @@ def placed(
         # The room is counted in steps no longer than the shortest task (at most RESOLUTION): a
         # step longer than a task counts it busy for the whole step.
         step = max(MIN_RESOLUTION, min(RESOLUTION, *(task.duration for task, *_ in group)))
-        placements = place(given, places, now, resolution=step)
+        coming = [PlaceTask(task) for task in (expected or {}).get(signal, ())]
+        placements = place(given, places, now, resolution=step, expected=coming)
         for pool, runs in placed_runs(given, placements).items():
             taken.setdefault(pool, []).extend(runs)
         out.update(zip(indexes, placements, strict=True))

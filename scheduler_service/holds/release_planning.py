@@ -188,8 +188,9 @@ class ReleasePlanner:
         self._open_pools = open_pools
         return changed
 
-    async def _recent_deferrable(self, types: set[str]) -> list[Submitted]:
-        """The deferrable work of the last day, which the plan expects again (one query)."""
+    async def _recent_deferrable(self, types: set[str], *, named_pools: bool = False) -> list[Submitted]:
+        """The deferrable work of the last day, which the plan expects again (one query): all of
+        it, or with `named_pools` only the tasks that named pools (the work placed among them)."""
         rows = await self._store.recent_deferrable(sorted(types), LOOKBACK)
         default = 30 * 60 * 1000
         return [
@@ -200,7 +201,7 @@ class ReleasePlanner:
                 r.count,
             )
             for r in rows
-            if deferrable(self._holds, r.queue, r.activity_type, r.kind)
+            if deferrable(self._holds, r.queue, r.activity_type, r.kind) and (r.named_pools or not named_pools)
         ]
 
     async def tick(self) -> None:
@@ -278,7 +279,19 @@ class ReleasePlanner:
             )
             for r in rows
         ]
-        placements = regions.placed(self._config, self._holds, tasks, slots, now, committed=committed)
+        # The work that named pools over the last day, expected again: a cheap hour in a pool is
+        # left to it when it would have no other (as _plan leaves one to the work expected there).
+        signal_types: dict[str, set[str]] = {}
+        for row in rows:
+            signal = self._holds.config.signal_for(row.queue, row.activity_type, self._holds.default)
+            signal_types.setdefault(signal, set()).add(row.activity_type)
+        expected = {
+            signal: expected_arrivals(await self._recent_deferrable(group, named_pools=True), now)
+            for signal, group in signal_types.items()
+        }
+        placements = regions.placed(
+            self._config, self._holds, tasks, slots, now, committed=committed, expected=expected
+        )
         await self._store.apply_plans(
             [(p.task_id, release_time(p.plan), p.plan.expected_intensity, p.reason) for p in placements],
             [regions.chosen_pool(p) for p in placements],

@@ -165,6 +165,8 @@ class RecentDeferrable:
     queue: str
     activity_type: str
     kind: str
+    # Whether they named the pools they may run in (placed among them, see holds/regions.py).
+    named_pools: bool
     slack_ms: int
     estimated_duration_ms: int | None
     count: int

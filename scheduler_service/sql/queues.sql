@@ -155,17 +155,17 @@ LIMIT 5000
 
 -- recent_deferrable --
 -- First attempts with a latest start submitted over the last `lookback`, of these types, counted
--- in 5-minute buckets by queue and type with their mean slack and duration: the work the planner
--- expects again (bounded: 288 buckets a day for each queue and type).
+-- in 5-minute buckets by queue and type (and whether they named pools) with their mean slack and
+-- duration: the work the planner expects again (bounded: 576 buckets a day for each queue and type).
 SELECT date_bin('5 minutes', created_at, TIMESTAMPTZ '2000-01-01 00:00:00+00') AS at,
-       queue, activity_type, kind,
+       queue, activity_type, kind, pools IS NOT NULL AS named_pools,
        (avg(EXTRACT(EPOCH FROM latest_start - created_at)) * 1000)::bigint AS slack_ms,
        avg(estimated_duration_ms)::bigint AS estimated_duration_ms,
        count(*)::int AS count
 FROM lowtide.tasks
 WHERE latest_start IS NOT NULL AND created_at > now() - %(lookback)s::interval
   AND activity_type = ANY(%(types)s::text[])
-GROUP BY 1, 2, 3, 4
+GROUP BY 1, 2, 3, 4, 5
 ORDER BY 1
 LIMIT 20000
 

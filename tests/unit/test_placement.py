@@ -51,6 +51,24 @@ def test_a_task_naming_one_pool_stays_in_it() -> None:
     assert list(got.options) == ["eu-west"]
 
 
+def test_a_cheap_hour_is_left_to_the_work_expected_there_when_a_task_loses_less_elsewhere() -> None:
+    # One slot in each pool. Central's 03:00 is the cheapest start for the pending task (50; 150 at
+    # 06:00 there, 120 at 01:00 in west), and the only cheap one for the task expected at 02:00
+    # with 2 hours of slack (300 anywhere else): moving costs the pending task less.
+    west = hourly(300, 120, 300, 300, 300, 300, 300, 300)
+    central = hourly(300, 300, 300, 50, 300, 300, 150, 300)
+    regions = [Region("eu-west", west, Capacity(1)), Region("eu-central", central, Capacity(1))]
+    coming = PlaceTask(PlanTask(-1, NOW + 2 * HOUR, NOW + 4 * HOUR, HOUR))
+    (alone,) = place([task(1)], regions, NOW, resolution=HOUR)
+    assert (alone.region, alone.plan.release_at) == ("eu-central", NOW + 3 * HOUR)
+    (beside,) = place([task(1)], regions, NOW, resolution=HOUR, expected=[coming])
+    assert (beside.region, beside.plan.release_at) == ("eu-west", NOW + HOUR)
+    # With room for both in central, nothing moves.
+    roomy = [Region("eu-west", west, Capacity(1)), Region("eu-central", central, Capacity(2))]
+    (both,) = place([task(1)], roomy, NOW, resolution=HOUR, expected=[coming])
+    assert (both.region, both.plan.release_at) == ("eu-central", NOW + 3 * HOUR)
+
+
 def test_the_cleanest_pool_full_sends_the_task_that_loses_least_to_the_other_place() -> None:
     regions = [Region("eu-west", WEST, Capacity(1)), Region("eu-central", CENTRAL, Capacity(1))]
     placed = place([task(1), task(2)], regions, NOW, resolution=HOUR)
