@@ -18,6 +18,8 @@ _US = timedelta(microseconds=1)
 # windows of equal forecast value tie, and resolve to the earlier one, even when their sums
 # were taken in a different order and differ in the last bits.
 _DECIMALS = 6
+# The most scores a forecast keeps (see Forecast._scores): some 20 MB.
+_SCORES_KEPT = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,11 @@ class Forecast:
     integrals: tuple[float, ...] = field(repr=False)
     spreads: tuple[float, ...] = field(default=(), repr=False)
     spread_integrals: tuple[float, ...] = field(default=(), repr=False)
+    # Scores already taken, by (start, span, caution): a plan scores the same starts again for
+    # every task of the same duration and window, in every round of a placement. Bounded.
+    _scores: dict[tuple[int, int, float], float] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     @classmethod
     def of(
@@ -85,10 +92,17 @@ class Forecast:
         """The pessimistic mean of [t, t + span] (rounded): the mean, plus `caution` expected
         errors. A start at the first point (the known current value, which states no error) is
         scored by its mean alone."""
+        key = (t, span, caution)
+        known = self._scores.get(key)
+        if known is not None:
+            return known
         mean = self._mean(t, span)
         if self.spreads and caution:
             mean += caution * _step_mean(self.times, self.spreads, self.spread_integrals, t, span)
-        return round(mean, _DECIMALS)
+        if len(self._scores) >= _SCORES_KEPT:
+            self._scores.clear()
+        score = self._scores[key] = round(mean, _DECIMALS)
+        return score
 
     def _scored_starts(self, earliest: int, latest: int, span: int, caution: float) -> list[tuple[float, int]]:
         """(rounded score, start) for the starts worth scoring in [earliest, latest], in no order.
