@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lowtide.config import Config, CostConfig, PoolConfig, SignalConfig, SignalDefinition
 from lowtide_client import Client, SignalClient
-from scheduler_service.server import start_scheduler
+from scheduler_service.server import Scheduler, start_scheduler
 from signal_service.domain import Point
 from signal_service.server import start_signal_service
 from tests.conftest import NO_AUTH, make_config
@@ -31,18 +31,8 @@ async def test_the_leader_leaves_a_cheap_window_to_the_work_expected_from_the_la
             await signals.set(300)
             # Yesterday, a `train` task was submitted at this time of day plus 55 minutes, with
             # 30 minutes of slack: the same is expected in 55 minutes, and the only cheap start
-            # in its window is the one at 60 minutes. (The history is written into its row: the
-            # API submits at now.)
-            yesterday = await client.submit(
-                "train", latest_start=now + timedelta(hours=1), estimated_duration=timedelta(minutes=10)
-            )
-            await client.cancel(yesterday.id)
-            submitted = now + timedelta(minutes=55) - timedelta(days=1)
-            await scheduler.db.execute(
-                "UPDATE lowtide.tasks SET created_at = %(at)s, latest_start = %(at)s + interval '30 minutes'"
-                " WHERE id = %(id)s",
-                {"at": submitted, "id": yesterday.id},
-            )
+            # in its window is the one at 60 minutes.
+            await _submitted_yesterday(client, scheduler, now + timedelta(minutes=55))
             # A task pending now may start any time in the next two hours: at 60 minutes (50) or
             # at 5 (120). The pool has one slot (no worker is connected).
             task = await client.submit(
@@ -97,16 +87,7 @@ async def test_a_task_naming_pools_leaves_a_cheap_hour_to_the_work_that_named_th
                 await setter.set(300, name=name)
             # Yesterday at this time of day plus 55 minutes, a `train` task with 30 minutes of slack
             # (naming no pool, at first): the same is expected in 55 minutes.
-            yesterday = await client.submit(
-                "train", latest_start=now + timedelta(hours=1), estimated_duration=timedelta(minutes=10)
-            )
-            await client.cancel(yesterday.id)
-            submitted = now + timedelta(minutes=55) - timedelta(days=1)
-            await scheduler.db.execute(
-                "UPDATE lowtide.tasks SET created_at = %(at)s, latest_start = %(at)s + interval '30 minutes'"
-                " WHERE id = %(id)s",
-                {"at": submitted, "id": yesterday.id},
-            )
+            yesterday = await _submitted_yesterday(client, scheduler, now + timedelta(minutes=55))
             # A task naming both pools may start any time in the next two hours: eu-central's 50 at
             # 60 minutes is its cheapest start (150 at 100 minutes there), eu-west's 120 at 5 minutes
             # the best elsewhere. Only eu-central's 50 is cheap in the expected task's window.
@@ -132,7 +113,7 @@ async def test_a_task_naming_pools_leaves_a_cheap_hour_to_the_work_that_named_th
             # Had yesterday's task named the pools, it is expected among them: moving costs this
             # task 70 (eu-west at 5 minutes) and the expected one 250.
             await scheduler.db.execute(
-                "UPDATE lowtide.tasks SET pools = '{eu-west,eu-central}' WHERE id = %(id)s", {"id": yesterday.id}
+                "UPDATE lowtide.tasks SET pools = '{eu-west,eu-central}' WHERE id = %(id)s", {"id": yesterday}
             )
             await forecast("west", west, bump=0.5)
             assert await eventually(lambda: _placed(client, task.id, "eu-west", now + timedelta(minutes=5)))
@@ -145,3 +126,16 @@ async def test_a_task_naming_pools_leaves_a_cheap_hour_to_the_work_that_named_th
 async def _placed(client: Client, task_id: int, pool: str, when: datetime) -> bool:
     task = await client.get(task_id)
     return task.planned_pool == pool and await _planned_near(client, task_id, when)
+
+
+async def _submitted_yesterday(client: Client, scheduler: Scheduler, expected_at: datetime) -> int:
+    """A `train` task of 10 minutes with 30 minutes of slack, submitted a day before `expected_at`
+    (and cancelled): the planner expects the same at `expected_at`. The history is written into
+    its row, as the API submits at now."""
+    task = await client.submit("train", latest_start=expected_at, estimated_duration=timedelta(minutes=10))
+    await client.cancel(task.id)
+    await scheduler.db.execute(
+        "UPDATE lowtide.tasks SET created_at = %(at)s, latest_start = %(at)s + interval '30 minutes' WHERE id = %(id)s",
+        {"at": expected_at - timedelta(days=1), "id": task.id},
+    )
+    return task.id
