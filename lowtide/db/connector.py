@@ -25,6 +25,7 @@ from lowtide.errors import DatabaseUnavailable
 Row = dict[str, Any]
 Params = Mapping[str, Any]
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 @contextlib.contextmanager
@@ -234,6 +235,29 @@ class Database:
     async def fetch_one_as(self, cls: type[T], sql: str, params: Params | None = None) -> T | None:
         rows = await self.fetch_as(cls, sql, params)
         return rows[0] if rows else None
+
+    async def fetch_both(
+        self, first: tuple[type[T], str, Params], second: tuple[type[U], str, Params], *, planned: bool = False
+    ) -> tuple[list[T], list[U]]:
+        """Two statements' rows (as `fetch_as`), sent together in one round trip and committed
+        together: a pipeline with one Sync is one implicit transaction, so either both are
+        written or neither (the second is skipped once the first fails, and the first rolled back
+        when the second does). `planned` as for `transaction`."""
+        pool = self._planned if planned else self._pool
+        with wrap_exceptions():
+            async with (
+                pool.connection() as conn,
+                conn.pipeline() as pipeline,
+                conn.cursor(row_factory=typed_row(first[0])) as one,
+                conn.cursor(row_factory=typed_row(second[0])) as two,
+            ):
+                await one.execute(first[1], first[2])
+                await two.execute(second[1], second[2])
+                await pipeline.sync()
+                return (
+                    await one.fetchall() if _returns_rows(one) else [],
+                    await two.fetchall() if _returns_rows(two) else [],
+                )
 
     async def execute(self, sql: str, params: Params | None = None) -> int:
         with wrap_exceptions():
