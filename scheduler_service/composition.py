@@ -170,6 +170,16 @@ def _dispatch_core(
 def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
     """The API, the worker stream with its completer and leases, and maintenance."""
     store, registry, dispatcher, metrics, fixed = core.store, core.registry, core.dispatcher, core.metrics, core.fixed
+    waiters = Waiters(store)
+    completer = Completer(
+        store,
+        metrics=metrics,
+        on_applied=waiters.applied,
+        traces=core.traces,
+        adaptive=core.adaptive,
+        on_freed=dispatcher.freed,
+        on_retry=dispatcher.wake_at,
+    )
     submission = Submission(
         config=config,
         store=store,
@@ -179,8 +189,8 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         tracing=core.traces is not None,
         scheduler_id=scheduler_id,
         handoff=Handoff(dispatcher, registry),
+        reports=completer,
     )
-    waiters = Waiters(store)
     api = SchedulerApi(
         config=config,
         store=store,
@@ -190,15 +200,6 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         submission=submission,
         tasks=TaskControl(config=config, store=store, registry=registry, dispatcher=dispatcher),
         waiters=waiters,
-    )
-    completer = Completer(
-        store,
-        metrics=metrics,
-        on_applied=waiters.applied,
-        traces=core.traces,
-        adaptive=core.adaptive,
-        on_freed=dispatcher.freed,
-        on_retry=dispatcher.wake_at,
     )
     leases, strays, stream = _worker_stream(config, core, completer, scheduler_id)
     maintenance = _maintenance(config, core, waiters, scheduler_id)

@@ -12,12 +12,20 @@ from typing import Any, TypeVar
 
 from lowtide.db.connector import Database, Transaction
 from scheduler_service.domain.fixed import Interval, Reservation
-from scheduler_service.domain.model import NewTask
+from scheduler_service.domain.model import NewTask, Outcome
 from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.domain.submission import Overload
-from scheduler_service.rows.tasks import DepthRow, EndedRow, KeyedRow, ReservationRow, StateRow, TaskRow
+from scheduler_service.rows.tasks import (
+    DepthRow,
+    EndedRow,
+    FinishedRow,
+    KeyedRow,
+    ReservationRow,
+    StateRow,
+    TaskRow,
+)
 from scheduler_service.store.base import SEPARATOR, Q, StoreBase, ms
-from scheduler_service.store.tasks import settle
+from scheduler_service.store.tasks import finish_params, settle
 
 T = TypeVar("T")
 
@@ -73,6 +81,8 @@ class SubmissionWrites:
         self.registering: set[str] = set()
         # The tasks as stored, when the insert returned them whole (see insert).
         self.stored: dict[int, TaskRow] = {}
+        # The reports the insert wrote too (see insert's `finishing`), by (id, attempt).
+        self.finished: dict[tuple[int, int], FinishedRow] = {}
 
     async def existing(self, keys: Sequence[str], submitted_by: str | None) -> dict[str, int]:
         """The ids of the tasks this submitter stored before under these idempotency keys."""
@@ -122,6 +132,7 @@ class SubmissionWrites:
         whole: bool = False,
         workers: Sequence[str | None] | None = None,
         signals: Sequence[float | None] | None = None,
+        finishing: Sequence[tuple[Outcome, str | None]] = (),
     ) -> list[tuple[int, str | None]]:
         """Stores the tasks whose key is new in one statement, which also wakes every replica's
         dispatch at commit with the `wake` payload if any was stored; returns (id, key) of each
@@ -129,7 +140,9 @@ class SubmissionWrites:
         `workers` (plain tasks only, whole): the worker each task is handed to, or None (see
         insert_tasks_handed: a task handed is stored running, if its queue and worker allow).
         `signal` is the default signal's value, `signals` the value each task records at
-        submission (by default `signal`)."""
+        submission (by default `signal`). `finishing` (whole, alone): workers' reports (each with
+        the worker that sent it) applied in the same commit, those of tasks nothing depends on
+        (finish_independent_attempts); the ones applied are kept in `finished`."""
         params = {
             **_task_columns(tasks),
             "deps_pending": list(deps_pending),
@@ -140,17 +153,29 @@ class SubmissionWrites:
             "wake": wake,
         }
         if workers is not None and any(workers):
-            handed = await self._fetch_as(TaskRow, Q["insert_tasks_handed"], {**params, "workers": list(workers)})
+            handed = await self._fetch_as(
+                TaskRow, Q["insert_tasks_handed"], {**params, "workers": list(workers)}, finishing
+            )
             self.stored.update((r.id, r) for r in handed)
             return [(r.id, r.idempotency_key) for r in handed]
         if whole:
-            stored = await self._fetch_as(TaskRow, Q["insert_tasks_whole"], params)
+            stored = await self._fetch_as(TaskRow, Q["insert_tasks_whole"], params, finishing)
             self.stored.update((r.id, r) for r in stored)
             return [(r.id, r.idempotency_key) for r in stored]
+        assert not finishing, "reports are written with an insert that returns the tasks whole"
         rows = await self._tx.fetch_as(KeyedRow, Q["insert_tasks"], params)
         return [(r.id, r.idempotency_key) for r in rows]
 
-    async def _fetch_as(self, cls: type[T], sql: str, params: dict[str, Any]) -> list[T]:
+    async def _fetch_as(
+        self, cls: type[T], sql: str, params: dict[str, Any], finishing: Sequence[tuple[Outcome, str | None]]
+    ) -> list[T]:
+        if finishing:
+            # One round trip and one commit for the insert and the reports (Database.fetch_both).
+            assert isinstance(self._tx, Database), "reports are written with an insert that commits on its own"
+            finish = (FinishedRow, Q["finish_independent_attempts"], finish_params(finishing))
+            rows, finished = await self._tx.fetch_both((cls, sql, params), finish, planned=self._planned)
+            self.finished.update(((r.id, r.attempt), r) for r in finished)
+            return rows
         if self._planned:
             assert isinstance(self._tx, Database)
             return await self._tx.fetch_as(cls, sql, params, planned=True)

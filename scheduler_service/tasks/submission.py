@@ -10,13 +10,14 @@ configuration, and the wake-ups of dispatch and fixed starts once it is stored.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from lowtide.config import Config
-from lowtide.errors import FailedPrecondition, InvalidArgument, TooLarge
+from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument, TooLarge
 from scheduler_service.dispatch.dispatcher import Dispatcher
 from scheduler_service.dispatch.handoff import Handoff
 from scheduler_service.domain.fixed import Interval, Refused, admit_all, reservation_capacity
-from scheduler_service.domain.model import NewTask
+from scheduler_service.domain.model import NewTask, Outcome
 from scheduler_service.domain.submission import (
     Overload,
     Submitted,
@@ -29,14 +30,29 @@ from scheduler_service.domain.submission import (
     wake_payload,
     wanted_dependencies,
 )
+from scheduler_service.fleet.sessions import WorkerSession
 from scheduler_service.holds.fixed_starts import FixedStarts
 from scheduler_service.holds.release_planning import ReleasePlanner
 from scheduler_service.observe.tracing import with_trace_context
-from scheduler_service.rows.tasks import TaskRow
+from scheduler_service.rows.tasks import FinishedRow, TaskRow
 from scheduler_service.store import Store, SubmissionWrites
 from scheduler_service.tasks.submit_groups import SubmitGroups
 
-__all__ = ["Overload", "Submission", "Submitted", "store_tasks"]
+__all__ = ["Overload", "ReportsToWrite", "Submission", "Submitted", "store_tasks"]
+
+
+class ReportsToWrite(Protocol):
+    """The workers' reports not written yet (workers/completer.py), which a group of single submits
+    writes in its insert's commit (docs/architecture/tasks.md)."""
+
+    def submitted(self) -> None:
+        """A single submit came: the pace that says how long a report may wait for the next."""
+
+    def lend(self) -> tuple[int, list[tuple[Outcome, str | None]]]:
+        """The reports waiting (each with the worker that sent it), lent under a key until given back."""
+
+    def give_back(self, key: int, applied: Mapping[tuple[int, int], FinishedRow] | None) -> None:
+        """The lent reports, and those the insert applied (None: its statement failed, none)."""
 
 
 async def store_tasks(
@@ -52,21 +68,21 @@ async def store_tasks(
     stored: dict[int, TaskRow] | None = None,
     workers: Sequence[str | None] | None = None,
     planned: bool = False,
+    finishing: Sequence[tuple[Outcome, str | None]] = (),
+    finished: dict[tuple[int, int], FinishedRow] | None = None,
 ) -> list[Submitted]:
-    """Stores the tasks in one transaction (plain tasks in one statement) and returns their ids
-    in order.
+    """Stores the tasks in one transaction (plain tasks in one statement) and returns their ids in order.
 
-    A task whose idempotency key this submitter used already (stored before, or earlier in
-    this batch) is not stored again: its entry carries the first task's id and created=False. Fixed
-    starts are admitted first, under a per-pool lock, against the pool's `capacity`; one
-    that does not fit raises Refused and nothing of the batch is stored. A queue over its
-    max_depth refuses the batch (reject) or sheds work once it is stored (shed_lowest, shed_oldest).
-    Every replica's dispatch is woken at commit (NOTIFY) but `origin`'s, which wakes its own.
-    `stored`, when given, gets the tasks of a submission of plain tasks as the insert stored them
-    (whole, so the caller need not read them back); other submissions leave it empty.
-    `workers`, with `stored` and plain tasks only: the worker each is handed to, or None (see
-    SubmissionWrites.insert). `planned`: a submission of plain tasks is inserted where the
-    statement keeps one generic plan (SubmissionStore.submitting).
+    A task whose idempotency key this submitter used already (stored before, or earlier in this batch) is not
+    stored again: its entry carries the first task's id and created=False. Fixed starts are admitted first,
+    under a per-pool lock, against the pool's `capacity`; one that does not fit raises Refused and nothing of
+    the batch is stored. A queue over its max_depth refuses the batch (reject) or sheds work once it is stored
+    (shed_lowest, shed_oldest). Every replica's dispatch is woken at commit (NOTIFY) but `origin`'s, which wakes
+    its own. `stored`, when given, gets the tasks of a submission of plain tasks as the insert stored them
+    (whole, so the caller need not read them back); other submissions leave it empty. With `stored` and plain
+    tasks only, `workers`: the worker each is handed to, or None; `finishing`: workers' reports committed with
+    the insert, those applied put in `finished` (see SubmissionWrites.insert). `planned`: a submission of plain
+    tasks is inserted where the statement keeps one generic plan (SubmissionStore.submitting).
     """
     keys = [t.idempotency_key for t in tasks if t.idempotency_key]
     limited = {t.queue: overload[t.queue] for t in tasks if overload and t.queue in overload}
@@ -98,9 +114,12 @@ async def store_tasks(
             wake=wake_payload(tasks, origin),
             whole=alone and stored is not None,
             workers=workers if alone and stored is not None else None,
+            finishing=finishing if alone and stored is not None else (),
         )
         if stored is not None:
             stored.update(writes.stored)
+        if finished is not None:
+            finished.update(writes.finished)
         if len(inserted) < len(fresh) and keys:
             # Another submit with one of these keys committed meanwhile.
             existing = await writes.existing(keys, submitted_by)
@@ -166,6 +185,7 @@ class Submission:
         tracing: bool,
         scheduler_id: str,
         handoff: Handoff,
+        reports: ReportsToWrite,
     ) -> None:
         self._config = config
         # The replica: it wakes its own dispatch after a submit, so its NOTIFY is for the others.
@@ -178,6 +198,8 @@ class Submission:
         self._planner = planner
         # Idle slots of this replica that a group's tasks are handed to as they are stored.
         self._handoff = handoff
+        # Workers' reports that a group's insert writes in its commit.
+        self._reports = reports
         # Concurrent single submissions of plain tasks, stored a group at a time.
         self._groups = SubmitGroups(self._store_group)
 
@@ -205,6 +227,7 @@ class Submission:
         planned = self._planner.plan_submitted(with_trace_context(tasks) if self._tracing else tasks)
         overload = self.overload(planned)
         if stored is not None and len(planned) == 1 and plain(planned[0]) and not overload:
+            self._reports.submitted()
             one, row = await self._groups.submit(planned[0], submitted_by)
             stored[one.id] = row
             return [one]
@@ -227,27 +250,74 @@ class Submission:
     async def _store_group(
         self, tasks: Sequence[NewTask], submitted_by: str | None
     ) -> tuple[list[Submitted], dict[int, TaskRow]]:
-        """Stores a group of plain tasks (one insert, committed): those an idle slot of this
-        replica may take at once are handed to it in that insert and sent; dispatch is woken for
-        the others."""
+        """Stores a group of plain tasks (one insert, committed) with the workers' reports waiting
+        to be written: those an idle slot of this replica may take at once are handed to it in
+        that insert and sent; dispatch is woken for the others."""
         stored: dict[int, TaskRow] = {}
         sessions = self._handoff.reserve(tasks)
         try:
-            out = await store_tasks(
-                self._store,
-                tasks,
-                signal=self._dispatcher.holds.value,
-                signals=self._dispatcher.holds.values_at_submit(tasks),
-                submitted_by=submitted_by,
-                origin=self._scheduler_id,
-                stored=stored,
-                workers=[None if s is None else s.worker_id for s in sessions],
-                # PostgreSQL planned the insert anew on every execution (its custom plans look
-                # cheaper than the generic one for a group of one): 0.5 ms of its CPU a group.
-                planned=True,
-            )
+            out = await self._insert_with_reports(tasks, submitted_by, sessions, stored)
             await self._handoff.send(sessions, stored.values())
         finally:
             self._handoff.release(sessions)
         self._dispatcher.wake_for({(r.queue, r.activity_type) for r in stored.values() if r.state == "pending"})
         return out, stored
+
+    async def _insert_with_reports(
+        self,
+        tasks: Sequence[NewTask],
+        submitted_by: str | None,
+        sessions: Sequence[WorkerSession | None],
+        stored: dict[int, TaskRow],
+    ) -> list[Submitted]:
+        """The group's insert, committed with the reports lent meanwhile (one commit for both).
+        An insert that fails otherwise than for the database being away is tried again alone, so
+        a report the database refuses never fails a submit; the reports go back to the completer,
+        which writes those the insert did not."""
+        key, reports = self._reports.lend()
+        finished: dict[tuple[int, int], FinishedRow] = {}
+        try:
+            out = await self._insert(
+                tasks, submitted_by=submitted_by, sessions=sessions, stored=stored, reports=reports, finished=finished
+            )
+        except DatabaseUnavailable:
+            self._reports.give_back(key, None)
+            raise
+        except Exception:
+            self._reports.give_back(key, None)
+            if not reports:
+                raise
+            return await self._insert(
+                tasks, submitted_by=submitted_by, sessions=sessions, stored=stored, reports=(), finished=finished
+            )
+        except BaseException:
+            self._reports.give_back(key, None)
+            raise
+        self._reports.give_back(key, finished)
+        return out
+
+    async def _insert(
+        self,
+        tasks: Sequence[NewTask],
+        *,
+        submitted_by: str | None,
+        sessions: Sequence[WorkerSession | None],
+        stored: dict[int, TaskRow],
+        reports: Sequence[tuple[Outcome, str | None]],
+        finished: dict[tuple[int, int], FinishedRow],
+    ) -> list[Submitted]:
+        return await store_tasks(
+            self._store,
+            tasks,
+            signal=self._dispatcher.holds.value,
+            signals=self._dispatcher.holds.values_at_submit(tasks),
+            submitted_by=submitted_by,
+            origin=self._scheduler_id,
+            stored=stored,
+            workers=[None if s is None else s.worker_id for s in sessions],
+            # PostgreSQL planned the insert anew on every execution (its custom plans look
+            # cheaper than the generic one for a group of one): 0.5 ms of its CPU a group.
+            planned=True,
+            finishing=reports,
+            finished=finished,
+        )

@@ -18,8 +18,8 @@ import pytest
 
 from scheduler_service.domain.model import Outcome, State
 from scheduler_service.store.base import Q
-from scheduler_service.store.tasks import _finish_params
-from tests.integration.plans import rows_read
+from scheduler_service.store.tasks import finish_params
+from tests.integration.plans import generic_rows_read, rows_read
 
 RUNNING = 20_000
 BATCH = 64
@@ -50,7 +50,17 @@ def many_running(database_url: str) -> Iterator[psycopg.Connection[Any]]:
 def test_a_completion_batch_reads_the_attempts_it_ends(many_running: psycopg.Connection[Any]) -> None:
     outcomes = [(Outcome(task_id, 1, State.COMPLETED, result=b"ok"), "w1") for task_id in range(1000, 1000 + BATCH)]
     for name in ("finish_independent_attempts", "finish_attempts"):
-        assert rows_read(many_running, Q[name], _finish_params(outcomes)) == BATCH, name
+        assert rows_read(many_running, Q[name], finish_params(outcomes)) == BATCH, name
+
+
+def test_a_completion_batch_written_with_a_group_s_insert_reads_the_attempts_it_ends(
+    many_running: psycopg.Connection[Any],
+) -> None:
+    # Written with the insert of a group of single submits (store/submissions.py), on the
+    # connections whose statements keep one generic plan: that plan reads them by id too.
+    outcomes = [(Outcome(task_id, 1, State.COMPLETED, result=b"ok"), "w1") for task_id in range(1000, 1000 + BATCH)]
+    params = finish_params(outcomes)
+    assert generic_rows_read(many_running, Q["finish_independent_attempts"], params) == BATCH
 
 
 def test_a_heartbeat_batch_reads_the_attempts_it_names(many_running: psycopg.Connection[Any]) -> None:
