@@ -363,8 +363,8 @@ class Record:
     def _caution(self, variants: Sequence[Calibration], now: datetime) -> Calibration:
         """Of the `variants` (the figures corrected in different ways) and the bare forecasts, the
         one and caution under which the window's jobs, re-played, started clearly cheapest (else
-        the first at its default); that for a 4 h window, the longest's from its jobs' gaps, unless
-        one caution for every window started them clearly cheaper (lowtide.forecast_caution)."""
+        the first at its default); by window, a 4 h window's from its 4 h jobs and the longest's from
+        its jobs' gaps, unless one for every window started them clearly cheaper (forecast_caution)."""
         first = variants[0]
         # Only from jobs of the longest window whose forecasts covered it: never stretched from
         # short ones to long ones (a feed's past, seeded half an hour ahead, says nothing of it).
@@ -376,8 +376,8 @@ class Record:
         ]
         # The default caution: the prior's without a learned follow, else the expected values'.
         default = CAUTIONS.index(0.0 if first.follow else PRIOR_CAUTION)
-        costs = [cost for _, cost in replay.replayed(self.issued, self.actuals, variants, now, grids)]
-        got = forecast_caution.choose(costs, len(variants), len(grids[0]), default)
+        jobs = replay.replayed(self.issued, self.actuals, variants, now, grids)
+        got = forecast_caution.choose(jobs, len(variants), len(grids[0]), default)
         if got.variant is None:
             return dataclasses.replace(first, caution=0.0, caution_jobs=got.jobs, raw=True)
         caution, slope = grids[got.variant][got.column]

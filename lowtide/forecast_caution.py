@@ -16,12 +16,15 @@ every covered job of the record, where choosing among cautions by re-play has to
 independent days of long windows to say it.
 
 A task is planned with the caution of the window it has left (its latest start less now): a 4 h
-window's is the one under which the record's jobs of every window, re-played, started clearly
-cheapest (`choose`), and one between 4 h and the longest has the caution between theirs (linear in
-the log of the window). The re-play plans its jobs the same way, and keeps the caution by window
-unless they started clearly cheaper under the one caution for every window (a forecast whose
-lowest point says nothing of when the lowest value comes, as one whose swings are mostly noise,
-gains nothing from holding out for it).
+window's is chosen by re-play (`choose`), and one between 4 h and the longest has the caution
+between theirs (linear in the log of the window). The re-play plans its jobs the same way. First
+the one caution for every window under which the record's jobs of every window started clearly
+cheapest; then, by window, the 4 h window's own caution is the one under which the record's 4 h
+jobs started clearly cheapest (a 4 h job is planned with it throughout, a longer one mostly with
+the caution its gaps set: pooled with them, a 4 h window's caution is pulled to what suits a
+day's); the caution by window is kept unless the jobs of every window started clearly cheaper
+under the one caution for every window (a forecast whose lowest point says nothing of when the
+lowest value comes, as one whose swings are mostly noise, gains nothing from holding out for it).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from lowtide.forecast_replay import CAUTIONS, JOB_SLACKS, MIN_JOBS, paying
 
@@ -50,13 +54,15 @@ class Choice:
     jobs: int
 
 
-def choose(costs: Sequence[Sequence[float]], variants: int, width: int, default: int) -> Choice:
-    """`costs`: each re-played job's cost under each variant and each of `width` (caution, slope)
-    (variant by variant: each caution of `CAUTIONS` for every window, then each falling to the
-    longest window's own), then on the bare forecasts; `default` the column that holds without a
-    clear gain. First the variant and caution for every window that started the jobs clearly
-    cheapest; then the same caution falling to the longest window's own, unless the jobs started
-    clearly cheaper without it."""
+def choose(jobs: Sequence[tuple[timedelta, Sequence[float]]], variants: int, width: int, default: int) -> Choice:
+    """`jobs`: each re-played job's window and its cost under each variant and each of `width`
+    (caution, slope) (variant by variant: each caution of `CAUTIONS` for every window, then each
+    falling to the longest window's own), then on the bare forecasts; `default` the column that
+    holds without a clear gain. First the variant and caution for every window that started the
+    jobs clearly cheapest; then, of that variant's cautions falling to the longest window's own,
+    the one that started the shortest window's jobs clearly cheapest (else the same caution),
+    kept unless the jobs started clearly cheaper with the one caution for every window."""
+    costs = [cost for _, cost in jobs]
     if len(costs) < MIN_JOBS:
         return Choice(0, default, len(costs))
     bare = variants * width
@@ -65,7 +71,15 @@ def choose(costs: Sequence[Sequence[float]], variants: int, width: int, default:
     if chosen == bare:
         return Choice(None, 0, len(costs))
     by_window = chosen + len(CAUTIONS)
-    if width > len(CAUTIONS) and paying(costs, by_window, [chosen]) == by_window:
+    if width <= len(CAUTIONS):
+        return Choice(*divmod(chosen, width), len(costs))
+    # The shortest window's caution, by window, from its own jobs (the longer ones have theirs
+    # mostly from their gaps).
+    shortest = [cost for window, cost in jobs if window == JOB_SLACKS[0]]
+    if len(shortest) >= MIN_JOBS:
+        first = by_window - chosen % width
+        by_window = paying(shortest, by_window, range(first, first + len(CAUTIONS)))
+    if paying(costs, by_window, [chosen]) == by_window:
         chosen = by_window
     return Choice(*divmod(chosen, width), len(costs))
 

@@ -271,6 +271,20 @@ def test_a_record_whose_windows_pay_their_own_caution_plans_each_with_it(monkeyp
     assert learned.caution_for(timedelta(hours=4)) == learned.caution > learned.caution_for(timedelta(hours=24))
 
 
+def test_a_short_window_keeps_its_own_caution_where_a_day_s_jobs_pay_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each window's jobs pay most with their own caution (1 at 4 h, -0.5 at a day), and the day's
+    # weigh most: the one caution for every window that pays is the day's. A 4 h task is planned
+    # with what paid for 4 h jobs, not with a day's.
+    def cheaper(hours: float, caution: float) -> float:
+        return -abs(caution - (1.0 - 1.5 * math.log2(hours / 4) / math.log2(6))) * (3 if hours == 24 else 1)
+
+    monkeypatch.setattr(replay_module, "replayed", lambda *_: _jobs(cheaper, -0.5))
+    monkeypatch.setattr(replay_module, "gaps", lambda *_: [-1.0] * MIN_JOBS)
+    learned = Record().learn(START)
+    assert learned.caution_for(timedelta(hours=4)) == 1.0
+    assert learned.caution_for(timedelta(hours=24)) == pytest.approx(-0.5)
+
+
 def test_where_the_re_play_cannot_tell_the_gap_says_how_long_windows_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(replay_module, "replayed", lambda *_: _jobs(lambda h, c: 0.0, -0.5))
     monkeypatch.setattr(replay_module, "gaps", lambda *_: [-1.0] * MIN_JOBS)
