@@ -151,3 +151,20 @@ def test_a_task_the_threshold_hold_releases_takes_no_room_in_the_plan() -> None:
     placing = [task(1, regions=("eu-west",))]
     placements = place(placing, [Region("eu-west", None, Capacity(1))], NOW, resolution=HOUR)
     assert placed_runs(placing, placements) == {}
+
+
+def test_expected_work_never_costs_a_pending_task_its_room_in_another_pool() -> None:
+    # Review: the same pools as above, but eu-west's one slot is taken for 7 hours by a pending
+    # task that has no choice (it names eu-west only, latest start now). Alone, task 1 runs in
+    # central at 03:00 with room. Beside the task expected in central, it loses 03:00 there (to
+    # 06:00, 150), and round two moves it to west on west's roomy best (120 at 01:00): but west
+    # has no room, so the pending task ends without room because of work that may never come.
+    west = hourly(300, 120, 300, 300, 300, 300, 300, 300, 300, 300)
+    central = hourly(300, 300, 300, 50, 300, 300, 150, 300, 300, 300)
+    regions = [Region("eu-west", west, Capacity(1)), Region("eu-central", central, Capacity(1))]
+    busy = PlaceTask(PlanTask(2, NOW, NOW, 7 * HOUR), ("eu-west",))
+    coming = PlaceTask(PlanTask(-1, NOW + 2 * HOUR, NOW + 4 * HOUR, HOUR))
+    alone = place([task(1), busy], regions, NOW, resolution=HOUR)
+    assert not any(p.plan.over_capacity for p in alone)
+    beside = place([task(1), busy], regions, NOW, resolution=HOUR, expected=[coming])
+    assert not any(p.plan.over_capacity for p in beside), [(p.region, p.plan) for p in beside]
