@@ -92,8 +92,21 @@ def place(
     task is counted in the pool whose forecast could give it the best start, as that pool's
     `Region.expected`, and takes room there beside the given tasks (never a given task's)."""
     given = list(tasks)
-    if expected and given:
-        regions = _expecting(regions, expected, now, resolution)
+    if not (expected and given):
+        return _place(given, regions, now, resolution)
+    beside = _place(given, _expecting(regions, expected, now, resolution), now, resolution)
+    if not any(p.plan.over_capacity for p in beside):
+        return beside
+    # Expected work may move a task to another pool (round two) as well as to a dearer hour in
+    # its own: a placement beside it that leaves a given task without the room it has in a
+    # placement of the given tasks alone is not made (as planning.plan within one pool).
+    alone = _place(given, regions, now, resolution)
+    if any(b.plan.over_capacity and not a.plan.over_capacity for b, a in zip(beside, alone, strict=True)):
+        return alone
+    return beside
+
+
+def _place(given: list[PlaceTask], regions: Sequence[Region], now: datetime, resolution: timedelta) -> list[Placement]:
     by_name = {r.name: r for r in regions}
     if len(by_name) != len(regions):
         raise ValueError("pool names must be distinct")
