@@ -177,3 +177,58 @@ def test_a_placed_task_waits_behind_better_priority_and_goes_before_worse(
     # Equal priorities: the placed task is due since its release, before the other was submitted.
     conn.execute("UPDATE lowtide.tasks SET priority = 5")
     assert first_taken() == "placed"
+
+
+def _one_slot_params() -> dict[str, Any]:
+    return {
+        "workers": "central",
+        "free": "1",
+        "signal": None,
+        "pool": "eu-central",
+        "release_lead": timedelta(seconds=1),
+        "queue": "default",
+        "activity_type": "train",
+        "cap": 1,
+        "queues": ["default"],
+        "types": ["train"],
+        "caps": [2],
+        "held_queues": [],
+        "held_types": [],
+        "held_caps": [],
+    }
+
+
+@pytest.mark.parametrize("statement", ["claim_pair", "claim_tasks"])
+def test_a_placed_task_of_better_priority_released_later_goes_first(
+    conn: psycopg.Connection[Any], statement: str
+) -> None:
+    # Review: three placed tasks of priority 0 released two minutes ago, one of priority 9
+    # released a minute ago, and a task naming no pool of priority 5; one slot. Ranked "with the
+    # pool's other due work by priority", the priority-9 task goes first.
+    _fill(conn, placed=False)
+    conn.execute("DELETE FROM lowtide.tasks")
+    conn.execute(_PLACED, {"release": "-2 minutes", "count": 3})
+    conn.execute(_PLACED, {"release": "-1 minute", "count": 1})
+    conn.execute("UPDATE lowtide.tasks SET priority = 9 WHERE planned_release_at > now() - interval '90 seconds'")
+    conn.execute(f"INSERT INTO lowtide.tasks ({_COLUMNS}, priority) SELECT {_VALUES}, 5")
+    with conn.transaction(force_rollback=True):
+        [row] = conn.execute(Q[statement], _one_slot_params()).fetchall()
+        found = conn.execute("SELECT priority FROM lowtide.tasks WHERE id = %s", (row[0],)).fetchone()
+    assert found == (9,)
+
+
+def test_claim_pair_locks_no_row_it_does_not_take(database_url: str, conn: psycopg.Connection[Any]) -> None:
+    # Review: one placed task released (priority 0) and one task naming no pool (priority 5), and
+    # two claimers of one slot each. While the first claim's statement has not committed, the
+    # second must still find the task the first did not take.
+    _fill(conn, placed=False)
+    conn.execute("DELETE FROM lowtide.tasks")
+    conn.execute(_PLACED, {"release": "-1 minute", "count": 1})
+    conn.execute(f"INSERT INTO lowtide.tasks ({_COLUMNS}, priority) SELECT {_VALUES}, 5")
+    with psycopg.connect(database_url) as first, psycopg.connect(database_url, autocommit=True) as second:
+        taken = first.execute(Q["claim_pair"], _one_slot_params()).fetchall()
+        assert len(taken) == 1
+        with second.transaction(force_rollback=True):
+            other = second.execute(Q["claim_pair"], _one_slot_params()).fetchall()
+        first.rollback()
+    assert len(other) == 1
