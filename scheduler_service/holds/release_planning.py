@@ -257,6 +257,15 @@ class ReleasePlanner:
         committed: dict[str, list[Commitment]] = {}
         for r in await self._store.live_reservations():
             committed.setdefault(r.pool, []).append(Commitment(r.window_start, r.window_end))
+        # The work that named pools over the last day, expected again: a cheap hour in a pool is
+        # left to it when it would have no other (as _plan leaves one to the work expected there).
+        signal_types: dict[str, set[str]] = {}
+        for row in rows:
+            signal = self._holds.config.signal_for(row.queue, row.activity_type, self._holds.default)
+            signal_types.setdefault(signal, set()).add(row.activity_type)
+        recent = {
+            signal: await self._recent_deferrable(group, named_pools=True) for signal, group in signal_types.items()
+        }
         # After the reads: a forecast that came meanwhile starts after an earlier `now`, and a
         # window starting before a forecast is not covered by it.
         now = datetime.now(UTC)
@@ -279,16 +288,7 @@ class ReleasePlanner:
             )
             for r in rows
         ]
-        # The work that named pools over the last day, expected again: a cheap hour in a pool is
-        # left to it when it would have no other (as _plan leaves one to the work expected there).
-        signal_types: dict[str, set[str]] = {}
-        for row in rows:
-            signal = self._holds.config.signal_for(row.queue, row.activity_type, self._holds.default)
-            signal_types.setdefault(signal, set()).add(row.activity_type)
-        expected = {
-            signal: expected_arrivals(await self._recent_deferrable(group, named_pools=True), now)
-            for signal, group in signal_types.items()
-        }
+        expected = {signal: expected_arrivals(submitted, now) for signal, submitted in recent.items()}
         placements = regions.placed(
             self._config, self._holds, tasks, slots, now, committed=committed, expected=expected
         )
@@ -327,8 +327,10 @@ class ReleasePlanner:
         slots = await self._store.pool_slots(types)
         for pool, mine in self.pool_slots(types).items():
             slots[pool] = max(slots.get(pool, 0), mine)
+        recent = await self._recent_deferrable(set(types))
+        # After the reads, as in _place.
         now = datetime.now(UTC)
-        expected = expected_arrivals(await self._recent_deferrable(set(types)), now)
+        expected = expected_arrivals(recent, now)
         plans = plan_tasks(holds, tasks, beside_placed(slots, runs, committed), now, expected=expected)
         await self._store.apply_plans([(p.task_id, release_time(p), p.expected_intensity, p.reason) for p in plans])
         # Claimed when due, not a poll later: at the planned release, and at the latest start.
