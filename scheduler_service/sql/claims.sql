@@ -192,12 +192,13 @@ RETURNING {{_started_attempt}}
 
 -- claim_pair --
 -- claim_tasks for the common case of one open (queue, type) pair and nothing held (workers of
--- one type, or a group whose other types are at their limits): rows are taken straight off the
--- pending index in order and locked as they are read, skipping those another claimer is taking,
--- up to the free slots or the pair's cap. Tasks the plan placed in this pool whose release has
--- come are read (the earliest released first) and ranked with the rest, best priority first, a
--- placed task due since its planned release; only then may more rows be locked than taken (up to
--- twice the slots, until the statement's commit). Which slot a row goes to follows that rank.
+-- one type, or a group whose other types are at their limits): up to twice the free slots (or
+-- the pair's cap) are read off the pending index in order without locks, with the tasks the plan
+-- placed in this pool whose release has come (the earliest released first); they are ranked
+-- together, best priority first, a placed task due since its planned release, and locked in that
+-- rank, skipping those another claimer is taking, until every slot has one: a claim locks only
+-- the rows it takes, and a concurrent claimer finds the rest. The n-th row taken goes to the
+-- n-th slot.
 WITH {{_claim_slots}},
 pair AS (
     SELECT %(queue)s::text AS queue, %(activity_type)s::text AS activity_type
@@ -211,28 +212,37 @@ placed AS (
       AND t.queue = %(queue)s::text AND t.activity_type = %(activity_type)s::text
       AND t.planned_release_at <= now() AND t.attempt = 0 AND EXISTS (SELECT 1 FROM pair)
     ORDER BY t.planned_release_at
-    LIMIT LEAST(%(cap)s::int, (SELECT count(*) FROM slots))
-    FOR UPDATE OF t SKIP LOCKED
+    LIMIT 2 * LEAST(%(cap)s::int, (SELECT count(*) FROM slots))
 ),
-locked AS (
+regular AS (
     SELECT t.id, t.priority, t.run_at AS due
     FROM lowtide.tasks t
     WHERE t.state = 'pending' AND t.start_at IS NULL AND t.resources IS NULL AND t.queue = %(queue)s::text
       AND t.activity_type = %(activity_type)s::text AND t.run_at <= now() AND {{_pool_allows}}
       AND EXISTS (SELECT 1 FROM pair)
     ORDER BY t.priority DESC, t.run_at, t.id
+    LIMIT 2 * LEAST(%(cap)s::int, (SELECT count(*) FROM slots))
+),
+chosen AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, due, id) AS ord
+    FROM (SELECT * FROM placed UNION ALL SELECT * FROM regular) AS both_
+),
+locked AS (
+    SELECT t.id, c.ord
+    FROM chosen c JOIN lowtide.tasks t ON t.id = c.id
+    WHERE t.state = 'pending'
+    ORDER BY c.ord
     LIMIT LEAST(%(cap)s::int, (SELECT count(*) FROM slots))
     FOR UPDATE OF t SKIP LOCKED
 ),
 taken AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, due, id) AS nth
-    FROM (SELECT * FROM placed UNION ALL SELECT * FROM locked) AS both_
+    SELECT id, row_number() OVER (ORDER BY ord) AS nth FROM locked
 )
 UPDATE lowtide.tasks t
 SET {{_start_attempt}},
     released_by = NULL
 FROM taken JOIN slots slot USING (nth)
-WHERE t.id = taken.id AND taken.nth <= %(cap)s::int
+WHERE t.id = taken.id
 RETURNING {{_started_attempt}}
 
 -- _unplace_back --
