@@ -92,6 +92,11 @@ def place(
     task is counted in the pool whose forecast could give it the best start, as that pool's
     `Region.expected`, and takes room there beside the given tasks (never a given task's)."""
     given = list(tasks)
+    if given:
+        # Only the expected work that competes with a given task is worth placing (as `plan`
+        # keeps of it): arriving later than now, and no later than the last latest start.
+        last = max(t.task.latest_start for t in given)
+        expected = [e for e in expected if now < e.task.earliest <= last]
     if not (expected and given):
         return _place(given, regions, now, resolution)
     beside = _place(given, _expecting(regions, expected, now, resolution), now, resolution)
