@@ -1,4 +1,4 @@
--- lowtide's schema after migration 0025_placed_claims.sql: what the migrations in
+-- lowtide's schema after migration 0026_placed_claims_by_priority.sql: what the migrations in
 -- lowtide/db/migrations make, one table whole in one place. Written by `make schema`
 -- (scripts/schema_snapshot.py), never by hand; the migrations are what a database runs.
 
@@ -289,7 +289,7 @@ ALTER TABLE lowtide.tasks ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 ALTER TABLE ONLY lowtide.tasks
     ADD CONSTRAINT tasks_pkey PRIMARY KEY (id);
 
-CREATE INDEX tasks_claim_placed ON lowtide.tasks USING btree (planned_pool, queue, activity_type, planned_release_at) WHERE ((state = 'pending'::text) AND (planned_pool IS NOT NULL) AND (start_at IS NULL) AND (resources IS NULL));
+CREATE INDEX tasks_claim_placed ON lowtide.tasks USING btree (planned_pool, queue, activity_type, priority DESC, planned_release_at, id) WHERE ((state = 'pending'::text) AND (planned_pool IS NOT NULL) AND (start_at IS NULL) AND (resources IS NULL));
 
 CREATE INDEX tasks_claim_regular ON lowtide.tasks USING btree (queue, activity_type, priority DESC, run_at, id) WHERE ((state = 'pending'::text) AND (start_at IS NULL) AND (resources IS NULL));
 

@@ -157,7 +157,7 @@ candidates AS (
         SELECT t.id, t.priority, t.planned_release_at AS run_at
         FROM lowtide.tasks t
         WHERE {{_placed_here}}
-        ORDER BY t.planned_release_at
+        ORDER BY t.priority DESC, t.planned_release_at, t.id
         LIMIT p.cap
     ) c
 ),
@@ -193,12 +193,12 @@ RETURNING {{_started_attempt}}
 -- claim_pair --
 -- claim_tasks for the common case of one open (queue, type) pair and nothing held (workers of
 -- one type, or a group whose other types are at their limits): up to twice the free slots (or
--- the pair's cap) are read off the pending index in order without locks, with the tasks the plan
--- placed in this pool whose release has come (the earliest released first); they are ranked
--- together, best priority first, a placed task due since its planned release, and locked in that
--- rank, skipping those another claimer is taking, until every slot has one: a claim locks only
--- the rows it takes, and a concurrent claimer finds the rest. The n-th row taken goes to the
--- n-th slot.
+-- the pair's cap) are read off the pending index in order without locks, with as many of the
+-- tasks the plan placed in this pool whose release has come (best priority first, then the
+-- earliest released); they are ranked together, best priority first, a placed task due since its
+-- planned release, and locked in that rank, skipping those another claimer is taking, until every
+-- slot has one: a claim locks only the rows it takes, and a concurrent claimer finds the rest.
+-- The n-th row taken goes to the n-th slot.
 WITH {{_claim_slots}},
 pair AS (
     SELECT %(queue)s::text AS queue, %(activity_type)s::text AS activity_type
@@ -211,7 +211,7 @@ placed AS (
     WHERE t.state = 'pending' AND t.planned_pool = %(pool)s::text AND t.start_at IS NULL AND t.resources IS NULL
       AND t.queue = %(queue)s::text AND t.activity_type = %(activity_type)s::text
       AND t.planned_release_at <= now() AND t.attempt = 0 AND EXISTS (SELECT 1 FROM pair)
-    ORDER BY t.planned_release_at
+    ORDER BY t.priority DESC, t.planned_release_at, t.id
     LIMIT 2 * LEAST(%(cap)s::int, (SELECT count(*) FROM slots))
 ),
 regular AS (
