@@ -18,8 +18,8 @@ _US = timedelta(microseconds=1)
 # windows of equal forecast value tie, and resolve to the earlier one, even when their sums
 # were taken in a different order and differ in the last bits.
 _DECIMALS = 6
-# The most scores a forecast keeps (see Forecast._scores): some 20 MB.
-_SCORES_KEPT = 200_000
+# The most scores a forecast keeps (see Forecast._scores): some 10 MB (about 200 bytes a score).
+_SCORES_KEPT = 50_000
 
 
 @dataclass(frozen=True, slots=True)

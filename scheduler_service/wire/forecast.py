@@ -12,11 +12,17 @@ from lowtide_proto.lowtide.v1 import signal_pb2
 
 def calibration_of(message: signal_pb2.ForecastCalibration) -> Calibration | None:
     """The calibration, or None when its lead buckets are not this version's (a signal service
-    of another release): the forecast is then planned on its points' errors alone."""
+    of another release) or a number in it is not finite (a NaN caution would make every score
+    NaN): the forecast is then planned on its points' errors alone."""
     buckets = tuple(
         Bucket(b.from_hours, b.to_hours or math.inf, b.forecasts, b.samples, b.bias, b.error) for b in message.buckets
     )
     if tuple(b.lo_h for b in buckets) != BUCKET_EDGES_H:
+        return None
+    numbers = [message.caution, message.caution_slope]
+    for b in message.buckets:
+        numbers += [b.bias, b.error, b.persistence, b.follow, b.residual]
+    if not all(math.isfinite(n) for n in numbers):
         return None
     return Calibration(
         at=message.learned_at.ToDatetime(tzinfo=UTC),

@@ -202,7 +202,7 @@ def _one_slot_params() -> dict[str, Any]:
 def test_a_placed_task_of_better_priority_released_later_goes_first(
     conn: psycopg.Connection[Any], statement: str
 ) -> None:
-    # Review: three placed tasks of priority 0 released two minutes ago, one of priority 9
+    # Three placed tasks of priority 0 released two minutes ago, one of priority 9
     # released a minute ago, and a task naming no pool of priority 5; one slot. Ranked "with the
     # pool's other due work by priority", the priority-9 task goes first.
     _fill(conn, placed=False)
@@ -218,7 +218,7 @@ def test_a_placed_task_of_better_priority_released_later_goes_first(
 
 
 def test_claim_pair_locks_no_row_it_does_not_take(database_url: str, conn: psycopg.Connection[Any]) -> None:
-    # Review: one placed task released (priority 0) and one task naming no pool (priority 5), and
+    # One placed task released (priority 0) and one task naming no pool (priority 5), and
     # two claimers of one slot each. While the first claim's statement has not committed, the
     # second must still find the task the first did not take.
     _fill(conn, placed=False)

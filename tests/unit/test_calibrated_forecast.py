@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from datetime import UTC, datetime, timedelta
 
 from lowtide.calibrated_forecast import planning_points
@@ -68,6 +69,14 @@ def test_the_calibration_reaches_the_scheduler_whole() -> None:
     # And a calibration of other lead buckets (another release's) is not guessed at.
     del message.buckets[-1]
     assert calibration_of(message) is None
+    # Nor one whose numbers are not all finite: a NaN caution would score every start NaN.
+    for field in ("caution", "caution_slope"):
+        broken = calibration_message(learned, lead_scale=1.0)
+        setattr(broken, field, math.nan)
+        assert calibration_of(broken) is None, field
+    broken = calibration_message(learned, lead_scale=1.0)
+    broken.buckets[3].error = math.inf
+    assert calibration_of(broken) is None
 
 
 def test_the_scheduler_plans_with_the_caution_of_each_tasks_window_in_the_feeds_time() -> None:
@@ -96,5 +105,5 @@ def test_the_scheduler_plans_with_the_caution_of_each_tasks_window_in_the_feeds_
     # The planner gives a task's window up to its release (RELEASE_LEAD before its latest start).
     given = [w * second - RELEASE_LEAD for w in (4, 8, 16)]
     assert [caution(w) for w in given] == [0.5, 0.25, 0.0]
-    # A day's window: 0.5 less 0.25 per doubling of 4 h, six times over.
+    # A day's window: 0.5 less 0.25 for each of the log2(6) = 2.6 doublings of 4 h in 24 h.
     assert "caution 0.5 (4 h window; -0.15 for a window of 24 h" in holds.forecast_origin

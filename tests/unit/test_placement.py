@@ -154,7 +154,7 @@ def test_a_task_the_threshold_hold_releases_takes_no_room_in_the_plan() -> None:
 
 
 def test_expected_work_never_costs_a_pending_task_its_room_in_another_pool() -> None:
-    # Review: the same pools as above, but eu-west's one slot is taken for 7 hours by a pending
+    # The same pools as above, but eu-west's one slot is taken for 7 hours by a pending
     # task that has no choice (it names eu-west only, latest start now). Alone, task 1 runs in
     # central at 03:00 with room. Beside the task expected in central, it loses 03:00 there (to
     # 06:00, 150), and round two moves it to west on west's roomy best (120 at 01:00): but west

@@ -151,7 +151,7 @@ def test_a_task_is_planned_with_the_caution_of_the_window_it_has_left() -> None:
 
 
 def test_under_a_negative_caution_the_kept_start_is_scored_above_its_value_as_the_replay_scores_it() -> None:
-    # Review: the re-play that learns the caution (lowtide.forecast_replay._replay) scores the
+    # The re-play that learns the caution (lowtide.forecast_replay._replay) scores the
     # start planned before at value - caution x spread whatever the sign (docs/explanation/
     # performance.md: "under a negative caution it is now scored above it"). The planner appends
     # that score beside the start's own (value + caution x spread) when the start is a forecast
