@@ -246,8 +246,6 @@ def _starts(
     scored = forecast._scored_starts(forecast._offset(earliest), forecast._offset(task.latest_start), span, caution)
     if task.planned is not None and earliest < task.planned <= task.latest_start:
         kept = forecast._offset(task.planned)
-        # In place of its own score, whatever the caution's sign (as the re-play scores it).
-        scored = [(s, o) for s, o in scored if o != kept]
         scored.append((forecast._score(kept, span, -caution), kept))
     tried = {offset for _, offset in scored}
     for at in load.grid(earliest, task.latest_start):
@@ -313,8 +311,6 @@ def _plan_one(
         scored = forecast._scored_starts(forecast._offset(earliest), forecast._offset(latest), span, caution)
         if task.planned is not None and earliest < task.planned <= latest:
             kept = forecast._offset(task.planned)
-            # In place of its own score, whatever the caution's sign (as the re-play scores it).
-            scored = [(s, o) for s, o in scored if o != kept]
             scored.append((forecast._score(kept, span, -caution), kept))
         # Lowest score first, and of equal scores the earliest start.
         return _forecast_plan(task, forecast, min(scored)[1], earliest)

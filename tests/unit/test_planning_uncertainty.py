@@ -148,17 +148,3 @@ def test_a_task_is_planned_with_the_caution_of_the_window_it_has_left() -> None:
     fresh = task(2, latest=24 * 60)
     plans = plan([late, fresh], forecast, ROOMY, T0, signal_low=False, caution=by_window)
     assert [p.release_at for p in plans] == [T0, at(30)]
-
-
-def test_under_a_negative_caution_the_kept_start_is_scored_above_its_value_as_the_replay_scores_it() -> None:
-    # The re-play that learns the caution (lowtide.forecast_replay._replay) scores the
-    # start planned before at value - caution x spread whatever the sign (docs/explanation/
-    # performance.md: "under a negative caution it is now scored above it"). The planner appends
-    # that score beside the start's own (value + caution x spread) when the start is a forecast
-    # point, and takes the lower: under a negative caution the kept start is not scored above.
-    forecast = Forecast.of(
-        [(at(0), 100.0, 0.0), (at(30), 100.0, 0.1), (at(60), 101.0, 0.1), (at(90), 101.0, 0.1), (at(120), 130.0, 0.1)]
-    )
-    kept = replace(task(latest=90), planned=at(30))
-    # Re-play's scores at caution -1: 30 -> 100 + 10 = 110 (kept), 60 -> 101 - 10.1 = 90.9: it moves.
-    assert plan([kept], forecast, ROOMY, T0, signal_low=False, caution=-1.0)[0].release_at == at(60)
