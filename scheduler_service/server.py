@@ -10,7 +10,8 @@ import signal
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -64,6 +65,9 @@ class Scheduler:
     port: int
     scheduler_id: str
     resources: contextlib.AsyncExitStack
+    # Set when a background loop failed: the replica can no longer keep its promises (`serve`
+    # then stops it and exits, for `lowtide up` or the orchestrator to start it afresh).
+    failed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def store(self) -> Store:
@@ -244,7 +248,13 @@ def _grpc_server(
 
 
 def _background(
-    config: Config, db: Database, parts: Parts, health_servicer: health.aio.HealthServicer, scheduler_id: str
+    config: Config,
+    db: Database,
+    parts: Parts,
+    health_servicer: health.aio.HealthServicer,
+    scheduler_id: str,
+    *,
+    failed: asyncio.Event,
 ) -> list[asyncio.Task[None]]:
     cfg = config.scheduler
     listen = _listen(
@@ -257,7 +267,7 @@ def _background(
         scheduler_id=scheduler_id,
     )
     database = follow_database(db, health_servicer, ("", *SERVICES), interval=cfg.heartbeat_interval)
-    return [
+    tasks = [
         asyncio.create_task(parts.completer.run(), name="completer"),
         asyncio.create_task(parts.dispatcher.run(), name="dispatcher"),
         asyncio.create_task(parts.leases.run(), name="leases"),
@@ -273,6 +283,18 @@ def _background(
         asyncio.create_task(parts.fixed.run(), name="fixed-starts"),
         asyncio.create_task(database, name="db-health"),
     ]
+    for task in tasks:
+        task.add_done_callback(partial(_loop_ended, failed))
+    return tasks
+
+
+def _loop_ended(failed: asyncio.Event, task: asyncio.Task[None]) -> None:
+    """A background loop that failed is said loudly, at once, and `failed` is set: nothing else
+    would notice (a dead completer still had groups of submits lend it reports, and finishes went
+    on being written, while waiters, retries and stale reports were no longer seen to)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("scheduler.loop_failed", extra={"loop": task.get_name()}, exc_info=task.exception())
+        failed.set()
 
 
 async def start_scheduler(config: Config, *, database_url: str | None = None) -> Scheduler:
@@ -300,11 +322,14 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         await server.start()
         for service in ("", *SERVICES):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-        stack.push_async_callback(cancel_all, _background(config, db, parts, health_servicer, scheduler_id))
+        failed = asyncio.Event()
+        stack.push_async_callback(
+            cancel_all, _background(config, db, parts, health_servicer, scheduler_id, failed=failed)
+        )
         stack.callback(parts.holds.close)
         resources = stack.pop_all()
     log.info("scheduler.started", extra={"listen": config.scheduler.listen, "port": port, "scheduler_id": scheduler_id})
-    return Scheduler(config, db, parts, server, health_servicer, port, scheduler_id, resources)
+    return Scheduler(config, db, parts, server, health_servicer, port, scheduler_id, resources, failed)
 
 
 async def serve(config: Config, *, database_url: str | None = None) -> None:
@@ -315,6 +340,12 @@ async def serve(config: Config, *, database_url: str | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    waits = [asyncio.create_task(stop.wait()), asyncio.create_task(scheduler.failed.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for wait in waits:
+        wait.cancel()
     log.info("scheduler.stopping")
     await scheduler.stop()
+    if scheduler.failed.is_set():
+        # Started afresh by `lowtide up` (or the orchestrator): a crash, not a configuration error.
+        raise SystemExit(1)

@@ -36,6 +36,15 @@ def wrap_exceptions() -> Iterator[None]:
         raise DatabaseUnavailable(f"database unavailable: {str(error).strip() or type(error).__name__}") from error
 
 
+def statement_aborted(error: BaseException) -> bool:
+    """Whether a DatabaseUnavailable was a statement the server answered by aborting it (a
+    deadlock or serialization victim, a statement or lock timeout, a cancel), the connection
+    alive: trying again without what blocked it may succeed at once."""
+    cause = error.__cause__
+    state = getattr(cause, "sqlstate", None) or ""
+    return isinstance(cause, psycopg.Error) and (state.startswith("40") or state in ("55P03", "57014"))
+
+
 def conninfo_problem(url: str) -> str | None:
     """What is wrong with a connection string (a postgresql:// URL or key=value pairs), in
     libpq's words; None when it parses. A string that may hold a password is not quoted back."""
@@ -251,8 +260,12 @@ class Database:
                 conn.cursor(row_factory=typed_row(first[0])) as one,
                 conn.cursor(row_factory=typed_row(second[0])) as two,
             ):
-                await one.execute(first[1], first[2])
-                await two.execute(second[1], second[2])
+                # BEGIN and COMMIT ride in the same round trip: an error raised here before the
+                # Sync (a parameter not adapted, a cancellation) rolls the first statement back,
+                # where the pipeline's exit alone would send a Sync and commit it.
+                async with conn.transaction():
+                    await one.execute(first[1], first[2])
+                    await two.execute(second[1], second[2])
                 await pipeline.sync()
                 return (
                     await one.fetchall() if _returns_rows(one) else [],

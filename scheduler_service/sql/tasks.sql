@@ -101,6 +101,16 @@ RETURNING t.id, t.attempt, t.state, t.has_dependents, t.queue, t.activity_type, 
   AND NOT t.has_dependents
 RETURNING t.id, t.attempt, t.state, t.has_dependents, t.queue, t.activity_type, now() - t.started_at AS run_time
 
+-- finish_lent_attempts --
+-- finish_independent_attempts for the reports a group of single submits writes in its insert's
+-- commit (tasks/submission.py): a task whose row another transaction holds (a submission locking
+-- it as a dependency, a release, a cancel) is left out for the completer to write, so a submit
+-- never waits on a lock of another task's row, nor fails with a deadlock or timeout it meets.
+{{_finish_fenced}}
+  AND NOT t.has_dependents
+  AND EXISTS (SELECT FROM lowtide.tasks l WHERE l.id = o.id FOR NO KEY UPDATE SKIP LOCKED)
+RETURNING t.id, t.attempt, t.state, t.has_dependents, t.queue, t.activity_type, now() - t.started_at AS run_time
+
 -- running_attempts_of_worker --
 -- The attempts a worker runs, locked, to end them when the worker is gone; none when the worker
 -- has connected to another replica meanwhile (that replica's stream holds them now).

@@ -172,7 +172,7 @@ class SubmissionWrites:
         if finishing:
             # One round trip and one commit for the insert and the reports (Database.fetch_both).
             assert isinstance(self._tx, Database), "reports are written with an insert that commits on its own"
-            finish = (FinishedRow, Q["finish_independent_attempts"], finish_params(finishing))
+            finish = (FinishedRow, Q["finish_lent_attempts"], finish_params(finishing))
             rows, finished = await self._tx.fetch_both((cls, sql, params), finish, planned=self._planned)
             self.finished.update(((r.id, r.attempt), r) for r in finished)
             return rows

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from lowtide.config import Config
+from lowtide.db import statement_aborted
 from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument, TooLarge
 from scheduler_service.dispatch.dispatcher import Dispatcher
 from scheduler_service.dispatch.handoff import Handoff
@@ -280,9 +281,14 @@ class Submission:
             out = await self._insert(
                 tasks, submitted_by=submitted_by, sessions=sessions, stored=stored, reports=reports, finished=finished
             )
-        except DatabaseUnavailable:
+        except DatabaseUnavailable as error:
             self._reports.give_back(key, None)
-            raise
+            # A deadlock, timeout or cancel the reports' finish met is not the submit's failure.
+            if not reports or not statement_aborted(error):
+                raise
+            return await self._insert(
+                tasks, submitted_by=submitted_by, sessions=sessions, stored=stored, reports=(), finished=finished
+            )
         except Exception:
             self._reports.give_back(key, None)
             if not reports:

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("lowtide.scheduler.completer")
 
 MAX_BATCH = 2000
+# The most reports a group of single submits is lent: a few submits' insert carries no more
+# finishes than a claim's worth (a drain with a trickle of submits would lend it thousands).
+MAX_LENT = 256
 
 # A report taken: the order it came in, when (the loop's clock), what it says, from whom.
 _Entry = tuple[int, float, Outcome, WorkerSession | None]
@@ -105,8 +108,8 @@ class Completer:
         if not self._pending:
             return _NOTHING, []
         key = next(self._keys)
-        lent = self._out[key] = self._pending[:MAX_BATCH]
-        del self._pending[:MAX_BATCH]
+        lent = self._out[key] = self._pending[:MAX_LENT]
+        del self._pending[:MAX_LENT]
         self._release.set()
         return key, [(outcome, session.worker_id if session else None) for _, _, outcome, session in lent]
 
@@ -186,7 +189,12 @@ class Completer:
             backoff.reset()
             del self._out[_OWN]
             self._written()
-            self._after(batch, applied)
+            try:
+                self._after(batch, applied)
+            except Exception:
+                # Written already: a bug in what follows (a waiter, a metric, a span) must not end
+                # the loop, which groups of submits go on lending reports to.
+                log.exception("completer.after_failed", extra={"batch": len(batch)})
 
     async def _hold(self) -> None:
         """Lets the reports waiting wait for a group of submits to take them, as long as the

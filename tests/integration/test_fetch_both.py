@@ -52,3 +52,24 @@ async def test_two_statements_sent_together_commit_together_or_not_at_all(
         assert await _state(conn, 1) == "completed"
     finally:
         await db.close()
+
+
+async def test_a_second_statement_that_fails_before_it_is_sent_rolls_back_the_first(
+    database_url: str, conn: psycopg.AsyncConnection[Any]
+) -> None:
+    """an error raised on the client once the first statement is queued (a
+    parameter that cannot be adapted, a cancellation) leaves the pipeline block, whose exit sends
+    a Sync: the first statement is committed alone, and the caller (tasks/submission.py) then
+    retries the insert without the reports: stored twice."""
+    await conn.execute("CREATE TABLE t (id int PRIMARY KEY, state text)")
+    await conn.execute("INSERT INTO t VALUES (1, 'running')")
+    end = (_Id, "UPDATE t SET state = 'completed' WHERE id = %(id)s RETURNING id", {"id": 1})
+    unsendable = (_Id, "SELECT %(x)s::int AS id", {"x": object()})
+    db = Database(database_url, min_size=1, max_size=1, planned_max=1)
+    await db.open()
+    try:
+        with pytest.raises(psycopg.ProgrammingError):
+            await db.fetch_both(end, unsendable, planned=True)
+        assert await _state(conn, 1) == "running"
+    finally:
+        await db.close()

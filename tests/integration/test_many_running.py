@@ -61,6 +61,8 @@ def test_a_completion_batch_written_with_a_group_s_insert_reads_the_attempts_it_
     outcomes = [(Outcome(task_id, 1, State.COMPLETED, result=b"ok"), "w1") for task_id in range(1000, 1000 + BATCH)]
     params = finish_params(outcomes)
     assert generic_rows_read(many_running, Q["finish_independent_attempts"], params) == BATCH
+    # The lent reports' own statement reads each twice (locked, then ended), never the running set.
+    assert generic_rows_read(many_running, Q["finish_lent_attempts"], params) <= 2 * BATCH
 
 
 def test_a_heartbeat_batch_reads_the_attempts_it_names(many_running: psycopg.Connection[Any]) -> None:
