@@ -147,22 +147,7 @@ def test_a_placed_task_waits_behind_better_priority_and_goes_before_worse(
     conn.execute("DELETE FROM lowtide.tasks")
     conn.execute(_PLACED, {"release": "-1 minute", "count": 1})
     conn.execute(f"INSERT INTO lowtide.tasks ({_COLUMNS}, priority) SELECT {_VALUES}, 5")
-    params = {
-        "workers": "central",
-        "free": "1",
-        "signal": None,
-        "pool": "eu-central",
-        "release_lead": timedelta(seconds=1),
-        "queue": "default",
-        "activity_type": "train",
-        "cap": 1,
-        "queues": ["default"],
-        "types": ["train"],
-        "caps": [2],
-        "held_queues": [],
-        "held_types": [],
-        "held_caps": [],
-    }
+    params = _one_slot_params()
 
     def first_taken() -> str:
         with conn.transaction(force_rollback=True):
