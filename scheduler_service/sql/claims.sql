@@ -87,6 +87,15 @@ slots AS (
     WHERE g.worker_id IN (SELECT id FROM live)
 )
 
+-- _lock_chosen --
+-- A candidate (c) a claim chose, locked unless another claimer holds it, if still pending: looked
+-- up by its id, one at a time in the claim's order, until the claim has what it takes (so it locks
+-- only the rows it takes). Written as a lookup per candidate, not as a join of the candidates with
+-- the table: a claim keeps one generic plan (lowtide.db.connector), and one made while the table
+-- was all but empty joined them by walking every pending task, a claim's cost growing with the
+-- backlog (at 1,000 single submits a second it collapsed to a few hundred done).
+SELECT t.id FROM lowtide.tasks t WHERE t.id = c.id AND t.state = 'pending' FOR UPDATE SKIP LOCKED
+
 -- claim_tasks --
 -- Takes due pending tasks for the workers of one dispatch group (sessions that may run the same
 -- work) up to their free slots, in one statement that also records each attempt for its worker:
@@ -173,12 +182,11 @@ chosen AS (
     LIMIT 2 * (SELECT count(*) FROM slots)
 ),
 locked AS (
-    SELECT t.id, c.released_by, c.ord
-    FROM chosen c JOIN lowtide.tasks t ON t.id = c.id
-    WHERE t.state = 'pending'
+    SELECT l.id, c.released_by, c.ord
+    FROM (SELECT * FROM chosen ORDER BY ord) c
+    CROSS JOIN LATERAL ({{_lock_chosen}}) l
     ORDER BY c.ord
     LIMIT (SELECT count(*) FROM slots)
-    FOR UPDATE OF t SKIP LOCKED
 ),
 taken AS (
     SELECT id, released_by, row_number() OVER (ORDER BY ord) AS nth FROM locked
@@ -228,12 +236,11 @@ chosen AS (
     FROM (SELECT * FROM placed UNION ALL SELECT * FROM regular) AS both_
 ),
 locked AS (
-    SELECT t.id, c.ord
-    FROM chosen c JOIN lowtide.tasks t ON t.id = c.id
-    WHERE t.state = 'pending'
+    SELECT l.id, c.ord
+    FROM (SELECT * FROM chosen ORDER BY ord) c
+    CROSS JOIN LATERAL ({{_lock_chosen}}) l
     ORDER BY c.ord
     LIMIT LEAST(%(cap)s::int, (SELECT count(*) FROM slots))
-    FOR UPDATE OF t SKIP LOCKED
 ),
 taken AS (
     SELECT id, row_number() OVER (ORDER BY ord) AS nth FROM locked

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -33,18 +33,47 @@ def rows_read(conn: psycopg.Connection[Any], query: str, params: dict[str, Any])
     return task_rows_read((json.loads(plan) if isinstance(plan, str) else plan)[0])
 
 
+def _prepared(query: str, params: dict[str, Any], name: str) -> tuple[sql.Composable, sql.Composable]:
+    """PREPARE and EXECUTE statements for a query written with psycopg's named placeholders."""
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", query)))
+    text = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m[1]) + 1}", query)
+    values = sql.SQL(", ").join(sql.Literal(params[n]) for n in names)
+    prepare = sql.SQL("PREPARE {} AS {}").format(sql.Identifier(name), sql.SQL(text))
+    return prepare, sql.SQL("EXECUTE {}({})").format(sql.Identifier(name), values)
+
+
+def _explained(conn: psycopg.Connection[Any], execute: sql.Composable) -> int:
+    with conn.transaction(force_rollback=True):
+        (plan,) = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) {}").format(execute)).fetchone()  # type: ignore[misc]
+    return task_rows_read((json.loads(plan) if isinstance(plan, str) else plan)[0])
+
+
 def generic_rows_read(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -> int:
     """What rows_read counts, under the plan PostgreSQL makes for any values: the one a statement
     psycopg prepared (after five runs on a connection) may keep."""
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", query)))
-    text = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m[1]) + 1}", query)
-    values = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
+    prepare, execute = _prepared(query, params, "generic")
     with conn.transaction(force_rollback=True):
         conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        conn.execute(sql.SQL("PREPARE generic AS {}").format(sql.SQL(text)))
+        conn.execute(prepare)
         try:
-            explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE generic({})").format(values)
-            (plan,) = conn.execute(explain).fetchone()  # type: ignore[misc]
+            return _explained(conn, execute)
         finally:
             conn.execute("DEALLOCATE generic")
-    return task_rows_read((json.loads(plan) if isinstance(plan, str) else plan)[0])
+
+
+def rows_read_planned_before(
+    database_url: str, query: str, params: dict[str, Any], setup: Sequence[str], backlog: Sequence[str]
+) -> int:
+    """What rows_read counts under the generic plan PostgreSQL made when the statement first ran
+    after `setup` (as a planned connection keeps it, lowtide.db.connector), once `backlog` has
+    filled the table: a plan made on an all but empty table, run on a full one."""
+    prepare, execute = _prepared(query, params, "planned_before")
+    with psycopg.connect(database_url, autocommit=True, options="-c plan_cache_mode=force_generic_plan") as conn:
+        for statement in setup:
+            conn.execute(statement)  # type: ignore[arg-type]
+        conn.execute(prepare)
+        with conn.transaction(force_rollback=True):
+            conn.execute(execute)  # planned now
+        for statement in backlog:
+            conn.execute(statement)  # type: ignore[arg-type]
+        return _explained(conn, execute)
