@@ -105,13 +105,14 @@ class Transaction:
         rows = await self.fetch(sql, params)
         return rows[0] if rows else None
 
-    async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None) -> list[T]:
+    async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None, *, fresh: bool = False) -> list[T]:
         """The rows as `cls` values (a frozen dataclass or a typed NamedTuple whose fields are the
         query's columns, see `typed_row`): a column the class does not name, or a field no column
-        fills, fails at once rather than a key missing later."""
+        fills, fails at once rather than a key missing later. `fresh`: planned for the table as it
+        is now, on every execution (see _FRESH)."""
         with wrap_exceptions():
             async with self._conn.cursor(row_factory=typed_row(cls)) as cur:
-                await cur.execute(sql, params)
+                await cur.execute(sql, params, prepare=False if fresh else None)
                 return await cur.fetchall() if _returns_rows(cur) else []
 
     async def fetch_one_as(self, cls: type[T], sql: str, params: Params | None = None) -> T | None:
@@ -139,6 +140,12 @@ class Transaction:
 # custom plans looked cheaper than the generic one, so PostgreSQL kept planning it anew on every
 # execution, about half of the 1.1 ms of backend CPU the insert cost.
 _GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+# A statement run `fresh` is never prepared: PostgreSQL plans it on every execution for the table
+# as it is then. So run the finishes of reports (UPDATE ... FROM unnest(ids) joined by id): a plan
+# kept from the first minutes of a database, while lowtide.tasks was all but empty, walked the whole
+# table for each report (a sequential scan outer to the batch), 50 ms for one finish once 40,000
+# tasks were stored, and it was kept until autovacuum analyzed the table. Planning a finish costs
+# PostgreSQL some 0.05 ms, once a batch.
 
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -234,12 +241,14 @@ class Database:
         rows = await self.fetch(sql, params)
         return rows[0] if rows else None
 
-    async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None, *, planned: bool = False) -> list[T]:
+    async def fetch_as(
+        self, cls: type[T], sql: str, params: Params | None = None, *, planned: bool = False, fresh: bool = False
+    ) -> list[T]:
         """See `Transaction.fetch_as`; `planned` as for `transaction`."""
         pool = self._planned if planned else self._pool
         with wrap_exceptions():
             async with pool.connection() as conn:
-                return await Transaction(conn).fetch_as(cls, sql, params)
+                return await Transaction(conn).fetch_as(cls, sql, params, fresh=fresh)
 
     async def fetch_one_as(self, cls: type[T], sql: str, params: Params | None = None) -> T | None:
         rows = await self.fetch_as(cls, sql, params)
@@ -251,7 +260,8 @@ class Database:
         """Two statements' rows (as `fetch_as`), sent together in one round trip and committed
         together: a pipeline with one Sync is one implicit transaction, so either both are
         written or neither (the second is skipped once the first fails, and the first rolled back
-        when the second does). `planned` as for `transaction`."""
+        when the second does). `planned` as for `transaction`; the second is run `fresh`
+        (Transaction.fetch_as)."""
         pool = self._planned if planned else self._pool
         with wrap_exceptions():
             async with (
@@ -265,7 +275,7 @@ class Database:
                 # where the pipeline's exit alone would send a Sync and commit it.
                 async with conn.transaction():
                     await one.execute(first[1], first[2])
-                    await two.execute(second[1], second[2])
+                    await two.execute(second[1], second[2], prepare=False)
                 await pipeline.sync()
                 return (
                     await one.fetchall() if _returns_rows(one) else [],

@@ -33,7 +33,7 @@ def rows_read(conn: psycopg.Connection[Any], query: str, params: dict[str, Any])
     return task_rows_read((json.loads(plan) if isinstance(plan, str) else plan)[0])
 
 
-def _prepared(query: str, params: dict[str, Any], name: str) -> tuple[sql.Composable, sql.Composable]:
+def _prepared(query: str, params: dict[str, Any], name: str) -> tuple[sql.Composed, sql.Composed]:
     """PREPARE and EXECUTE statements for a query written with psycopg's named placeholders."""
     names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", query)))
     text = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m[1]) + 1}", query)
@@ -42,7 +42,7 @@ def _prepared(query: str, params: dict[str, Any], name: str) -> tuple[sql.Compos
     return prepare, sql.SQL("EXECUTE {}({})").format(sql.Identifier(name), values)
 
 
-def _explained(conn: psycopg.Connection[Any], execute: sql.Composable) -> int:
+def _explained(conn: psycopg.Connection[Any], execute: sql.Composed) -> int:
     with conn.transaction(force_rollback=True):
         (plan,) = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) {}").format(execute)).fetchone()  # type: ignore[misc]
     return task_rows_read((json.loads(plan) if isinstance(plan, str) else plan)[0])
@@ -70,10 +70,10 @@ def rows_read_planned_before(
     prepare, execute = _prepared(query, params, "planned_before")
     with psycopg.connect(database_url, autocommit=True, options="-c plan_cache_mode=force_generic_plan") as conn:
         for statement in setup:
-            conn.execute(statement)  # type: ignore[arg-type]
+            conn.execute(statement)
         conn.execute(prepare)
         with conn.transaction(force_rollback=True):
             conn.execute(execute)  # planned now
         for statement in backlog:
-            conn.execute(statement)  # type: ignore[arg-type]
+            conn.execute(statement)
         return _explained(conn, execute)

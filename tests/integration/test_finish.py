@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -17,6 +18,9 @@ from lowtide.errors import DatabaseUnavailable
 from scheduler_service.domain.model import Outcome, State
 from scheduler_service.rows.tasks import FinishedRow, UnblockedRow
 from scheduler_service.store import Store
+from scheduler_service.store.base import Q
+from scheduler_service.store.tasks import finish_params
+from tests.helpers import eventually
 
 
 class _LosesTheTransaction(Database):
@@ -113,3 +117,58 @@ async def test_stale_reports_in_a_batch_are_left_out_of_both_writes(
     assert set(applied) == {(fresh, 1)}
     cur = await conn.execute("SELECT id, state FROM lowtide.tasks ORDER BY id")
     assert await cur.fetchall() == [(fresh, "completed"), (taken_back, "pending")]
+
+
+async def _tasks_read(conn: psycopg.AsyncConnection[Any]) -> int:
+    """Rows of lowtide.tasks read by scans since the database was made, as its backends reported."""
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    cur = await conn.execute(
+        "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables "
+        "WHERE schemaname = 'lowtide' AND relname = 'tasks'"
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class _One:
+    one: int
+
+
+@pytest.mark.parametrize("by", ["completer", "group insert"])
+async def test_a_finish_after_the_table_grew_reads_only_its_own_tasks(
+    database_url: str, conn: psycopg.AsyncConnection[Any], by: str
+) -> None:
+    """The first finishes of a fresh database run while lowtide.tasks holds a handful of rows. A
+    plan PostgreSQL kept from then (psycopg prepares a statement run five times; a group of single
+    submits' connection at once) scanned the whole table for each report: once 40,000 tasks were
+    stored, 50 ms for one finish, and the finishes fell behind a burst of work. A finish is
+    planned for the table as it is, each time: by the completer, and with a group's insert."""
+    trickle = await _running(conn, 20)
+    db = Database(database_url, min_size=1, max_size=1, planned_max=1)
+    await db.open()
+    store = Store(db, on_unblocked=lambda rows: None)
+
+    async def finish(task_id: int) -> None:
+        report = [(Outcome(task_id, 1, State.COMPLETED, result=b""), "w")]
+        if by == "completer":
+            await store.finish(report)
+        else:
+            lent = (FinishedRow, Q["finish_lent_attempts"], finish_params(report))
+            await db.fetch_both((_One, "SELECT 1 AS one", {}), lent, planned=True)
+
+    try:
+        for task_id in trickle:
+            await finish(task_id)
+        backlog = await _running(conn, 40_000)
+        await finish(backlog[0])
+    finally:
+        # Its backends report what they read as they exit.
+        await db.close()
+
+    async def reported() -> int:
+        read = await _tasks_read(conn)
+        return read if read >= len(trickle) + 1 else 0
+
+    assert await eventually(reported, within=30) < 1_000

@@ -4,12 +4,10 @@ custom plans, which its optional filters need."""
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
-import psycopg
 import pytest
 
 from lowtide.db import Database
@@ -84,13 +82,18 @@ def test_a_claim_planned_on_an_empty_table_reads_no_backlog_later(database_url: 
     pending task: behind a burst of single submits, a claim of 64 slots read the whole backlog, the
     claims grew dearer as the backlog grew, and at 1,000 submits a second a few hundred were done.
     With 20,000 tasks of its type waiting, a claim reads about its candidates (twice its slots)."""
-    slots = {"workers": "w1\x1fw2", "free": "64,64", "signal": None, "pool": "default",
-             "release_lead": timedelta(seconds=1)}  # fmt: skip
-    params = {
-        "claim_pair": {**slots, "queue": "default", "activity_type": "echo", "cap": 128},
-        "claim_tasks": {**slots, "queues": ["default"], "types": ["echo"], "caps": [256], "held_queues": [],
-                        "held_types": [], "held_caps": []},  # fmt: skip
-    }[statement]
+    slots: dict[str, Any] = {
+        "workers": "w1\x1fw2",
+        "free": "64,64",
+        "signal": None,
+        "pool": "default",
+        "release_lead": timedelta(seconds=1),
+    }
+    if statement == "claim_pair":
+        params = {**slots, "queue": "default", "activity_type": "echo", "cap": 128}
+    else:
+        held: dict[str, list[Any]] = {"held_queues": [], "held_types": [], "held_caps": []}
+        params = {**slots, "queues": ["default"], "types": ["echo"], "caps": [256], **held}
     read = rows_read_planned_before(
         database_url, Q[statement], params, [_WORKERS.format()], [_BACKLOG.format(activity_type="echo")]
     )
