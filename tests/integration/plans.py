@@ -4,25 +4,26 @@ the table (tens of thousands running, a large history) assert."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 
-def task_rows_read(plan: dict[str, Any]) -> int:
-    """Rows the plan's scans of lowtide.tasks read, over all their loops: those they returned and
-    those their filters dropped."""
+def task_rows_read(plan: dict[str, Any], relation: str = "tasks") -> int:
+    """Rows the plan's scans of lowtide.tasks (or of another table of the schema) read, over all
+    their loops: those they returned and those their filters dropped."""
 
     def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield node
         for child in node.get("Plans", []):
             yield from nodes(child)
 
-    scans = [n for n in nodes(plan["Plan"]) if n["Node Type"].endswith("Scan") and n.get("Relation Name") == "tasks"]
+    scans = [n for n in nodes(plan["Plan"]) if n["Node Type"].endswith("Scan") and n.get("Relation Name") == relation]
     read = ("Actual Rows", "Rows Removed by Filter", "Rows Removed by Index Recheck")
     return sum(int(sum(n.get(key, 0) for key in read) * n["Actual Loops"]) for n in scans)
 
@@ -39,6 +40,8 @@ def _prepared(query: str, params: dict[str, Any], name: str) -> tuple[sql.Compos
     text = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m[1]) + 1}", query)
     values = sql.SQL(", ").join(sql.Literal(params[n]) for n in names)
     prepare = sql.SQL("PREPARE {} AS {}").format(sql.Identifier(name), sql.SQL(text))
+    if not names:  # EXECUTE takes no parentheses for a statement without parameters
+        return prepare, sql.SQL("EXECUTE {}").format(sql.Identifier(name))
     return prepare, sql.SQL("EXECUTE {}({})").format(sql.Identifier(name), values)
 
 
@@ -77,3 +80,35 @@ def rows_read_planned_before(
         for statement in backlog:
             conn.execute(statement)
         return _explained(conn, execute)
+
+
+def rows_read_planned_before_each(
+    database_url: str,
+    statements: Mapping[str, tuple[str, dict[str, Any], str]],
+    setup: Sequence[str],
+    backlog: Sequence[str],
+) -> dict[str, int]:
+    """rows_read_planned_before for many statements at once (one database, one backlog): each
+    `name: (query, params, options)` prepared after `setup` on a connection of its `options`
+    (those of the connections it runs on: plan_cache_mode, and whatever else they set), run once
+    there (a first run that fails, say on a row the backlog has not inserted yet, has made its plan
+    all the same), then explained once `backlog` has filled the tables."""
+    executes: dict[str, tuple[str, sql.Composed]] = {}
+    with contextlib.ExitStack() as stack:
+        conns: dict[str, psycopg.Connection[Any]] = {}
+        for i, (name, (query, params, options)) in enumerate(statements.items()):
+            if options not in conns:
+                conns[options] = stack.enter_context(psycopg.connect(database_url, autocommit=True, options=options))
+                if len(conns) == 1:
+                    for statement in setup:
+                        conns[options].execute(statement)  # type: ignore[arg-type]
+            conn = conns[options]
+            prepare, execute = _prepared(query, params, f"planned_before_{i}")
+            conn.execute(prepare)
+            with contextlib.suppress(psycopg.Error), conn.transaction(force_rollback=True):
+                conn.execute(execute)  # planned now
+            executes[name] = (options, execute)
+        first = next(iter(conns.values()))
+        for statement in backlog:
+            first.execute(statement)  # type: ignore[arg-type]
+        return {name: _explained(conns[options], execute) for name, (options, execute) in executes.items()}
