@@ -139,7 +139,12 @@ class Transaction:
 # The insert of a group of single submits (SubmitTask) runs there too: for a group of one its
 # custom plans looked cheaper than the generic one, so PostgreSQL kept planning it anew on every
 # execution, about half of the 1.1 ms of backend CPU the insert cost.
-_GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+# Sequential scans are off there: a plan is kept until the table is analyzed again, and one made
+# just after autovacuum analyzed the first few hundred tasks (8 pages, where a sequential scan costs
+# less than one index probe) looked up each candidate a claim chose by a scan of the whole table,
+# 7,700,000 rows read for one claim once 60,000 tasks were stored (tests/integration/
+# test_generic_plans_audit.py). Every statement run there reads lowtide.tasks by an index.
+_GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off"
 # A statement run `fresh` is never prepared: PostgreSQL plans it on every execution for the table
 # as it is then. So run the finishes of reports (UPDATE ... FROM unnest(ids) joined by id): a plan
 # kept from the first minutes of a database, while lowtide.tasks was all but empty, walked the whole

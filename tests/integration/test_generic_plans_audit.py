@@ -203,9 +203,6 @@ ANALYZED_DEFECTS = {
     "adopt_attempts", "running_attempts_of_worker", "running_on_workers", "mark_missed", "apply_plans",
     "fail_dependents", "expired_attempts",
 }  # fmt: skip
-# Either claim, from one run to the next (the 200 rows' statistics are a sample): its lookup per
-# chosen candidate became a sequential scan per candidate (7,700,000 rows read for one claim).
-ANALYZED_SOMETIMES = {"claim_pair", "claim_tasks"}
 
 _SETUPS = {"fresh": _setup(3, analyze=False), "analyzed": _setup(200, analyze=True)}
 _read: dict[str, dict[str, int]] = {}
@@ -224,8 +221,6 @@ def _cases() -> list[Any]:
     for setup, defects in (("fresh", FRESH_DEFECTS), ("analyzed", ANALYZED_DEFECTS)):
         for name in STATEMENTS:
             marks = [pytest.mark.xfail(strict=True, reason="reads the backlog (planaudit)")] if name in defects else []
-            if setup == "analyzed" and name in ANALYZED_SOMETIMES:
-                marks = [pytest.mark.xfail(strict=False, reason="reads the backlog in some runs (planaudit)")]
             cases.append(pytest.param(setup, name, marks=marks, id=f"{setup}-{name}"))
     return cases
 
