@@ -105,14 +105,13 @@ class Transaction:
         rows = await self.fetch(sql, params)
         return rows[0] if rows else None
 
-    async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None, *, fresh: bool = False) -> list[T]:
+    async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None) -> list[T]:
         """The rows as `cls` values (a frozen dataclass or a typed NamedTuple whose fields are the
         query's columns, see `typed_row`): a column the class does not name, or a field no column
-        fills, fails at once rather than a key missing later. `fresh`: planned for the table as it
-        is now, on every execution (see _FRESH)."""
+        fills, fails at once rather than a key missing later."""
         with wrap_exceptions():
             async with self._conn.cursor(row_factory=typed_row(cls)) as cur:
-                await cur.execute(sql, params, prepare=False if fresh else None)
+                await cur.execute(sql, params)
                 return await cur.fetchall() if _returns_rows(cur) else []
 
     async def fetch_one_as(self, cls: type[T], sql: str, params: Params | None = None) -> T | None:
@@ -125,32 +124,32 @@ class Transaction:
             return cur.rowcount
 
 
+# Every statement but the claims' and the group inserts' is planned by PostgreSQL on every
+# execution, for its values and for the tables as they are then: the main pool never prepares one.
+# A plan PostgreSQL keeps is made with the tables as they are when it is made, and kept until
+# autovacuum analyzes them again: on a fresh database that is an all but empty lowtide.tasks, where
+# a sequential scan costs less than an index probe, and the plan was kept while the table grew by
+# thousands of rows a second. Kept so (psycopg prepared a statement run five times, and PostgreSQL
+# found its generic plan no dearer than the custom ones), a finish of reports scanned the whole
+# table for each report (50 ms for one finish once 40,000 tasks were stored), and a score of other
+# statements (heartbeats, hand-backs, the leader's tick, dependencies) read every pending or
+# running task (tests/integration/test_generic_plans_audit.py). Planning costs PostgreSQL some
+# 0.05-0.5 ms a statement, which batches share.
+#
 # The dispatcher's claims run on connections of their own, where each statement is prepared once
 # and keeps PostgreSQL's generic plan: a claim is one big statement (candidates per (queue, type),
 # window functions, the slots it fills) whose custom plan took about as long to make, every time,
 # as the claim took to run, while its plan never depends on the values it is given (the candidate
-# walk is the same index scan for any queue, type or cap). Other statements stay on the main pool,
-# planned for their values: their optional filters (`%(state)s IS NULL OR ...`) need them. There
-# psycopg prepares a statement run five times on a connection, and PostgreSQL may then plan it once
-# for any values when that plan looks no dearer than the custom ones were; a statement whose
-# generic plan would read the table is written so that it cannot (maintenance_due's look for tasks
-# past their retention; test_large_history checks the tick's plan both ways). Forcing custom plans
-# on the whole pool cost PostgreSQL about 5 us a task in a drain, re-planning every completion.
-# The insert of a group of single submits (SubmitTask) runs there too: for a group of one its
-# custom plans looked cheaper than the generic one, so PostgreSQL kept planning it anew on every
-# execution, about half of the 1.1 ms of backend CPU the insert cost.
-# Sequential scans are off there: a plan is kept until the table is analyzed again, and one made
-# just after autovacuum analyzed the first few hundred tasks (8 pages, where a sequential scan costs
-# less than one index probe) looked up each candidate a claim chose by a scan of the whole table,
-# 7,700,000 rows read for one claim once 60,000 tasks were stored (tests/integration/
-# test_generic_plans_audit.py). Every statement run there reads lowtide.tasks by an index.
+# walk is the same index scan for any queue, type or cap). The insert of a group of single submits
+# (SubmitTask) runs there too: for a group of one its custom plans looked cheaper than the generic
+# one, so PostgreSQL kept planning it anew on every execution, about half of the 1.1 ms of backend
+# CPU the insert cost. Each statement run there is written so that no plan of it reads rows it
+# does not take, on a table of any size (test_planned_connections, test_generic_plans_audit), and
+# sequential scans are off there: a plan made just after autovacuum analyzed the first few hundred
+# tasks (8 pages, where a sequential scan costs less than one index probe) looked up each
+# candidate a claim chose by a scan of the whole table, 7,700,000 rows read for one claim once
+# 60,000 tasks were stored.
 _GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off"
-# A statement run `fresh` is never prepared: PostgreSQL plans it on every execution for the table
-# as it is then. So run the finishes of reports (UPDATE ... FROM unnest(ids) joined by id): a plan
-# kept from the first minutes of a database, while lowtide.tasks was all but empty, walked the whole
-# table for each report (a sequential scan outer to the batch), 50 ms for one finish once 40,000
-# tasks were stored, and it was kept until autovacuum analyzed the table. Planning a finish costs
-# PostgreSQL some 0.05 ms, once a batch.
 
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -190,7 +189,8 @@ class Database:
         self, url: str, *, min_size: int = 2, max_size: int = 16, planned_min: int = 0, planned_max: int = 4
     ) -> None:
         self.url = url
-        self._pool = _pool(url, min_size, max_size)
+        # Never prepared: planned for the tables as they are, on every execution (see _GENERIC_PLANS).
+        self._pool = _pool(url, min_size, max_size, prepare_threshold=None)
         # For statements run with `planned=True` (see _GENERIC_PLANS): the scheduler keeps one open,
         # so a claim on a queue idle for a while does not wait for a connection first.
         self._planned = _pool(url, planned_min, planned_max, options=_GENERIC_PLANS, prepare_threshold=0)
@@ -246,14 +246,12 @@ class Database:
         rows = await self.fetch(sql, params)
         return rows[0] if rows else None
 
-    async def fetch_as(
-        self, cls: type[T], sql: str, params: Params | None = None, *, planned: bool = False, fresh: bool = False
-    ) -> list[T]:
+    async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None, *, planned: bool = False) -> list[T]:
         """See `Transaction.fetch_as`; `planned` as for `transaction`."""
         pool = self._planned if planned else self._pool
         with wrap_exceptions():
             async with pool.connection() as conn:
-                return await Transaction(conn).fetch_as(cls, sql, params, fresh=fresh)
+                return await Transaction(conn).fetch_as(cls, sql, params)
 
     async def fetch_one_as(self, cls: type[T], sql: str, params: Params | None = None) -> T | None:
         rows = await self.fetch_as(cls, sql, params)
@@ -265,8 +263,8 @@ class Database:
         """Two statements' rows (as `fetch_as`), sent together in one round trip and committed
         together: a pipeline with one Sync is one implicit transaction, so either both are
         written or neither (the second is skipped once the first fails, and the first rolled back
-        when the second does). `planned` as for `transaction`; the second is run `fresh`
-        (Transaction.fetch_as)."""
+        when the second does). `planned` as for `transaction`; the second is not prepared
+        even there (a report's finish, planned for the table as it is; see _GENERIC_PLANS)."""
         pool = self._planned if planned else self._pool
         with wrap_exceptions():
             async with (

@@ -189,7 +189,10 @@ SET run_at = CASE WHEN p.pool IS NOT NULL THEN GREATEST(t.latest_start - %(relea
 FROM unnest(%(ids)s::bigint[], %(release_ats)s::timestamptz[], %(intensities)s::float8[], %(reasons)s::text[],
             %(planned_pools)s::text[])
      AS p(id, release_at, intensity, reason, pool)
-WHERE t.id = p.id AND t.state = 'pending' AND t.attempt = 0
+-- Each found by its id: `IS NOT DISTINCT FROM` keeps the index of states out of the plan, which
+-- a table not yet analyzed made the outer of a join with the plans, every pending task read for
+-- each (tasks.sql, _finish_fenced).
+WHERE t.id = p.id AND t.state IS NOT DISTINCT FROM 'pending' AND t.attempt = 0
 
 -- notify_plans --
 -- Tells every replica that releases were planned, so each sets its own wake-up timers for them.

@@ -64,9 +64,9 @@ SELECT COALESCE(max(id), 0) + 1 AS id FROM lowtide.tasks
 -- its id: `IS NOT DISTINCT FROM 'running'` (state is never NULL, so it means `=`) keeps the
 -- running-only indexes out of the plan, whose scan reads every running attempt and which the
 -- planner picks when its statistics say few run (with 60,000 running after an ANALYZE that saw
--- 20: 84 ms a batch of 64, against 2.4 ms by id). Every statement of it is run unprepared
--- (`fresh`, lowtide.db.connector): a plan kept from when the table was all but empty scanned all of
--- it for each report.
+-- 20: 84 ms a batch of 64, against 2.4 ms by id). Every statement of it is planned on each run
+-- (lowtide.db.connector): a plan kept from when the table was all but empty scanned all of it for
+-- each report.
 UPDATE lowtide.tasks t
 SET state = o.state,
     result = o.result,
@@ -306,5 +306,6 @@ SET state = 'failed', finished_at = now(), error_type = 'DependencyFailed',
     error_message = 'dependency task ' || first_cause.cause || ' did not complete',
     error_non_retryable = true, schedule_to_start_deadline = NULL
 FROM first_cause
-WHERE t.id = first_cause.task_id AND t.state = 'pending'
+-- Each found by its id (as apply_plans finds its tasks, queues.sql).
+WHERE t.id = first_cause.task_id AND t.state IS NOT DISTINCT FROM 'pending'
 RETURNING t.id

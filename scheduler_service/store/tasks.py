@@ -141,7 +141,7 @@ class TaskStore(StoreBase):
         todo = [(o, worker) for o, worker in outcomes if (o.task_id, o.attempt) not in applied] if applied else outcomes
         if not todo:
             return applied
-        rows = await self.db.fetch_as(FinishedRow, Q["finish_independent_attempts"], finish_params(todo), fresh=True)
+        rows = await self.db.fetch_as(FinishedRow, Q["finish_independent_attempts"], finish_params(todo))
         applied.update({(r.id, r.attempt): r for r in rows})
         if len(rows) == len(todo):
             return applied
@@ -149,7 +149,7 @@ class TaskStore(StoreBase):
         if not rest:
             return applied
         async with self.db.transaction() as tx:
-            rows = await tx.fetch_as(FinishedRow, Q["finish_attempts"], finish_params(rest), fresh=True)
+            rows = await tx.fetch_as(FinishedRow, Q["finish_attempts"], finish_params(rest))
             released = await settle(tx, rows) if any(r.has_dependents for r in rows) else []
         self._unblocked(released)
         applied.update({(r.id, r.attempt): r for r in rows})

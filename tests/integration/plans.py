@@ -84,7 +84,7 @@ def rows_read_planned_before(
 
 def rows_read_planned_before_each(
     database_url: str,
-    statements: Mapping[str, tuple[str, dict[str, Any], str]],
+    statements: Mapping[str, tuple[str, dict[str, Any], str | None]],
     setup: Sequence[str],
     backlog: Sequence[str],
 ) -> dict[str, int]:
@@ -92,16 +92,22 @@ def rows_read_planned_before_each(
     `name: (query, params, options)` prepared after `setup` on a connection of its `options`
     (those of the connections it runs on: plan_cache_mode, and whatever else they set), run once
     there (a first run that fails, say on a row the backlog has not inserted yet, has made its plan
-    all the same), then explained once `backlog` has filled the tables."""
+    all the same), then explained once `backlog` has filled the tables. `options` None: a statement
+    never prepared, planned when it runs (with the statistics `setup` left), as rows_read does."""
     executes: dict[str, tuple[str, sql.Composed]] = {}
+    unprepared: dict[str, tuple[str, dict[str, Any]]] = {}
     with contextlib.ExitStack() as stack:
         conns: dict[str, psycopg.Connection[Any]] = {}
-        for i, (name, (query, params, options)) in enumerate(statements.items()):
+        for i, (name, (query, params, given)) in enumerate(statements.items()):
+            options = "" if given is None else given
             if options not in conns:
                 conns[options] = stack.enter_context(psycopg.connect(database_url, autocommit=True, options=options))
                 if len(conns) == 1:
                     for statement in setup:
-                        conns[options].execute(statement)  # type: ignore[arg-type]
+                        conns[options].execute(statement)
+            if given is None:
+                unprepared[name] = (query, params)
+                continue
             conn = conns[options]
             prepare, execute = _prepared(query, params, f"planned_before_{i}")
             conn.execute(prepare)
@@ -110,5 +116,6 @@ def rows_read_planned_before_each(
             executes[name] = (options, execute)
         first = next(iter(conns.values()))
         for statement in backlog:
-            first.execute(statement)  # type: ignore[arg-type]
-        return {name: _explained(conns[options], execute) for name, (options, execute) in executes.items()}
+            first.execute(statement)
+        read = {name: _explained(conns[options], execute) for name, (options, execute) in executes.items()}
+        return read | {name: rows_read(conns[""], query, params) for name, (query, params) in unprepared.items()}
