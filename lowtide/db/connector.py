@@ -148,8 +148,10 @@ class Transaction:
 # sequential scans are off there: a plan made just after autovacuum analyzed the first few hundred
 # tasks (8 pages, where a sequential scan costs less than one index probe) looked up each
 # candidate a claim chose by a scan of the whole table, 7,700,000 rows read for one claim once
-# 60,000 tasks were stored.
-_GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off"
+# 60,000 tasks were stored. Nor is anything compiled there (JIT): a scan left without an index (the
+# paused queues) carries the planner's penalty for a disabled scan, which put every claim over
+# `jit_above_cost`, and compiling it took 30 ms to 2 s a claim.
+_GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off -c jit=off"
 
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:

@@ -4,13 +4,16 @@ custom plans, which its optional filters need."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 from lowtide.db import Database
+from lowtide.db.connector import _GENERIC_PLANS
 from scheduler_service.domain.model import Kind, NewTask, RetryPolicy
 from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.store.base import Q
@@ -99,3 +102,28 @@ def test_a_claim_planned_on_an_empty_table_reads_no_backlog_later(database_url: 
     )
     # The 256 candidates read off the index, each looked up again to lock it, and the 128 updated.
     assert read <= 2 * 256 + 128 + 16
+
+
+def test_a_claim_on_its_connections_is_not_compiled(database_url: str) -> None:
+    """Sequential scans are off where the claims run, and the planner's penalty for a scan it must
+    make all the same (the paused queues, read whole) put every claim's cost over `jit_above_cost`:
+    PostgreSQL compiled each claim (30 ms to 2 s on a 2-core machine) before running it."""
+    params = {
+        "workers": "w1",
+        "free": "4",
+        "signal": None,
+        "pool": "default",
+        "release_lead": timedelta(seconds=1),
+        "queues": ["default", "default"],
+        "types": ["echo", "limited"],
+        "caps": [8, 1],
+        "held_queues": [],
+        "held_types": [],
+        "held_caps": [],
+    }
+    with psycopg.connect(database_url, autocommit=True, options=_GENERIC_PLANS) as conn:
+        conn.execute(_WORKERS.format())
+        conn.execute(_BACKLOG.format(activity_type="echo"))
+        with conn.transaction(force_rollback=True):
+            (plan,) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + Q["claim_tasks"], params).fetchone()  # type: ignore[misc]
+    assert "JIT" not in (json.loads(plan) if isinstance(plan, str) else plan)[0]
