@@ -22,6 +22,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -79,6 +80,22 @@ class LoopWatch:
         while True:
             self.look()
             await asyncio.sleep(self._stall / 4)
+
+
+@dataclass(frozen=True, slots=True)
+class HoldSnapshot:
+    """What a plan reads of a signal's hold, as of one moment on the event loop: the leader plans
+    in a thread while the signal's stream goes on changing the hold."""
+
+    signal_name: str
+    forecast: Forecast | None
+    signal_low: bool
+    unit: str
+    # forecast_caution, and planning_caution() (the same, or by a task's window).
+    caution: float
+    planning_caution: float | Callable[[timedelta], float]
+    origin: str
+    source: str
 
 
 class CostHolds:
@@ -319,6 +336,18 @@ class CostHolds:
         if not slope:
             return caution
         return lambda window: windowed(caution, slope, (window + RELEASE_LEAD) * scale)
+
+    def snapshot(self) -> HoldSnapshot:
+        return HoldSnapshot(
+            self.signal_name,
+            self.forecast,
+            not self.state.active,
+            self.signal.unit if self.signal is not None else "",
+            self.forecast_caution,
+            self.planning_caution(),
+            self.forecast_origin,
+            self.forecast_source,
+        )
 
     @property
     def forecast_origin(self) -> str:

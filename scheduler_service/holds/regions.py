@@ -10,14 +10,14 @@ from datetime import datetime, timedelta
 from lowtide.config import Config
 from scheduler_service.domain.placement import Placement, PlaceTask, Region, place, placed_runs
 from scheduler_service.domain.planning import Capacity, Commitment, PlanKind, PlanTask
-from scheduler_service.holds.signals import SignalHolds
+from scheduler_service.holds.signals import HoldsSnapshot
 
 # The capacity planning's time step, as planning.plan's default.
 RESOLUTION = timedelta(minutes=5)
 MIN_RESOLUTION = timedelta(seconds=1)
 
 
-def pool_signal(config: Config, holds: SignalHolds, pool: str, queue: str, activity_type: str) -> str:
+def pool_signal(config: Config, holds: HoldsSnapshot, pool: str, queue: str, activity_type: str) -> str:
     """The signal a pool is planned on: its own (`[pools.NAME] signal`), else the one the task's
     type follows (as a task naming no pools is planned)."""
     own = config.pool(pool).signal
@@ -28,7 +28,7 @@ def pool_signal(config: Config, holds: SignalHolds, pool: str, queue: str, activ
 
 def regions(
     config: Config,
-    holds: SignalHolds,
+    holds: HoldsSnapshot,
     names: Sequence[str],
     slots: Mapping[str, int],
     *,
@@ -41,17 +41,16 @@ def regions(
     out = []
     for name in names:
         hold = holds.by_signal[pool_signal(config, holds, name, queue, activity_type)]
-        unit = hold.signal.unit if hold.signal is not None else ""
         out.append(
             Region(
                 name,
                 hold.forecast,
                 # Fixed starts were promised their pool's capacity: a placement leaves it to them.
                 Capacity(max(0, slots.get(name, 0)), tuple((committed or {}).get(name, ()))),
-                signal_low=not hold.state.active,
+                signal_low=hold.signal_low,
                 # The caution its signal's calibration found to pay (the default without one).
-                caution=hold.forecast_caution,
-                unit=unit,
+                caution=hold.caution,
+                unit=hold.unit,
             )
         )
     return out
@@ -59,7 +58,7 @@ def regions(
 
 def placed(
     config: Config,
-    holds: SignalHolds,
+    holds: HoldsSnapshot,
     tasks: Sequence[tuple[PlanTask, tuple[str, ...], str | None, str, str]],
     slots: Mapping[str, int],
     now: datetime,

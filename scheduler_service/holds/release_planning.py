@@ -27,8 +27,8 @@ from scheduler_service.domain.planning import (
 )
 from scheduler_service.fleet.sessions import Registry
 from scheduler_service.holds import regions
-from scheduler_service.holds.cost import CostHolds
-from scheduler_service.holds.signals import SignalHolds
+from scheduler_service.holds.cost import HoldSnapshot
+from scheduler_service.holds.signals import HoldsSnapshot, SignalHolds
 from scheduler_service.rows.fleet import PlannableTask
 from scheduler_service.store import Store
 
@@ -41,7 +41,7 @@ POOLS_EVERY = 1.0
 
 
 def plan_tasks(
-    holds: CostHolds,
+    holds: HoldSnapshot,
     tasks: Sequence[PlanTask],
     capacity: Capacity,
     now: datetime | None = None,
@@ -49,11 +49,10 @@ def plan_tasks(
     expected: Sequence[PlanTask] = (),
 ) -> list[Plan]:
     now = now or datetime.now(UTC)
-    low = not holds.state.active
-    caution = holds.planning_caution()
-    plans = plan(tasks, holds.forecast, capacity, now, signal_low=low, caution=caution, expected=expected)
+    caution = holds.planning_caution
+    plans = plan(tasks, holds.forecast, capacity, now, signal_low=holds.signal_low, caution=caution, expected=expected)
     # Which forecast a plan came from, so `task explain` can say so.
-    origin = holds.forecast_origin
+    origin = holds.origin
     return [replace(p, reason=f"{p.reason} (forecast: {origin})") if p.kind is PlanKind.FORECAST else p for p in plans]
 
 
@@ -112,7 +111,7 @@ class ReleasePlanner:
                 slots[session.pool] = slots.get(session.pool, 0) + session.slots
         return slots
 
-    def _place_submitted(self, index: int, task: NewTask) -> NewTask:
+    def _place_submitted(self, index: int, task: NewTask, holds: HoldsSnapshot) -> NewTask:
         """A new task naming pools, placed on its own among them (see plan_submitted)."""
         assert task.latest_start is not None and task.duration is not None
         alone = PlanTask(index, datetime.now(UTC), release_by(task.latest_start), task.duration)
@@ -122,7 +121,7 @@ class ReleasePlanner:
         slots = {name: max(1, local.get(name, 0)) for name in task.pools}
         [placement] = regions.placed(
             self._config,
-            self._holds,
+            holds,
             [(alone, task.pools, None, task.queue, task.activity_type)],
             slots,
             datetime.now(UTC),
@@ -142,26 +141,25 @@ class ReleasePlanner:
         (the leader plans them all together, with the pool's capacity, on the next forecast);
         one that names pools is placed among them too."""
         out = []
+        # The holds are read once, when a task is planned at all (most submits are not).
+        snapshot: HoldsSnapshot | None = None
         for index, task in enumerate(tasks):
             if task.latest_start is not None:
                 # A held task runs by its latest start: be awake then, not a poll later.
                 self.wake_at(release_by(task.latest_start))
-            if (
-                task.pools
-                and task.latest_start is not None
-                and task.duration is not None
-                and deferrable(self._holds, task.queue, task.activity_type, task.kind.value)
+            if task.latest_start is None or not deferrable(
+                self._holds, task.queue, task.activity_type, task.kind.value
             ):
-                out.append(self._place_submitted(index, task))
+                out.append(task)
+                continue
+            if snapshot is None:
+                snapshot = self._holds.snapshot()
+            if task.pools and task.duration is not None:
+                out.append(self._place_submitted(index, task, snapshot))
                 continue
             # Planned on the forecast of the signal this type follows.
-            holds = self._holds.following(task.queue, task.activity_type)
-            if (
-                holds.forecast is None
-                or task.latest_start is None
-                or task.duration is None
-                or not deferrable(self._holds, task.queue, task.activity_type, task.kind.value)
-            ):
+            holds = snapshot.following(task.queue, task.activity_type)
+            if holds.forecast is None or task.duration is None:
                 out.append(task)
                 continue
             alone = PlanTask(index, datetime.now(UTC), release_by(task.latest_start), task.duration)
@@ -230,7 +228,7 @@ class ReleasePlanner:
                 self._holds.config.signal_for(r.queue, r.activity_type, self._holds.default), []
             ).append(r)
         for name, group in sorted(by_signal.items()):
-            await self._plan(self._holds.by_signal[name], group, runs)
+            await self._plan(name, group, runs)
 
     async def _place(self, rows: list[PlannableTask]) -> dict[str, tuple[Commitment, ...]]:
         """Places the tasks that name pools: each pool on its own signal's forecast, with the
@@ -269,6 +267,7 @@ class ReleasePlanner:
         # After the reads: a forecast that came meanwhile starts after an earlier `now`, and a
         # window starting before a forecast is not covered by it.
         now = datetime.now(UTC)
+        holds = self._holds.snapshot()
         tasks = [
             (
                 PlanTask(
@@ -289,9 +288,7 @@ class ReleasePlanner:
             for r in rows
         ]
         expected = {signal: expected_arrivals(submitted, now) for signal, submitted in recent.items()}
-        placements = regions.placed(
-            self._config, self._holds, tasks, slots, now, committed=committed, expected=expected
-        )
+        placements = regions.placed(self._config, holds, tasks, slots, now, committed=committed, expected=expected)
         await self._store.apply_plans(
             [(p.task_id, release_time(p.plan), p.plan.expected_intensity, p.reason) for p in placements],
             [regions.chosen_pool(p) for p in placements],
@@ -302,10 +299,8 @@ class ReleasePlanner:
         log.info("planning.placed", extra={"tasks": len(placements), "pools": sorted(slots)})
         return placed_runs([PlaceTask(task) for task, *_ in tasks], placements)
 
-    async def _plan(
-        self, holds: CostHolds, rows: list[PlannableTask], runs: Mapping[str, Sequence[Commitment]]
-    ) -> None:
-        """Plans the tasks that follow one signal, on its forecast, in the room of the pools whose
+    async def _plan(self, signal: str, rows: list[PlannableTask], runs: Mapping[str, Sequence[Commitment]]) -> None:
+        """Plans the tasks that follow `signal`, on its forecast, in the room of the pools whose
         workers run them (any replica's) less the `runs` placed there."""
         # Planned within [submission, release_by(latest start)]: a plan never waits past the
         # moment the hold lets go anyway, so the release and the claim agree.
@@ -330,6 +325,7 @@ class ReleasePlanner:
         recent = await self._recent_deferrable(set(types))
         # After the reads, as in _place.
         now = datetime.now(UTC)
+        holds = self._holds.by_signal[signal].snapshot()
         expected = expected_arrivals(recent, now)
         plans = plan_tasks(holds, tasks, beside_placed(slots, runs, committed), now, expected=expected)
         await self._store.apply_plans([(p.task_id, release_time(p), p.expected_intensity, p.reason) for p in plans])
@@ -338,5 +334,5 @@ class ReleasePlanner:
             self.wake_at(min(release.release_at, task.latest_start))
         log.info(
             "planning.planned",
-            extra={"tasks": len(plans), "signal": holds.signal_name, "forecast": holds.forecast_source or "none"},
+            extra={"tasks": len(plans), "signal": holds.signal_name, "forecast": holds.source or "none"},
         )

@@ -8,16 +8,29 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 
 from scheduler_service.domain.holds import HoldConfig, HoldState, SignalView, held_types_by_signal
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.planning import Forecast
 from scheduler_service.domain.timings import HoldEpisode
-from scheduler_service.holds.cost import CostHolds, LoopWatch
+from scheduler_service.holds.cost import CostHolds, HoldSnapshot, LoopWatch
 from scheduler_service.rows.fleet import StoredSignal
 from scheduler_service.store import Store
 
 UNCONFIRMED = "the signal's last value is not confirmed yet (read again before held work is released)"
+
+
+@dataclass(frozen=True, slots=True)
+class HoldsSnapshot:
+    """Every signal's hold as a plan reads it, as of one moment (CostHolds.snapshot)."""
+
+    by_signal: Mapping[str, HoldSnapshot]
+    default: str
+    config: HoldConfig
+
+    def following(self, queue: str, activity_type: str) -> HoldSnapshot:
+        return self.by_signal[self.config.signal_for(queue, activity_type, self.default)]
 
 
 class SignalHolds:
@@ -39,6 +52,11 @@ class SignalHolds:
     def following(self, queue: str, activity_type: str) -> CostHolds:
         """The hold of the signal `activity_type` follows on `queue`."""
         return self.by_signal[self.config.signal_for(queue, activity_type, self.default)]
+
+    def snapshot(self) -> HoldsSnapshot:
+        return HoldsSnapshot(
+            {name: hold.snapshot() for name, hold in self.by_signal.items()}, self.default, self.config
+        )
 
     def own_signal(self, pool: str) -> bool:
         """Whether the pool is bound to a signal other than the default one."""

@@ -34,5 +34,5 @@ def test_a_pool_without_a_signal_is_planned_on_the_one_each_tasks_type_follows()
         (PlanTask(n, now, now + timedelta(hours=3), timedelta(minutes=30)), pools, None, "default", kind)
         for n, kind in enumerate(("train", "render"))
     ]
-    train, render = placed(Config(pools=POOLS), holds, tasks, {"eu-west": 2, "on-prem": 2}, now)
+    train, render = placed(Config(pools=POOLS), holds.snapshot(), tasks, {"eu-west": 2, "on-prem": 2}, now)
     assert (train.region, render.region) == ("eu-west", "on-prem")
