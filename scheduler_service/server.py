@@ -323,6 +323,8 @@ async def start_scheduler(config: Config, *, database_url: str | None = None) ->
         for service in ("", *SERVICES):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
         failed = asyncio.Event()
+        # Closed after the background loops ended (a tick cancelled at a stop hands it no more work).
+        stack.callback(parts.planner.close)
         stack.push_async_callback(
             cancel_all, _background(config, db, parts, health_servicer, scheduler_id, failed=failed)
         )

@@ -127,4 +127,4 @@ async def test_a_stop_does_not_wait_for_the_planning_and_nothing_it_planned_is_w
     finally:
         await db.close()
     assert len(rows) == TASKS
-    assert all(r["planned_release_at"] is None and "(forecast:" not in r["plan_reason"] for r in rows)
+    assert all(r["planned_release_at"] is None and "(forecast:" not in (r["plan_reason"] or "") for r in rows)
