@@ -49,6 +49,10 @@ class Forecast:
     spread_integrals: tuple[float, ...] = field(default=(), repr=False)
     # Scores already taken, by (start, span, caution): a plan scores the same starts again for
     # every task of the same duration and window, in every round of a placement. Bounded.
+    # Shared by the leader's planning thread and the submits planned on the event loop, with no
+    # lock: each get, set and clear is one atomic step on a dict, and a score is a function of
+    # its key alone, so two threads that race write the same score (or lose one to a clear, a
+    # miss), and the bound is passed by one score per thread at most.
     _scores: dict[tuple[int, int, float], float] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
