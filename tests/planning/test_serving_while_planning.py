@@ -1,6 +1,7 @@
 """The leader plans in a thread of its own, through the real services: while it plans a batch of
-held tasks on a new forecast, the scheduler still answers calls, and a stop neither waits for the
-planning nor lets it write.
+held tasks on a new forecast, the scheduler still answers calls, a stop neither waits for the
+planning nor lets it write (nor counts as a failure), and a bug in the planning still fails the
+replica, as when it planned on the event loop.
 
 The planning is held at a gate (the real plan_tasks, made to wait for the test's word) instead of
 made long with many tasks: a test of "answered while it planned" then says what came first, not
@@ -9,6 +10,7 @@ event loop (the test's own too) ever waits for."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -115,6 +117,8 @@ async def test_a_stop_does_not_wait_for_the_planning_and_nothing_it_planned_is_w
             await _submit_and_forecast(client, signal, gate)
         await scheduler.stop(grace=0.5)
         assert not gate.finished.is_set(), "the stop waited for the planning"
+        # The tick cancelled at its await, and the thread closed: a stop, not a failure (exit 0).
+        assert not scheduler.failed.is_set()
     finally:
         gate.open.set()
         await signal.stop(grace=0.5)
@@ -128,3 +132,33 @@ async def test_a_stop_does_not_wait_for_the_planning_and_nothing_it_planned_is_w
         await db.close()
     assert len(rows) == TASKS
     assert all(r["planned_release_at"] is None and "(forecast:" not in (r["plan_reason"] or "") for r in rows)
+
+
+async def test_a_planning_that_fails_in_its_thread_fails_the_replica(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The error a planning raises in the planner's thread ends the leader's loop, which marks
+    the replica failed (`serve` stops it and exits 1): a planning bug is not lost in the thread."""
+    real = release_planning.plan_tasks
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        if args[0].forecast is None:
+            return real(*args, **kwargs)
+        raise RuntimeError("a bug in the planning")
+
+    # Let through at once: the gate only says when the planning on the forecast began, and where.
+    gate = Gate(broken)
+    gate.open.set()
+    monkeypatch.setattr(release_planning, "plan_tasks", gate)
+    caplog.set_level(logging.CRITICAL, logger="lowtide.scheduler")
+    signal, scheduler = await _services(database_url, tmp_path, "static")
+    try:
+        async with Client(scheduler.target) as client:
+            await _submit_and_forecast(client, signal, gate)
+        await eventually(lambda: _true(scheduler.failed.is_set()))
+        assert gate.thread != threading.get_ident()
+        [record] = [r for r in caplog.records if r.getMessage() == "scheduler.loop_failed"]
+        assert record.exc_info is not None and "a bug in the planning" in str(record.exc_info[1])
+    finally:
+        await scheduler.stop(grace=0.5)
+        await signal.stop(grace=0.5)
