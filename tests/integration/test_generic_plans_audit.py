@@ -104,7 +104,7 @@ STATEMENTS: dict[str, tuple[dict[str, Any], str | None, int]] = {
         _PLANNED,
         2 * 256 + 144,
     ),
-    "claim_fixed_due": ({**_slots, "queues": ["default"], "types": ["echo"]}, _PLANNED, 8),
+    "claim_fixed_due": ({**_slots, "queues": ["default"], "types": ["echo"]}, _PREPARED, 8),
     "insert_tasks_handed": (
         {
             **{
