@@ -266,7 +266,9 @@ class Database:
         together: a pipeline with one Sync is one implicit transaction, so either both are
         written or neither (the second is skipped once the first fails, and the first rolled back
         when the second does). `planned` as for `transaction`; the second is not prepared
-        even there (a report's finish, planned for the table as it is; see _GENERIC_PLANS)."""
+        even there (a report's finish): its plan, generic there too, is made on every run for the
+        table as it is, where one kept from a table just analyzed with 200 rows read 60,264 rows
+        for a finish of 64 behind 60,000 tasks (see _GENERIC_PLANS)."""
         pool = self._planned if planned else self._pool
         with wrap_exceptions():
             async with (
