@@ -170,8 +170,13 @@ class ReleasePlanner:
             if snapshot is None:
                 snapshot = self._holds.snapshot()
             if task.pools and task.duration is not None:
-                key: tuple[object, ...] = (tuple(task.pools), task.queue, task.activity_type, task.latest_start)
-                key += (task.duration,)
+                key: tuple[object, ...] = (
+                    tuple(task.pools),
+                    task.queue,
+                    task.activity_type,
+                    task.latest_start,
+                    task.duration,
+                )
                 if key not in made:
                     made[key] = self._place_submitted(task, snapshot, now)
             else:

@@ -281,24 +281,18 @@ class Submission:
             out = await self._insert(
                 tasks, submitted_by=submitted_by, sessions=sessions, stored=stored, reports=reports, finished=finished
             )
-        except DatabaseUnavailable as error:
+        except BaseException as error:
             self._reports.give_back(key, None)
-            # A deadlock, timeout or cancel the reports' finish met is not the submit's failure.
-            if not reports or not statement_aborted(error):
+            # Tried again alone after any error but the database being away; a deadlock, timeout
+            # or cancel the reports' finish met is not the submit's failure either.
+            again = isinstance(error, Exception) and (
+                not isinstance(error, DatabaseUnavailable) or statement_aborted(error)
+            )
+            if not (reports and again):
                 raise
             return await self._insert(
                 tasks, submitted_by=submitted_by, sessions=sessions, stored=stored, reports=(), finished=finished
             )
-        except Exception:
-            self._reports.give_back(key, None)
-            if not reports:
-                raise
-            return await self._insert(
-                tasks, submitted_by=submitted_by, sessions=sessions, stored=stored, reports=(), finished=finished
-            )
-        except BaseException:
-            self._reports.give_back(key, None)
-            raise
         self._reports.give_back(key, finished)
         return out
 
