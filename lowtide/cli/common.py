@@ -5,7 +5,6 @@ command's error reaches the user (`run`)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.metadata
 import json
 import math
@@ -18,7 +17,7 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from lowtide import output
+from lowtide import event_loop, output
 from lowtide.config import Config, load_config
 from lowtide.errors import EXIT_CONFIG, ConfigError, LowtideError
 from lowtide_client import parse_duration, reservation_conflict
@@ -147,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         handler: Handler = args.handler
-        return asyncio.run(handler(args, config))
+        return event_loop.run(handler(args, config))
     except LowtideError as error:
         print(f"lowtide: {error}", file=sys.stderr)
         return EXIT_CONFIG if isinstance(error, ConfigError) else 2

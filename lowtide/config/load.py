@@ -52,6 +52,7 @@ OTHER_VARIABLES = frozenset(
         "LOWTIDE_KEY",
         "LOWTIDE_LOG_LEVEL",  # lowtide.logs
         "LOWTIDE_LOG_FORMAT",
+        "LOWTIDE_EVENT_LOOP",  # lowtide.event_loop
         "LOWTIDE_TEST_DATABASE_URL",  # the test suite
         "LOWTIDE_BENCH_DATABASE_URL",  # the benchmarks
         "LOWTIDE_CONSOLE_SCREENSHOTS",  # tests/console: the folder its screenshots go to

@@ -43,6 +43,11 @@ def _serve(kind: str, env: dict[str, str], config: Path | None = None) -> subpro
             'or key=value string: missing "=" after "garbage" in connection info string',
         ),
         (
+            "scheduler",
+            {"LOWTIDE_EVENT_LOOP": "trio"},
+            "lowtide: LOWTIDE_EVENT_LOOP: must be one of uvloop, asyncio, not 'trio'",
+        ),
+        (
             "signal",
             {"LOWTIDE_COST_DEFER_THRESHOLD": "nan"},
             "lowtide: LOWTIDE_COST_DEFER_THRESHOLD ([cost] defer_threshold): must be a finite number, not nan",
