@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from lowtide import event_loop
 from lowtide_client import Worker
 
 
@@ -24,4 +25,5 @@ async def main(target: str, workers: int, slots: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+    # On the loop `lowtide demo-worker` runs on (uvloop), as the other systems' consumers run on theirs.
+    event_loop.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))

@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import asyncpg
 from pgqueuer import AsyncpgDriver, AsyncpgPoolDriver, Job, Queries, QueueManager
+from pgqueuer.adapters.cli.cli import asyncio_run
 from pgqueuer.db import Driver
 from pgqueuer.types import QueueExecutionMode
 
@@ -73,7 +74,9 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def main() -> None:
-    raise SystemExit(asyncio.run(_main(_parse())))
+    # On the loop PgQueuer's own CLI (`pgq run`) runs its consumers on: uvloop, which PgQueuer
+    # depends on wherever it builds.
+    raise SystemExit(asyncio_run(_main(_parse())))
 
 
 if __name__ == "__main__":
