@@ -2,23 +2,25 @@
 that may run in several pools.
 
 Each pool is planned as `scheduler_service.domain.planning.plan` plans one: on its forecast (its
-expected error weighed with the planner's caution) and its capacity. The places are chosen in
-two rounds. First every task is planned in each pool it may run in as if that pool had room for
-all of them, which says what each place could give the task at best; each task goes to the place
-whose best start scores lowest (its last place on a tie, so a re-plan does not flip between
-equals). Then each pool is planned with its capacity for the tasks it got; a task whose start
-there scores worse than the best another allowed pool could give it moves there (those that lose
-most first, as long as the other pool had room for it in the first round's terms), and the pools
-that changed are planned again. The latest start is the task's own whatever the place: the
-planner never plans past it, and at it dispatch may start the task in any allowed pool with room.
+expected error weighed with the planner's caution) and its capacity. Which task goes to which pool
+is chosen for all of them at once: one auction (as `plan` shares one pool, Bertsekas' forward
+auction of scheduler_service.domain.assignment) over the starts of every pool each task may run
+in, each start taking a slot of that pool's grid, so that when the cleanest places are too small
+for everyone the tasks that lose least by going to a dearer hour or place are the ones that go.
+Each pool is then planned with its capacity for the tasks it got. Choosing each task's best place
+as if it were alone, and then moving those planned worse than another place could give them, sent
+the tasks that overflowed one pool to the other all at once, where they met again. The latest
+start is the task's own whatever the place: the planner never plans past it, and at it dispatch
+may start the task in any allowed pool with room. A placement too large for one auction falls back
+to those two rounds.
 
 A pool with no capacity (no workers) is planned around: a task goes there only when no pool it
 may run in has any, and then to its last place (or the first it names).
 
-Work expected to be submitted later (the last day's, as in `planning.plan`) is counted in the
-pool each expected task would be placed in on its own, as that pool's expected work: a pool's
-plan leaves a cheap hour to it when it would have no other and a given task loses less by going
-later or elsewhere (never a given task's room).
+Work expected to be submitted later (the last day's, as in `planning.plan`) bids in the same
+auction, in the pools it may run in, and may be left out (it never takes a given task's room):
+a clean hour that later work would have no other chance at is left to it when a given task loses
+less by going later or elsewhere.
 
 Work naming no pool may run in any pool whose workers run its type, and is planned on its type's
 signal beside the placed tasks: the runs placed in a pool are commitments of the room it is
@@ -33,8 +35,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
+from scheduler_service.domain.assignment import Bidder, auction
 from scheduler_service.domain.forecast import _US, Forecast
-from scheduler_service.domain.planning import CAUTION, Capacity, Commitment, Plan, PlanKind, PlanTask, plan
+from scheduler_service.domain.planning import (
+    AUCTION_WORK,
+    BIDS_PER_TASK,
+    CAUTION,
+    EPSILON,
+    Capacity,
+    Commitment,
+    Plan,
+    PlanKind,
+    PlanTask,
+    _starts,
+    plan,
+)
+from scheduler_service.domain.pool_load import Load
 
 __all__ = ["PlaceTask", "Placement", "Region", "beside_placed", "place", "placed_runs"]
 
@@ -89,8 +105,8 @@ def place(
 ) -> list[Placement]:
     """One placement per task, in the order given. `expected` is work expected to be submitted
     later (see scheduler_service.domain.demand), naming the pools it may run in: each expected
-    task is counted in the pool whose forecast could give it the best start, as that pool's
-    `Region.expected`, and takes room there beside the given tasks (never a given task's)."""
+    task is counted in the pool the placement gives it, as that pool's `Region.expected`, and
+    takes room there beside the given tasks (never a given task's)."""
     given = list(tasks)
     if given:
         # Only the expected work that competes with a given task is worth placing (as `plan`
@@ -98,20 +114,26 @@ def place(
         last = max(t.task.latest_start for t in given)
         expected = [e for e in expected if now < e.task.earliest <= last]
     if not (expected and given):
-        return _place(given, regions, now, resolution)
-    beside = _place(given, _expecting(regions, expected, now, resolution), now, resolution)
+        return _place(given, regions, (), now, resolution)
+    beside = _place(given, regions, expected, now, resolution)
     if not any(p.plan.over_capacity for p in beside):
         return beside
-    # Expected work may move a task to another pool (round two) as well as to a dearer hour in
-    # its own: a placement beside it that leaves a given task without the room it has in a
-    # placement of the given tasks alone is not made (as planning.plan within one pool).
-    alone = _place(given, regions, now, resolution)
+    # Expected work may move a task to another pool as well as to a dearer hour in its own: a
+    # placement beside it that leaves a given task without the room it has in a placement of the
+    # given tasks alone is not made (as planning.plan within one pool).
+    alone = _place(given, regions, (), now, resolution)
     if any(b.plan.over_capacity and not a.plan.over_capacity for b, a in zip(beside, alone, strict=True)):
         return alone
     return beside
 
 
-def _place(given: list[PlaceTask], regions: Sequence[Region], now: datetime, resolution: timedelta) -> list[Placement]:
+def _place(
+    given: list[PlaceTask],
+    regions: Sequence[Region],
+    expected: Sequence[PlaceTask],
+    now: datetime,
+    resolution: timedelta,
+) -> list[Placement]:
     by_name = {r.name: r for r in regions}
     if len(by_name) != len(regions):
         raise ValueError("pool names must be distinct")
@@ -124,8 +146,18 @@ def _place(given: list[PlaceTask], regions: Sequence[Region], now: datetime, res
         allowed.append(names)
     if not given:
         return []
-    # Round one: what each place could give each task, room for all.
+    # What each place could give each task, room for all (the options `explain` shows).
     best = _could_give(regions, given, allowed, now, resolution)
+    jointly = _homes(given, allowed, best, regions, expected=expected, now=now, resolution=resolution)
+    if jointly is not None:
+        home, planned_in = jointly
+        plans = _plan_all(planned_in, given, home, now, resolution)
+        return [
+            _placement(given[i], by_name[home[i]], plans[i], best=best[i], by_name=by_name, now=now)
+            for i in range(len(given))
+        ]
+    # Too many starts for one auction: round one, each task to its best place, room for all.
+    regions = _expecting(regions, expected, now, resolution) if expected else regions
     home = [_choose(given[i], allowed[i], best[i], by_name) for i in range(len(given))]
     plans = _plan_all(regions, given, home, now, resolution)
     # Round two: a task planned worse where it is than another allowed place could give it moves.
@@ -145,6 +177,98 @@ def _place(given: list[PlaceTask], regions: Sequence[Region], now: datetime, res
         _placement(given[i], by_name[home[i]], plans[i], best=best[i], by_name=by_name, now=now)
         for i in range(len(given))
     ]
+
+
+def _homes(
+    given: Sequence[PlaceTask],
+    allowed: Sequence[tuple[str, ...]],
+    best: Sequence[Mapping[str, float]],
+    regions: Sequence[Region],
+    *,
+    expected: Sequence[PlaceTask],
+    now: datetime,
+    resolution: timedelta,
+) -> tuple[list[str], list[Region]] | None:
+    """The pool of each given task, chosen with every other's: one auction (as planning.plan
+    shares one pool) over the starts of every open pool at once, each a pool's slot of its
+    plan's grid, so that the tasks that lose least by going to a dearer hour or place are the
+    ones that go. The expected work bids beside them and may be dropped (it never takes a
+    given task's room). Returns the given tasks' pools and the regions with the expected work
+    each won counted as theirs; None when the plan is too large for one auction.
+
+    A task with no choice of start, or with no start any open pool's forecast covers, goes to
+    its best place (`_choose`); a task that won no room anywhere too (it will queue)."""
+    by_name = {r.name: r for r in regions}
+    coming = [
+        (t, tuple(n for n in t.regions if n in by_name) or tuple(by_name), False)
+        for t in expected
+        if t.task.latest_start > max(t.task.earliest, now)
+    ]
+    # Expected work a region was given already may run there only.
+    coming += [(PlaceTask(t, (r.name,)), (r.name,), True) for r in regions for t in r.expected]
+    everyone = [(t, names) for t, names in zip(given, allowed, strict=True)] + [(t, n) for t, n, _ in coming]
+    home: list[str | None] = [None] * len(given)
+    loads: dict[str, tuple[Load, int]] = {}
+    room: list[int] = []
+    for region in regions:
+        if not _open(region) or region.forecast is None:
+            continue
+        members = [t.task for t, names in everyone if region.name in names]
+        if members:
+            loads[region.name] = (Load.covering(members, region.capacity, now, resolution), 0)
+    # Tasks with no choice of start take their room first, in their best place.
+    for i, t in enumerate(given):
+        if t.task.latest_start <= max(t.task.earliest, now):
+            name = home[i] = _choose(t, allowed[i], best[i], by_name)
+            if name in loads:
+                at = max(now, t.task.latest_start)
+                loads[name][0].add(at, at + t.task.duration)
+    for name, (load, _) in loads.items():
+        loads[name] = (load, len(room))
+        room.extend(load.room())
+    bidders: list[Bidder] = []
+    places: list[list[str]] = []
+    work = 0
+    for n, (t, names) in enumerate(everyone):
+        if n < len(given) and home[n] is not None:
+            continue
+        earliest = max(t.task.earliest, now)
+        options: list[tuple[float, range]] = []
+        where: list[str] = []
+        # Its last place first: of equal bids the first is taken, so a re-plan keeps it on a tie.
+        for name in sorted(names, key=lambda m: m != t.region):
+            if name not in loads:
+                continue
+            region, (load, base) = by_name[name], loads[name]
+            forecast = region.forecast
+            assert forecast is not None
+            if not forecast.covers(earliest, t.task.latest_start + t.task.duration):
+                continue
+            # A task's last planned start is a start in its last place only.
+            task = t.task if t.region == name else replace(t.task, planned=None)
+            for score, offset in _starts(task, forecast, load, earliest, region.caution):
+                at = forecast._time(offset)
+                slots = load.slots(at, at + task.duration)
+                options.append((score, range(base + slots.start, base + slots.stop)))
+                where.append(name)
+        work += sum(len(slots) for _, slots in options)
+        if work > AUCTION_WORK:
+            return None
+        if options:
+            bidders.append(Bidder(n, options, droppable=n >= len(given)))
+            places.append(where)
+    scale = max((abs(v) for r in regions if r.forecast is not None for v in r.forecast.values), default=0.0) or 1.0
+    got = auction(bidders, room, epsilon=EPSILON * scale, max_bids=BIDS_PER_TASK * len(bidders))
+    won = {b.key: where[got[b.key]] for b, where in zip(bidders, places, strict=True) if b.key in got}
+    homes: dict[str, list[PlanTask]] = {}
+    for n, (t, _, given_there) in enumerate(coming, start=len(given)):
+        if given_there:
+            homes.setdefault(t.regions[0], []).append(t.task)
+        elif n in won:
+            homes.setdefault(won[n], []).append(t.task)
+    chosen = [home[i] or won.get(i) or _choose(given[i], allowed[i], best[i], by_name) for i in range(len(given))]
+    planned_in = [replace(r, expected=tuple(homes.get(r.name, ()))) for r in regions]
+    return chosen, planned_in
 
 
 def _could_give(

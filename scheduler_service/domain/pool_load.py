@@ -59,6 +59,11 @@ class Load:
         the bookkeeping in the common case of a few held tasks."""
         if capacity.max_running >= len(tasks) + sum(c.count for c in capacity.committed):
             return None
+        return cls.covering(tasks, capacity, now, resolution)
+
+    @classmethod
+    def covering(cls, tasks: Sequence[Window], capacity: Room, now: datetime, resolution: timedelta) -> Load:
+        """The load of the commitments over the grid the tasks' windows cover."""
         midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         anchor = midnight + ((now - midnight) // resolution) * resolution
         horizon = max((max(t.latest_start, now) + t.duration for t in tasks), default=now)

@@ -168,3 +168,18 @@ def test_expected_work_never_costs_a_pending_task_its_room_in_another_pool() -> 
     assert not any(p.plan.over_capacity for p in alone)
     beside = place([task(1), busy], regions, NOW, resolution=HOUR, expected=[coming])
     assert not any(p.plan.over_capacity for p in beside), [(p.region, p.plan) for p in beside]
+
+
+def test_tasks_that_overflow_the_cleanest_pool_share_the_other_by_what_each_loses() -> None:
+    """One slot in each pool, three tasks that all start best in eu-central at 03:00 (100). The
+    best the three can have is 03:00 and 05:00 in eu-central (100, 150) and 01:00 in eu-west
+    (120): eu-west's one clean hour goes to one task only, the other runs at eu-central's next."""
+    west = hourly(300, 120, 300, 300, 290, 300, 300, 300)
+    central = hourly(300, 300, 300, 100, 300, 150, 300, 300)
+    regions = [Region("eu-west", west, Capacity(1)), Region("eu-central", central, Capacity(1))]
+    placed = place([task(1), task(2), task(3)], regions, NOW, resolution=HOUR)
+    assert sorted((p.region, p.plan.release_at) for p in placed) == [
+        ("eu-central", NOW + 3 * HOUR),
+        ("eu-central", NOW + 5 * HOUR),
+        ("eu-west", NOW + HOUR),
+    ]
