@@ -37,22 +37,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from scheduler_service.domain.assignment import Bidder, auction
 from scheduler_service.domain.forecast import _US, Forecast
-from scheduler_service.domain.planning import (
-    AUCTION_WORK,
-    BIDS_PER_TASK,
-    CAUTION,
-    EPSILON,
-    Capacity,
-    Commitment,
-    Plan,
-    PlanKind,
-    PlanTask,
-    _starts,
-    plan,
-)
-from scheduler_service.domain.pool_load import Load
+from scheduler_service.domain.planning import CAUTION, Capacity, Commitment, Plan, PlanKind, PlanTask, plan
+from scheduler_service.domain.pool_auction import Bid, share
 
 __all__ = ["PlaceTask", "Placement", "Region", "beside_placed", "place", "placed_runs"]
 
@@ -189,86 +176,36 @@ def _homes(
     now: datetime,
     resolution: timedelta,
 ) -> tuple[list[str], list[Region]] | None:
-    """The pool of each given task, chosen with every other's: one auction (as planning.plan
-    shares one pool) over the starts of every open pool at once, each a pool's slot of its
-    plan's grid, so that the tasks that lose least by going to a dearer hour or place are the
-    ones that go. The expected work bids beside them and may be dropped (it never takes a
-    given task's room). Returns the given tasks' pools and the regions with the expected work
-    each won counted as theirs; None when the plan is too large for one auction.
-
-    A task with no choice of start, or with no start any open pool's forecast covers, goes to
-    its best place (`_choose`); a task that won no room anywhere too (it will queue)."""
+    """The pool of each given task, chosen with every other's by `pool_auction.share` over the
+    open pools with a forecast, the expected work bidding beside them (and left out when it is
+    worth less than the room). Returns the given tasks' pools and the regions with the expected
+    work each won counted as theirs; None when the plan is too large for one auction. A task
+    with no choice of start takes its room first in its best place (`_choose`), and so does a
+    task that won no room anywhere (it will queue)."""
     by_name = {r.name: r for r in regions}
-    coming = [
-        (t, tuple(n for n in t.regions if n in by_name) or tuple(by_name), False)
-        for t in expected
-        if t.task.latest_start > max(t.task.earliest, now)
-    ]
-    # Expected work a region was given already may run there only.
-    coming += [(PlaceTask(t, (r.name,)), (r.name,), True) for r in regions for t in r.expected]
-    everyone = [(t, names) for t, names in zip(given, allowed, strict=True)] + [(t, n) for t, n, _ in coming]
-    home: list[str | None] = [None] * len(given)
-    loads: dict[str, tuple[Load, int]] = {}
-    room: list[int] = []
-    for region in regions:
-        if not _open(region) or region.forecast is None:
-            continue
-        members = [t.task for t, names in everyone if region.name in names]
-        if members:
-            loads[region.name] = (Load.covering(members, region.capacity, now, resolution), 0)
-    # Tasks with no choice of start take their room first, in their best place.
-    for i, t in enumerate(given):
-        if t.task.latest_start <= max(t.task.earliest, now):
-            name = home[i] = _choose(t, allowed[i], best[i], by_name)
-            if name in loads:
-                at = max(now, t.task.latest_start)
-                loads[name][0].add(at, at + t.task.duration)
-    for name, (load, _) in loads.items():
-        loads[name] = (load, len(room))
-        room.extend(load.room())
-    bidders: list[Bidder] = []
-    places: list[list[str]] = []
-    work = 0
-    for n, (t, names) in enumerate(everyone):
-        if n < len(given) and home[n] is not None:
-            continue
-        earliest = max(t.task.earliest, now)
-        options: list[tuple[float, range]] = []
-        where: list[str] = []
-        # Its last place first: of equal bids the first is taken, so a re-plan keeps it on a tie.
-        for name in sorted(names, key=lambda m: m != t.region):
-            if name not in loads:
-                continue
-            region, (load, base) = by_name[name], loads[name]
-            forecast = region.forecast
-            assert forecast is not None
-            if not forecast.covers(earliest, t.task.latest_start + t.task.duration):
-                continue
-            # A task's last planned start is a start in its last place only.
-            task = t.task if t.region == name else replace(t.task, planned=None)
-            for score, offset in _starts(task, forecast, load, earliest, region.caution):
-                at = forecast._time(offset)
-                slots = load.slots(at, at + task.duration)
-                options.append((score, range(base + slots.start, base + slots.stop)))
-                where.append(name)
-        work += sum(len(slots) for _, slots in options)
-        if work > AUCTION_WORK:
-            return None
-        if options:
-            bidders.append(Bidder(n, options, droppable=n >= len(given)))
-            places.append(where)
-    scale = max((abs(v) for r in regions if r.forecast is not None for v in r.forecast.values), default=0.0) or 1.0
-    got = auction(bidders, room, epsilon=EPSILON * scale, max_bids=BIDS_PER_TASK * len(bidders))
-    won = {b.key: where[got[b.key]] for b, where in zip(bidders, places, strict=True) if b.key in got}
+    bids = [Bid(t.task, names, t.region) for t, names in zip(given, allowed, strict=True)]
+    coming = [t for t in expected if t.task.latest_start > max(t.task.earliest, now)]
+    bids += [Bid(t.task, tuple(n for n in t.regions if n in by_name) or tuple(by_name), droppable=True) for t in coming]
+    # Expected work a region was given already may run there only, and stays there.
+    kept = [(r.name, e) for r in regions for e in r.expected]
+    bids += [Bid(e, (name,), droppable=True) for name, e in kept]
+    fixed = {
+        i: _choose(t, allowed[i], best[i], by_name)
+        for i, t in enumerate(given)
+        if t.task.latest_start <= max(t.task.earliest, now)
+    }
+    pools = [r for r in regions if _open(r) and r.forecast is not None]
+    won = share(bids, pools, fixed, now=now, resolution=resolution)
+    if won is None:
+        return None
     homes: dict[str, list[PlanTask]] = {}
-    for n, (t, _, given_there) in enumerate(coming, start=len(given)):
-        if given_there:
-            homes.setdefault(t.regions[0], []).append(t.task)
-        elif n in won:
+    for n, t in enumerate(coming, start=len(given)):
+        if n in won:
             homes.setdefault(won[n], []).append(t.task)
-    chosen = [home[i] or won.get(i) or _choose(given[i], allowed[i], best[i], by_name) for i in range(len(given))]
-    planned_in = [replace(r, expected=tuple(homes.get(r.name, ()))) for r in regions]
-    return chosen, planned_in
+    for name, e in kept:
+        homes.setdefault(name, []).append(e)
+    chosen = [fixed.get(i) or won.get(i) or _choose(given[i], allowed[i], best[i], by_name) for i in range(len(given))]
+    return chosen, [replace(r, expected=tuple(homes.get(r.name, ()))) for r in regions]
 
 
 def _could_give(
