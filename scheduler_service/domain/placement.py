@@ -20,9 +20,7 @@ may run in has any, and then to its last place (or the first it names).
 Work expected to be submitted later (the last day's, as in `planning.plan`) bids in the same
 auction, in the pools it may run in, and may be left out (it never takes a given task's room):
 a clean hour that later work would have no other chance at is left to it when a given task loses
-less by going later or elsewhere. All of it counts, not only the work arriving before the last
-given task's latest start: work arriving after that competes with the work arriving before it,
-which then competes with the given tasks.
+less by going later or elsewhere.
 
 Work naming no pool may run in any pool whose workers run its type, and is planned on its type's
 signal beside the placed tasks: the runs placed in a pool are commitments of the room it is
@@ -98,8 +96,10 @@ def place(
     takes room there beside the given tasks (never a given task's)."""
     given = list(tasks)
     if given:
-        # Only the expected work that arrives later than now is worth placing.
-        expected = [e for e in expected if now < e.task.earliest]
+        # Only the expected work that competes with a given task is worth placing (as `plan`
+        # keeps of it): arriving later than now, and no later than the last latest start.
+        last = max(t.task.latest_start for t in given)
+        expected = [e for e in expected if now < e.task.earliest <= last]
     if not (expected and given):
         return _place(given, regions, (), now, resolution)
     beside = _place(given, regions, expected, now, resolution)
@@ -279,7 +279,6 @@ def _plan_in(region: Region, tasks: Sequence[PlaceTask], now: datetime, resoluti
         resolution=resolution,
         caution=region.caution,
         expected=region.expected,
-        all_expected=True,
     )
 
 

@@ -114,7 +114,6 @@ def plan(
     resolution: timedelta = timedelta(minutes=5),
     caution: float | Callable[[timedelta], float] = CAUTION,
     expected: Iterable[PlanTask] = (),
-    all_expected: bool = False,
 ) -> list[Plan]:
     """One plan per task, in the order given.
 
@@ -126,12 +125,7 @@ def plan(
     window holds more chances to wait for.
     `expected` are tasks expected to be submitted later (see `scheduler_service.domain.demand`):
     they are planned beside the given ones and take room in the plan, but get no plan, and never
-    take a given task's room. Only the part of it arriving by the last given task's latest start
-    is planned, unless `all_expected`: the work arriving later competes with the given tasks
-    through the expected work before it (for the room that work would move to), which the
-    placement of work in several pools weighs (scheduler_service.domain.placement); within one
-    pool on the carbon bench it did not pay (GB 2020, 8 h, 2 slots: 0.957 of the oracle against
-    0.962).
+    take a given task's room.
     """
     given = list(tasks)
     if resolution <= timedelta(0):
@@ -141,9 +135,8 @@ def plan(
         by_window = caution
         given, coming = ([_own(t, by_window, now) for t in ts] for ts in (given, coming))
         caution = CAUTION
-    if coming and not all_expected:
-        # Expected work arriving after the last given task's latest start competes with none
-        # directly.
+    if coming:
+        # Expected work arriving after the last given task's latest start competes with none.
         last = max(t.latest_start for t in given)
         coming = [t for t in coming if t.earliest <= last]
     plans = _plan(given, coming, forecast, capacity, now, signal_low=signal_low, resolution=resolution, caution=caution)

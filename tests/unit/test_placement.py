@@ -183,21 +183,3 @@ def test_tasks_that_overflow_the_cleanest_pool_share_the_other_by_what_each_lose
         ("eu-central", NOW + 5 * HOUR),
         ("eu-west", NOW + HOUR),
     ]
-
-
-def test_work_expected_after_the_last_latest_start_still_counts_through_the_work_before_it() -> None:
-    """One pool of one slot. The pending task may start by 03:00; at 03:00 it would have 100, at
-    01:00 120. The task expected at 02:00 may start by 05:00 (110 at 05:00, 100 at 03:00), and
-    the one expected at 04:00, after the pending task's latest start, has only 05:00 (or 300).
-    Leaving 03:00 to the first expected task and 05:00 to the second costs the pending task 20;
-    taking 03:00 costs the expected ones 190."""
-    line = hourly(300, 120, 300, 100, 300, 110, 300, 300)
-    regions = [Region("eu-west", line, Capacity(1))]
-    coming = [
-        PlaceTask(PlanTask(-1, NOW + 2 * HOUR, NOW + 5 * HOUR, HOUR)),
-        PlaceTask(PlanTask(-2, NOW + 4 * HOUR, NOW + 5 * HOUR, HOUR)),
-    ]
-    (alone,) = place([task(1, slack_h=3)], regions, NOW, resolution=HOUR)
-    assert alone.plan.release_at == NOW + 3 * HOUR
-    (beside,) = place([task(1, slack_h=3)], regions, NOW, resolution=HOUR, expected=coming)
-    assert beside.plan.release_at == NOW + HOUR
