@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from lowtide.errors import ConfigError
@@ -25,11 +25,12 @@ VARIABLE = "LOWTIDE_EVENT_LOOP"
 CHOICES = ("uvloop", "asyncio")
 
 
-def loop_factory(env: dict[str, str] | os._Environ[str] = os.environ) -> Callable[[], asyncio.AbstractEventLoop]:
+def loop_factory(env: Mapping[str, str] = os.environ) -> Callable[[], asyncio.AbstractEventLoop]:
     """The factory of the loop `env` asks for: uvloop's when it is installed and not refused."""
-    asked = env.get(VARIABLE, "").strip().lower()
+    given = env.get(VARIABLE, "")
+    asked = given.strip().lower()
     if asked not in ("", *CHOICES):
-        raise ConfigError(f"{VARIABLE}: must be one of {', '.join(CHOICES)}, not {asked!r}")
+        raise ConfigError(f"{VARIABLE}: must be one of {', '.join(CHOICES)}, not {given!r}")
     if asked == "asyncio":
         return asyncio.new_event_loop
     try:

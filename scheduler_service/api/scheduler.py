@@ -344,5 +344,6 @@ def conflict_error(refused: Refused, batch: bool) -> errors.ReservationConflict:
 
 def _keyed(refusal: InvalidArgument) -> bool:
     """Whether a refused spec may still name a stored task by its key: not when the key itself
-    is what was refused (a NUL, too long), which no lookup could take."""
+    is what was refused (a NUL, too long), which no lookup could take. inbound.new_task checks
+    the key before any other field, so a refusal of another field means the key is good."""
     return refusal.field != "idempotency_key"

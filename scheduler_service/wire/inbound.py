@@ -288,14 +288,16 @@ def new_task(
     resources: Mapping[str, int] | None = None,
     pools: Collection[str] = (),
 ) -> NewTask:
-    if spec.kind not in PROTO_TO_KIND:
-        raise InvalidArgument("kind", f"unknown task kind {spec.kind}")
-    if len(spec.payload) > max_payload:
-        raise TooLarge(f"payload: {len(spec.payload)} bytes is over the limit of {max_payload} bytes")
+    # The key first: a spec refused for any other field may still name a stored task by its key
+    # (a re-submit whose answer was lost), looked up only once the key itself is known to be good.
     if len(spec.idempotency_key) > MAX_KEY:
         raise InvalidArgument("idempotency_key", f"must be at most {MAX_KEY} characters")
     if "\x00" in spec.idempotency_key:
         raise InvalidArgument("idempotency_key", "must not contain NUL characters")
+    if spec.kind not in PROTO_TO_KIND:
+        raise InvalidArgument("kind", f"unknown task kind {spec.kind}")
+    if len(spec.payload) > max_payload:
+        raise TooLarge(f"payload: {len(spec.payload)} bytes is over the limit of {max_payload} bytes")
     activity_type = name("activity_type", spec.activity_type)
     type_config = (type_defaults or {}).get(activity_type)
     max_defer = optional_duration("", spec, "max_defer")

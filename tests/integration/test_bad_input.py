@@ -170,11 +170,18 @@ async def test_text_the_database_cannot_store_is_an_invalid_argument(scheduler: 
             "batch": await refusal(
                 stub.SubmitTasks(scheduler_pb2.SubmitTasksRequest(tasks=[spec(), spec(idempotency_key="k\x00")]))
             ),
+            # Another field refused too (checked first or not): the key is still never looked up.
+            "submit, unknown kind": await refusal(submit_one(stub, spec(kind=99, idempotency_key="order\x0042"))),
+            "batch, unknown kind": await refusal(
+                stub.SubmitTasks(scheduler_pb2.SubmitTasksRequest(tasks=[spec(kind=99, idempotency_key="k\x00")]))
+            ),
             "list by queue": await refusal(stub.ListTasks(scheduler_pb2.ListTasksRequest(queue="q\x00"))),
             "list by type": await refusal(stub.ListTasks(scheduler_pb2.ListTasksRequest(activity_type="t\x00"))),
         }
     assert {k: code for k, (code, _) in got.items()} == dict.fromkeys(got, INVALID), got
     assert "idempotency_key" in got["submit"][1] and "tasks[1].idempotency_key" in got["batch"][1]
+    assert "idempotency_key" in got["submit, unknown kind"][1]
+    assert "tasks[0].idempotency_key" in got["batch, unknown kind"][1]
     assert await count_tasks(database_url) == 0
 
 

@@ -31,8 +31,8 @@ def test_asyncio_own_loop_when_asked() -> None:
 
 
 def test_a_value_that_names_no_loop_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match=r"LOWTIDE_EVENT_LOOP: must be one of uvloop, asyncio, not 'tokio'"):
-        event_loop.loop_factory({"LOWTIDE_EVENT_LOOP": "tokio"})
+    with pytest.raises(ConfigError, match=r"LOWTIDE_EVENT_LOOP: must be one of uvloop, asyncio, not 'Tokio'"):
+        event_loop.loop_factory({"LOWTIDE_EVENT_LOOP": "Tokio"})
 
 
 def test_run_returns_what_the_coroutine_returns_on_the_chosen_loop(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from scheduler_service.domain import pool_auction
 from scheduler_service.domain.placement import PlaceTask, Region, beside_placed, place, placed_runs
 from scheduler_service.domain.planning import Capacity, Commitment, Forecast, PlanTask, plan
 
@@ -19,6 +20,15 @@ def hourly(*values: float) -> Forecast:
 
 def task(task_id: int, slack_h: int = 6, *, regions: tuple[str, ...] = ()) -> PlaceTask:
     return PlaceTask(PlanTask(task_id, NOW, NOW + slack_h * HOUR, HOUR), regions)
+
+
+@pytest.fixture(autouse=True, params=["one auction", "two rounds"])
+def placement_way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every placement is checked both ways it is made: by one auction, and by the two rounds a
+    placement too large for one auction (pool_auction.AUCTION_WORK starts) falls back to."""
+    if request.param == "two rounds":
+        monkeypatch.setattr(pool_auction, "AUCTION_WORK", 0)
+    return str(request.param)
 
 
 WEST = hourly(260, 250, 240, 230, 220, 210, 200, 200)
@@ -170,6 +180,8 @@ def test_expected_work_never_costs_a_pending_task_its_room_in_another_pool() -> 
     assert not any(p.plan.over_capacity for p in beside), [(p.region, p.plan) for p in beside]
 
 
+# The two rounds send two of the three to eu-west's one clean hour (the reason for the auction).
+@pytest.mark.parametrize("placement_way", ["one auction"], indirect=True)
 def test_tasks_that_overflow_the_cleanest_pool_share_the_other_by_what_each_loses() -> None:
     """One slot in each pool, three tasks that all start best in eu-central at 03:00 (100). The
     best the three can have is 03:00 and 05:00 in eu-central (100, 150) and 01:00 in eu-west
