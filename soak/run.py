@@ -11,6 +11,7 @@ import shutil
 import sys
 import time
 from collections import Counter
+from signal import Signals
 
 from lowtide.db import apply_migrations
 from lowtide.health import check_health
@@ -182,7 +183,9 @@ async def _watch(soak: Soak, stop: asyncio.Event) -> None:
         now = time.time()
         for proc in soak.procs:
             if not proc.held and proc.process is not None and not proc.alive:
-                soak.exits[proc.name] += 1
+                code = proc.process.returncode
+                # How it ended says why: a status of its own, or the signal that killed it.
+                soak.exits[f"{proc.name}: {_ended(code)}"] += 1
                 soak.deaths.setdefault(proc.pid, now)
                 proc.start()
             elif proc.alive and proc in (soak.signal, *soak.schedulers):
@@ -191,6 +194,15 @@ async def _watch(soak: Soak, stop: asyncio.Event) -> None:
                     soak.samples.append(found)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 2.0)
+
+
+def _ended(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
 
 
 async def _check_during(soak: Soak, stop: asyncio.Event) -> None:
