@@ -153,6 +153,16 @@ def test_compose_environment_names_only_real_settings() -> None:
                 assert variable in known, f"{name}: {variable} is not a lowtide setting"
 
 
+def test_every_service_of_the_stack_comes_back_when_it_exits() -> None:
+    # The scheduler exits when a background loop fails, and both services when the database does
+    # not answer as they start (a restarted PostgreSQL beside them): compose must start them again,
+    # as `lowtide up` and Kubernetes do, or the stack stays down after one such exit.
+    services = load_compose()["services"]
+    default = [name for name, service in services.items() if not service.get("profiles")]
+    assert {"postgres", "signal", "scheduler", "console", "worker", "node-worker"} <= set(default)
+    assert {name: services[name].get("restart") for name in default} == dict.fromkeys(default, "unless-stopped")
+
+
 def test_compose_publishes_every_port_on_loopback_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
     # Auth is off in the compose stack: a port published on every interface would let anyone
     # on the network set the signal or submit work.
