@@ -14,6 +14,7 @@ from lowtide_proto.durations import format_duration
 from scheduler_service.domain.assignment import Bidder, auction
 from scheduler_service.domain.forecast import _DECIMALS, _US, Forecast
 from scheduler_service.domain.pool_load import Load
+from scheduler_service.domain.starts import starts as _starts
 
 __all__ = ["CAUTION", "Capacity", "Commitment", "Forecast", "Plan", "PlanKind", "PlanTask", "plan", "release_by"]
 
@@ -224,7 +225,8 @@ def _assign(
         if task.latest_start <= earliest or not forecast.covers(earliest, task.latest_start + task.duration):
             continue
         starts = _starts(task, forecast, load, earliest, caution)
-        options = [(score, load.slots(forecast._time(o), forecast._time(o) + task.duration)) for score, o in starts]
+        span, shift = task.duration // _US, load.shift(forecast.origin)
+        options = [(score, load.slots_at(o + shift, o + shift + span)) for score, o in starts]
         work += sum(len(slots) for _, slots in options)
         if work > AUCTION_WORK:
             return None
@@ -235,46 +237,31 @@ def _assign(
     return {given[n].task_id: (starts_of[n][option][1], starts_of[n][0]) for n, option in got.items() if n < len(given)}
 
 
-def _starts(
-    task: PlanTask, forecast: Forecast, load: Load, earliest: datetime, caution: float
-) -> list[tuple[float, int]]:
-    """(score, offset) of every start worth trying in the task's window, lowest score first: the
-    forecast's kinks, and (beside other runs the best free start may be just clear of one of
-    them, which is no forecast point) every start on the slot grid."""
-    caution = caution if task.caution is None else task.caution
-    span = task.duration // _US
-    scored = forecast._scored_starts(forecast._offset(earliest), forecast._offset(task.latest_start), span, caution)
-    if task.planned is not None and earliest < task.planned <= task.latest_start:
-        kept = forecast._offset(task.planned)
-        scored.append((forecast._score(kept, span, -caution), kept))
-    tried = {offset for _, offset in scored}
-    for at in load.grid(earliest, task.latest_start):
-        offset = forecast._offset(at)
-        if offset not in tried:
-            scored.append((forecast._score(offset, span, caution), offset))
-    scored.sort()
-    return scored
-
-
 def _reserve(coming: Sequence[PlanTask], forecast: Forecast, load: Load, now: datetime, caution: float) -> None:
     """Plans the expected work (tightest latest start first, each at its cheapest start with
     room), and prices the room each takes by what it would lose if moved: the score of its best
     start still free, less its own (the window's dearest start when none is free). A given task
     takes that room only when its other starts are dearer than its own by more than that."""
     placed: list[tuple[PlanTask, list[tuple[float, int]], int, float]] = []
+    # Starts as microseconds since the load's anchor (its `*_at` methods), not datetimes: the
+    # same slots, for a fraction of the arithmetic.
+    shift = load.shift(forecast.origin)
+    fits = load.fits_at
     for task in coming:
         earliest = max(task.earliest, now)
         if task.latest_start < earliest or not forecast.covers(earliest, task.latest_start + task.duration):
             continue
+        span = task.duration // _US
         scored = _starts(task, forecast, load, earliest, caution)
         for score, offset in scored:
-            at = forecast._time(offset)
-            if load.fits(at, at + task.duration):
+            if fits(offset + shift, offset + shift + span):
+                at = forecast._time(offset)
                 load.add(at, at + task.duration, firm=False)
                 placed.append((task, scored, offset, score))
                 break
     for task, scored, offset, score in placed:
-        free = (s for s, o in scored if o != offset and load.fits(forecast._time(o), forecast._time(o) + task.duration))
+        span = task.duration // _US
+        free = (s for s, o in scored if o != offset and fits(o + shift, o + shift + span))
         at = forecast._time(offset)
         load.price_held(at, at + task.duration, next(free, scored[-1][0]) - score)
 
@@ -325,14 +312,15 @@ def _plan_one(
         return _forecast_plan(task, forecast, offset, earliest, note=full)
     scored = _starts(task, forecast, load, earliest, caution)
     best_score, best = scored[0]
+    shift = load.shift(forecast.origin)
     # The cheapest start with room, counting as dear the room expected work was planned in.
     chosen: tuple[float, int] | None = None
     for score, offset in scored:
         if chosen is not None and score >= chosen[0]:
             break
-        at = forecast._time(offset)
-        if load.fits(at, at + task.duration, firm_only=True):
-            cost = round(score + load.price(at, at + task.duration), _DECIMALS)
+        start = offset + shift
+        if load.fits_at(start, start + span, firm_only=True):
+            cost = round(score + load.price_at(start, start + span), _DECIMALS)
             chosen = min(chosen or (cost, offset), (cost, offset))
     if chosen is not None:
         at = forecast._time(chosen[1])
@@ -341,8 +329,8 @@ def _plan_one(
         return _forecast_plan(task, forecast, chosen[1], earliest, note=full)
     # No room anywhere in the window: release where the load is least (the earliest such start),
     # so the task queues for a slot before its latest start instead of being planned past it.
-    starts = [forecast._time(offset) for _, offset in scored]
-    at = min(starts, key=lambda a: (load.peak(a, a + task.duration, firm_only=True), a))
+    offset = min((o for _, o in scored), key=lambda o: (load.peak_at(o + shift, o + shift + span, firm_only=True), o))
+    at = forecast._time(offset)
     load.take(at, at + task.duration)
     value = round(forecast.mean(at, task.duration), _DECIMALS)
     reason = f"the pool (capacity {load.capacity}) is full throughout [{_t(earliest)}, {_t(latest)}]"

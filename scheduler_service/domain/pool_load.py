@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
+
+_US = timedelta(microseconds=1)
 
 
 class Window(Protocol):
@@ -47,6 +49,10 @@ class Load:
         self.capacity = capacity
         self._anchor = anchor
         self._step = resolution
+        self.step_us = resolution // _US
+        self.size = slots
+        # What the planner made once for this grid and may ask again (planning._Table).
+        self.memo: dict[object, Any] = {}
         # Every planned run, and the given tasks' and commitments' alone (not expected work).
         self._counts = [0] * slots
         self._firm = [0] * slots
@@ -72,10 +78,20 @@ class Load:
             load.add(commitment.start, commitment.end, commitment.count)
         return load
 
+    def shift(self, origin: datetime) -> int:
+        """Microseconds from the grid's anchor to `origin`: a forecast's offset (microseconds since
+        its origin) plus this is the offset the `*_at` methods take."""
+        return (origin - self._anchor) // _US
+
     def _span(self, start: datetime, end: datetime) -> range:
-        """The slots [start, end) touches; a run of zero length still takes the slot it is in."""
-        first = (start - self._anchor) // self._step
-        last = max(first + 1, -((self._anchor - end) // self._step))
+        return self._span_at((start - self._anchor) // _US, (end - self._anchor) // _US)
+
+    def _span_at(self, start: int, end: int) -> range:
+        """The slots [start, end) touches (microseconds since the anchor); a run of zero length
+        still takes the slot it is in."""
+        step = self.step_us
+        first = start // step
+        last = max(first + 1, -(-end // step))
         return range(max(0, first), min(len(self._counts), last))
 
     def add(self, start: datetime, end: datetime, count: int = 1, *, firm: bool = True) -> None:
@@ -87,6 +103,9 @@ class Load:
     def slots(self, start: datetime, end: datetime) -> range:
         return self._span(start, end)
 
+    def slots_at(self, start: int, end: int) -> range:
+        return self._span_at(start, end)
+
     def room(self) -> list[int]:
         """Per slot, the room left by the given tasks and commitments."""
         return [self.capacity - n for n in self._firm]
@@ -96,11 +115,13 @@ class Load:
             self._held[i].append(loss)
 
     def price(self, start: datetime, end: datetime) -> float:
+        return self.price_at((start - self._anchor) // _US, (end - self._anchor) // _US)
+
+    def price_at(self, start: int, end: int) -> float:
         """What a given run over [start, end) costs the expected work it would displace: in each
         slot with no room but for expected runs, the least any of them would lose."""
-        return sum(
-            min(self._held[i]) for i in self._span(start, end) if self._held[i] and self._counts[i] >= self.capacity
-        )
+        held, counts, capacity = self._held, self._counts, self.capacity
+        return sum(min(held[i]) for i in self._span_at(start, end) if held[i] and counts[i] >= capacity)
 
     def take(self, start: datetime, end: datetime) -> None:
         """A given run: where the slot is full with expected runs, the cheapest to move gives way."""
@@ -112,12 +133,19 @@ class Load:
         self.add(start, end)
 
     def peak(self, start: datetime, end: datetime, *, firm_only: bool = False) -> int:
-        span = self._span(start, end)
+        return self.peak_at((start - self._anchor) // _US, (end - self._anchor) // _US, firm_only=firm_only)
+
+    def peak_at(self, start: int, end: int, *, firm_only: bool = False) -> int:
+        span = self._span_at(start, end)
         counts = self._firm if firm_only else self._counts
         return max(counts[span.start : span.stop], default=0)
 
     def fits(self, start: datetime, end: datetime, *, firm_only: bool = False) -> bool:
         return self.peak(start, end, firm_only=firm_only) < self.capacity
+
+    def fits_at(self, start: int, end: int, *, firm_only: bool = False) -> bool:
+        """`fits` for [start, end) in microseconds since the anchor (see `shift`)."""
+        return self.peak_at(start, end, firm_only=firm_only) < self.capacity
 
     def grid(self, earliest: datetime, latest: datetime) -> list[datetime]:
         first = -((self._anchor - earliest) // self._step)
