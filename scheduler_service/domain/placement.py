@@ -35,8 +35,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
+from scheduler_service.domain import placement_bound
 from scheduler_service.domain.forecast import _US, Forecast
-from scheduler_service.domain.planning import CAUTION, Capacity, Commitment, Plan, PlanKind, PlanTask, plan
+from scheduler_service.domain.planning import CAUTION, EXACT_TASKS, Capacity, Commitment, Plan, PlanKind, PlanTask, plan
 from scheduler_service.domain.pool_auction import Bid, share
 
 __all__ = ["PlaceTask", "Placement", "Region", "beside_placed", "place", "placed_runs"]
@@ -89,12 +90,37 @@ def place(
     *,
     resolution: timedelta,
     expected: Sequence[PlaceTask] = (),
+    exact: int | None = None,
 ) -> list[Placement]:
     """One placement per task, in the order given. `expected` is work expected to be submitted
     later (see scheduler_service.domain.demand), naming the pools it may run in: each expected
     task is counted in the pool the placement gives it, as that pool's `Region.expected`, and
-    takes room there beside the given tasks (never a given task's)."""
+    takes room there beside the given tasks (never a given task's). `exact` bounds the work: past
+    that many tasks (planning.EXACT_TASKS by default), the most urgent are placed so and
+    the others each at its cheapest start with room (see scheduler_service.domain.placement_bound)."""
     given = list(tasks)
+    exact = EXACT_TASKS if exact is None else exact
+    if len(given) > exact:
+        urgent, rest = placement_bound.split(given, now, exact)
+        most = [given[i] for i in urgent]
+        first = place(most, regions, now, resolution=resolution, expected=expected, exact=len(most))
+        # The others, each at its cheapest start with room in the room the most urgent left.
+        by_name = {r.name: r for r in regions}
+        greedy = placement_bound.greedily(
+            [given[i] for i in rest],
+            regions,
+            placed_runs(most, first),
+            now=now,
+            resolution=resolution,
+            exact=exact,
+            choose=lambda t, names, best: _choose(t, names, best, by_name),  # type: ignore[arg-type]
+        )
+        then = [
+            _placement(given[i], by_name[name], p, best=best, by_name=by_name, now=now)
+            for i, (name, p, best) in zip(rest, greedy, strict=True)
+        ]
+        out = dict(zip([*urgent, *rest], [*first, *then], strict=True))
+        return [out[i] for i in range(len(given))]
     if given:
         # Only the expected work that competes with a given task is worth placing (as `plan`
         # keeps of it): arriving later than now, and no later than the last latest start.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -195,3 +196,44 @@ def test_tasks_that_overflow_the_cleanest_pool_share_the_other_by_what_each_lose
         ("eu-central", NOW + 5 * HOUR),
         ("eu-west", NOW + HOUR),
     ]
+
+
+def test_a_placement_past_its_bound_places_every_task_in_its_window_and_the_urgent_ones_as_alone() -> None:
+    """Twelve tasks in two pools of one slot, a bound of four: the four most urgent (the one with
+    no choice of start, then the earliest latest starts) are placed as they would be without the
+    others, and every task gets a start in its window, in a pool it may run in, with no slot
+    promised twice while there is room."""
+    west = hourly(260, 250, 240, 230, 220, 210, 200, 200, 210, 220, 230, 240, 250, 260, 270, 280)
+    central = hourly(300, 290, 280, 180, 290, 300, 300, 300, 150, 160, 300, 300, 300, 300, 300, 300)
+    regions = [Region("eu-west", west, Capacity(1)), Region("eu-central", central, Capacity(1))]
+    due_now = PlaceTask(PlanTask(99, NOW - HOUR, NOW, HOUR), ("eu-west",))
+    backlog = [task(i, slack_h=2 + i) for i in range(1, 12)]
+    given = [*reversed(backlog), due_now]
+    placed = {p.task_id: p for p in place(given, regions, NOW, resolution=HOUR, exact=4)}
+    assert set(placed) == {t.task.task_id for t in given}
+    for t in given:
+        p = placed[t.task.task_id]
+        assert max(t.task.earliest, NOW) <= p.plan.release_at <= t.task.latest_start
+        assert p.region in (t.regions or ("eu-west", "eu-central"))
+        assert not p.plan.over_capacity
+    # The most urgent, placed as alone: the backlog past the bound costs them nothing.
+    urgent = [due_now, *backlog[:3]]
+    alone = place(urgent, regions, NOW, resolution=HOUR)
+    assert [(placed[p.task_id].region, placed[p.task_id].plan) for p in alone] == [(p.region, p.plan) for p in alone]
+    assert placed[99].plan.release_at == NOW
+    # One slot a pool: no two runs in the same pool overlap.
+    runs = placed_runs(given, [placed[t.task.task_id] for t in given])
+    for pool, taken in runs.items():
+        starts = sorted(r.start for r in taken)
+        assert all(b - a >= HOUR for a, b in itertools.pairwise(starts)), pool
+
+
+def test_a_placement_within_its_bound_is_the_exact_one_and_no_task_without_a_choice_is_past_it() -> None:
+    regions = [Region("eu-west", WEST, Capacity(1)), Region("eu-central", CENTRAL, Capacity(1))]
+    given = [task(i, slack_h=3 + i % 3) for i in range(6)]
+    assert place(given, regions, NOW, resolution=HOUR, exact=6) == place(given, regions, NOW, resolution=HOUR)
+    # Three tasks due now and a bound of one: all three still start now, where they must.
+    due = [PlaceTask(PlanTask(i, NOW - HOUR, NOW, HOUR), ("eu-west",)) for i in (7, 8, 9)]
+    placed = place([*given, *due], regions, NOW, resolution=HOUR, exact=1)
+    assert [(p.region, p.plan.release_at) for p in placed[-3:]] == [("eu-west", NOW)] * 3
+    assert all(NOW <= p.plan.release_at <= t.task.latest_start for p, t in zip(placed, given, strict=False))
