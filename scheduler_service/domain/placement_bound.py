@@ -109,7 +109,7 @@ def greedily(
             load, shift = loads[name]
             scored = starts(task, forecast, load, earliest, caution)
             best[name] = scored[0][0]
-            free = next(((s, o) for s, o in scored if load.fits_at(o + shift, o + shift + span)), None)
+            free = load.first_fit(scored, shift, span)
             if free is not None:
                 found.append((free[0], name != t.region, rank, name, free[1]))
         if found:

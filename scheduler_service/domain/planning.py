@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import partial
+from itertools import takewhile
 
 from lowtide_proto.durations import format_duration
 from scheduler_service.domain.assignment import Bidder, auction
@@ -277,24 +278,22 @@ def _reserve(coming: Sequence[PlanTask], forecast: Forecast, load: Load, now: da
     # Starts as microseconds since the load's anchor (its `*_at` methods), not datetimes: the
     # same slots, for a fraction of the arithmetic.
     shift = load.shift(forecast.origin)
-    fits = load.fits_at
     for task in coming:
         earliest = max(task.earliest, now)
         if task.latest_start < earliest or not forecast.covers(earliest, task.latest_start + task.duration):
             continue
         span = task.duration // _US
         scored = _starts(task, forecast, load, earliest, caution)
-        for score, offset in scored:
-            if fits(offset + shift, offset + shift + span):
-                at = forecast._time(offset)
-                load.add(at, at + task.duration, firm=False)
-                placed.append((task, scored, offset, score))
-                break
+        fit = load.first_fit(scored, shift, span)
+        if fit is not None:
+            score, offset = fit
+            at = forecast._time(offset)
+            load.add(at, at + task.duration, firm=False)
+            placed.append((task, scored, offset, score))
     for task, scored, offset, score in placed:
-        span = task.duration // _US
-        free = (s for s, o in scored if o != offset and fits(o + shift, o + shift + span))
+        free = load.first_fit((p for p in scored if p[1] != offset), shift, task.duration // _US)
         at = forecast._time(offset)
-        load.price_held(at, at + task.duration, next(free, scored[-1][0]) - score)
+        load.price_held(at, at + task.duration, (scored[-1][0] if free is None else free[0]) - score)
 
 
 def _plan_one(
@@ -346,13 +345,16 @@ def _plan_one(
     shift = load.shift(forecast.origin)
     # The cheapest start with room, counting as dear the room expected work was planned in.
     chosen: tuple[float, int] | None = None
-    for score, offset in scored:
-        if chosen is not None and score >= chosen[0]:
-            break
-        start = offset + shift
-        if load.fits_at(start, start + span, firm_only=True):
-            cost = round(score + load.price_at(start, start + span), _DECIMALS)
-            chosen = min(chosen or (cost, offset), (cost, offset))
+    ahead = iter(scored)
+
+    def cheaper(start: tuple[float, int]) -> bool:
+        return chosen is None or start[0] < chosen[0]
+
+    # Each start with room, lowest score first, until the scores reach the cheapest cost found.
+    while (fit := load.first_fit(takewhile(cheaper, ahead), shift, span, firm_only=True)) is not None:
+        score, offset = fit
+        cost = round(score + load.price_at(offset + shift, offset + shift + span), _DECIMALS)
+        chosen = min(chosen or (cost, offset), (cost, offset))
     if chosen is not None:
         at = forecast._time(chosen[1])
         load.take(at, at + task.duration)
@@ -360,7 +362,7 @@ def _plan_one(
         return _forecast_plan(task, forecast, chosen[1], earliest, note=full)
     # No room anywhere in the window: release where the load is least (the earliest such start),
     # so the task queues for a slot before its latest start instead of being planned past it.
-    offset = min((o for _, o in scored), key=lambda o: (load.peak_at(o + shift, o + shift + span, firm_only=True), o))
+    offset = load.least_loaded((o for _, o in scored), shift, span, firm_only=True)
     at = forecast._time(offset)
     load.take(at, at + task.duration)
     value = round(forecast.mean(at, task.duration), _DECIMALS)

@@ -5,7 +5,7 @@ commitments' apart from expected work's, with what each expected run would lose 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -142,6 +142,39 @@ class Load:
 
     def fits(self, start: datetime, end: datetime, *, firm_only: bool = False) -> bool:
         return self.peak(start, end, firm_only=firm_only) < self.capacity
+
+    def first_fit(
+        self, starts: Iterable[tuple[float, int]], shift: int, span: int, *, firm_only: bool = False
+    ) -> tuple[float, int] | None:
+        """The first of `starts` ((score, offset): a run over [offset + shift, offset + shift +
+        span), microseconds since the anchor) that `fits_at`; None when none does. One loop
+        here rather than a call a start: a full pool makes a plan look at every start."""
+        counts = self._firm if firm_only else self._counts
+        step, size, capacity = self.step_us, len(counts), self.capacity
+        for score, offset in starts:
+            start = offset + shift
+            first = start // step
+            last = max(first + 1, -(-(start + span) // step))
+            if max(counts[max(0, first) : min(size, last)], default=0) < capacity:
+                return score, offset
+        return None
+
+    def least_loaded(self, offsets: Iterable[int], shift: int, span: int, *, firm_only: bool = False) -> int:
+        """Of `offsets` (as `first_fit`'s), the one whose run has the lowest `peak_at`, the
+        earliest on a tie."""
+        counts = self._firm if firm_only else self._counts
+        step, size = self.step_us, len(counts)
+        least: tuple[int, int] | None = None
+        for offset in offsets:
+            start = offset + shift
+            first = start // step
+            last = max(first + 1, -(-(start + span) // step))
+            here = (max(counts[max(0, first) : min(size, last)], default=0), offset)
+            if least is None or here < least:
+                least = here
+        if least is None:
+            raise ValueError("no offsets")
+        return least[1]
 
     def fits_at(self, start: int, end: int, *, firm_only: bool = False) -> bool:
         """`fits` for [start, end) in microseconds since the anchor (see `shift`)."""
