@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from functools import partial
 from itertools import takewhile
 
 from lowtide_proto.durations import format_duration
@@ -39,10 +38,11 @@ EPSILON = 0.004
 BIDS_PER_TASK = 50
 AUCTION_WORK = 100_000
 
-# The tasks one plan (or placement) plans exactly, at most: past that many, the most urgent (no
-# choice of start, then the earliest latest start) are planned so, beside the expected work, and
-# each of the others then takes its cheapest start with room, with no expected work. A plan's
-# cost then grows with the backlog by one greedy look a task (docs/explanation/performance.md).
+# The tasks one placement (scheduler_service.domain.placement) places exactly, at most: past that
+# many, the most urgent (no choice of start, then the earliest latest start) are placed so,
+# beside the expected work, and each of the others then takes its cheapest start with room in
+# any pool it may run in (placement_bound). A plan of one pool needs no such bound: past
+# AUCTION_WORK it is greedy already, one look a task (docs/explanation/performance.md).
 EXACT_TASKS = 1000
 
 
@@ -123,7 +123,6 @@ def plan(
     resolution: timedelta = timedelta(minutes=5),
     caution: float | Callable[[timedelta], float] = CAUTION,
     expected: Iterable[PlanTask] = (),
-    exact: int | None = None,
 ) -> list[Plan]:
     """One plan per task, in the order given.
 
@@ -135,29 +134,11 @@ def plan(
     window holds more chances to wait for.
     `expected` are tasks expected to be submitted later (see `scheduler_service.domain.demand`):
     they are planned beside the given ones and take room in the plan, but get no plan, and never
-    take a given task's room. `exact` bounds the work (EXACT_TASKS by default): the tasks past
-    it are planned greedily after the most urgent.
+    take a given task's room.
     """
     given = list(tasks)
     if resolution <= timedelta(0):
         raise ValueError("resolution must be positive")
-    exact = EXACT_TASKS if exact is None else exact
-    if len(given) > exact:
-        order = sorted(range(len(given)), key=lambda i: _urgency(given[i], now))
-        cut = max(exact, sum(1 for i in order if not _urgency(given[i], now)[0]))
-        most, rest = [given[i] for i in order[:cut]], [given[i] for i in order[cut:]]
-        again = partial(plan, forecast=forecast, now=now, signal_low=signal_low, resolution=resolution, caution=caution)
-        first = again(most, capacity=capacity, expected=expected, exact=cut)
-        # The rest in the room the most urgent left, each at its cheapest start with room.
-        runs = (
-            Commitment(p.release_at, p.release_at + t.duration)
-            for p, t in zip(first, most, strict=True)
-            if p.kind is not PlanKind.THRESHOLD
-        )
-        then = again(rest, capacity=Capacity(capacity.max_running, (*capacity.committed, *runs)), exact=len(rest))
-        note = f"; past the {exact} most urgent tasks: the cheapest start with room"
-        out = dict(zip(order, [*first, *(replace(p, reason=p.reason + note) for p in then)], strict=True))
-        return [out[i] for i in range(len(given))]
     coming = [t for t in expected if t.earliest > now] if given else []
     if callable(caution):
         by_window = caution
