@@ -14,6 +14,10 @@ start is the task's own whatever the place: the planner never plans past it, and
 may start the task in any allowed pool with room. A placement too large for one auction falls back
 to those two rounds.
 
+Past `planning.EXACT_TASKS` tasks, only the most urgent are placed so; the others each take
+their cheapest start with room (scheduler_service.domain.placement_bound), so that one
+placement's work is bounded whatever the backlog.
+
 A pool with no capacity (no workers) is planned around: a task goes there only when no pool it
 may run in has any, and then to its last place (or the first it names).
 

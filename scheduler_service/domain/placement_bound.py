@@ -3,10 +3,10 @@ tasks (no choice of start first, then the earliest latest start) are placed as a
 them alone is, beside the work expected later; each of the others, most urgent first, then takes
 the cheapest start with room (in the room the urgent ones and the others before it left) in any
 pool it may run in, with no expected work and no auction. A placement's cost then grows with the
-backlog by one greedy look a task, not with the auction's or the two rounds' (a 5,000-task
-placement in two pools took 17 s of CPU planned exactly). The tasks past the bound are the ones
-that can wait longest: they are placed again on every pass, and exactly once they are among the
-most urgent, long before their latest start. Nothing here does I/O or reads a clock.
+backlog by one greedy look a task, not with the two rounds' (5,000 tasks in two pools over 24 h,
+placed exactly: 7.4 s of CPU, against about 1 s so). The tasks past the bound are the ones that
+can wait longest: they are placed again on every pass, and exactly once they are among the most
+urgent, long before their latest start. Nothing here does I/O or reads a clock.
 """
 
 from __future__ import annotations
