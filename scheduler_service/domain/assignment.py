@@ -7,6 +7,7 @@ Why it works this way: docs/architecture/holds.md.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -24,7 +25,9 @@ class Bidder:
 def auction(bidders: Sequence[Bidder], room: Sequence[int], epsilon: float, max_bids: int) -> dict[int, int]:
     """The option (index into `options`) each bidder got, by key; a bidder left out or still
     bidding when `max_bids` ran out is missing."""
-    prices = [[0.0] * max(0, n) for n in room]
+    # Each slot's units as a heap of (price, unit): the cheapest first, of equal prices the
+    # lowest unit (a list searched for its minimum at every bid cost a pool of 800 slots 4 s).
+    prices = [[(0.0, unit) for unit in range(max(0, n))] for n in room]
     # The cheapest unit's price in each slot (inf: no room at all).
     floor = [0.0 if n > 0 else math.inf for n in room]
     holders: list[list[int | None]] = [[None] * max(0, n) for n in room]
@@ -65,14 +68,14 @@ def auction(bidders: Sequence[Bidder], room: Sequence[int], epsilon: float, max_
         units = []
         for i in slots:
             here = prices[i]
-            unit = here.index(floor[i])
+            price, unit = here[0]
             outbid = holders[i][unit]
             if outbid is not None:
                 _release(held.pop(outbid)[1], holders)
                 waiting.append(by_key[outbid])
             holders[i][unit] = bidder.key
-            here[unit] += rise / len(slots)
-            floor[i] = min(here)
+            heapq.heapreplace(here, (price + rise / len(slots), unit))
+            floor[i] = here[0][0]
             units.append((i, unit))
         held[bidder.key] = (chosen, units)
     return {key: option for key, (option, _) in held.items()}
