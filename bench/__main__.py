@@ -16,10 +16,12 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bench._machine import describe_machine
 from bench._pg import DEFAULT_SERVER_URL
+from bench.carbon_bench import MODELS as CARBON_MODELS
+from bench.carbon_bench import MODES as CARBON_MODES
 from lowtide import event_loop
 
 BENCHMARKS = (
@@ -56,6 +58,19 @@ def _names(value: str) -> list[str]:
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"choose from {','.join(BENCHMARKS)}; got {value!r}")
     return names
+
+
+def _among(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    """A comma-separated subset of `choices` (the carbon evaluation's models or modes)."""
+
+    def parse(value: str) -> list[str]:
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        unknown = sorted(set(names) - set(choices))
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"choose from {','.join(choices)}; got {value!r}")
+        return names
+
+    return parse
 
 
 def _counts(value: str) -> list[int]:
@@ -104,6 +119,26 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--actuals", default="", help="with --forecasts: the values that came, a CSV `target,actual`")
     parser.add_argument(
+        "--models",
+        type=_among(tuple(CARBON_MODELS)),
+        default=list(CARBON_MODELS),
+        help=f"the carbon evaluation's error models, a subset of {','.join(CARBON_MODELS)} (default: all)",
+    )
+    parser.add_argument(
+        "--modes",
+        type=_among(CARBON_MODES),
+        default=list(CARBON_MODES),
+        help=f"the carbon evaluation's policies, a subset of {','.join(CARBON_MODES)} (default: all; the oracles and "
+        "the threshold hold always run)",
+    )
+    parser.add_argument(
+        "--blocks",
+        type=int,
+        default=None,
+        help="the carbon evaluation's sample: this many blocks of --days days spread over the trace (default 4 of 14)",
+    )
+    parser.add_argument("--days", type=int, default=None, help="the days of each block of --blocks (default 14)")
+    parser.add_argument(
         "--only",
         type=_names,
         default=list(BENCHMARKS),
@@ -131,6 +166,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.names:
         args.only = [n for names in args.names for n in names]
+    if (args.blocks is not None and args.blocks < 1) or (args.days is not None and args.days < 1):
+        parser.error("--blocks and --days must be at least 1")
     if args.tasks < 1 or args.repeat < 1 or args.timeout <= 0:
         parser.error("--tasks and --repeat must be at least 1, --timeout positive")
     return args
@@ -183,11 +220,17 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
         if args.forecasts or args.actuals:
             from bench.recorded_bench import recorded_evaluation
 
-            return recorded_evaluation(args.forecasts, args.actuals)
-        from bench.carbon_bench import carbon_evaluation
+            return recorded_evaluation(args.forecasts, args.actuals, modes=args.modes)
+        from bench.carbon_bench import BLOCK_DAYS, BLOCKS, carbon_evaluation
         from bench.spatial_bench import BUNDLED, spatial_evaluation
 
-        result = carbon_evaluation(args.trace[0] if args.trace else "")
+        result = carbon_evaluation(
+            args.trace[0] if args.trace else "",
+            blocks=args.blocks or BLOCKS,
+            days=args.days or BLOCK_DAYS,
+            models=args.models,
+            modes=args.modes,
+        )
         if len(args.trace) >= 2 or args.spatial:
             result["spatial"] = spatial_evaluation(args.trace if len(args.trace) >= 2 else BUNDLED)
         return result

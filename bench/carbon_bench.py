@@ -27,7 +27,7 @@ import functools
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, timedelta
 from typing import Any
 
@@ -100,7 +100,16 @@ def sample(rows: Rows, blocks: int = BLOCKS, days: int = BLOCK_DAYS) -> list[ran
     return [range(lo + b * (length + gap), lo + b * (length + gap) + length) for b in range(blocks)]
 
 
-def carbon_evaluation(trace_file: str = "", *, blocks: int = BLOCKS, days: int = BLOCK_DAYS) -> dict[str, Any]:
+def carbon_evaluation(
+    trace_file: str = "",
+    *,
+    blocks: int = BLOCKS,
+    days: int = BLOCK_DAYS,
+    models: Sequence[str] = tuple(MODELS),
+    modes: Sequence[str] = MODES,
+) -> dict[str, Any]:
+    """Every cell of `models` x `modes` (all by default; fewer to iterate on one) over `blocks`
+    blocks of `days` days."""
     began = time.perf_counter()
     rows = resample([(p.at, p.value) for p in load_trace(trace_file)])
     arrivals = sample(rows, blocks, days)
@@ -110,8 +119,7 @@ def carbon_evaluation(trace_file: str = "", *, blocks: int = BLOCKS, days: int =
         # A price trace may go below zero; a saving in percent of a cost that is not above 0 says nothing.
         raise ValueError(f"the trace's mean over the sampled days is {baseline / jobs:g}: savings need it above 0")
     stated = {
-        name: [Forecasts(rows, model, f"{SEED}:{name}:{i}") for i in range(len(arrivals))]
-        for name, model in MODELS.items()
+        name: [Forecasts(rows, MODELS[name], f"{SEED}:{name}:{i}") for i in range(len(arrivals))] for name in models
     }
     sources: dict[tuple[str, str], list[ForecastSource]] = {}
     for name, per_block in stated.items():
@@ -151,9 +159,9 @@ def carbon_evaluation(trace_file: str = "", *, blocks: int = BLOCKS, days: int =
                 got, _ = run(functools.partial(oracle_unbounded, rows), slack)
             oracles[key] = got
             entry[f"oracle_{key}_saving_pct"] = round(100 * got, 2)
-        for name in MODELS:
+        for name in models:
             cells: dict[str, Any] = {}
-            for mode in MODES:
+            for mode in modes:
                 policy = planned_once if mode == "planned_once" else replanned
                 for pool in POOLS:
                     key = f"pool_{pool}" if pool else "unbounded"

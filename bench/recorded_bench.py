@@ -36,11 +36,9 @@ from bench._carbon_sim import (
     replanned,
     threshold,
 )
-from bench.carbon_bench import PERCENTILES, POOLS, SLACKS_H, figures
+from bench.carbon_bench import MODES, PERCENTILES, POOLS, SLACKS_H, figures
 from lowtide.forecast_calibration import Calibration, Issued, Record
 from scheduler_service.domain.planning import CAUTION, Forecast
-
-MODES = ("planned_once", "replanned", "replanned_blind", "replanned_learned")
 
 
 def _when(text: str) -> datetime:
@@ -99,7 +97,7 @@ class Recorded:
         return CAUTION
 
 
-def recorded_evaluation(forecasts_file: str, actuals_file: str) -> dict[str, Any]:
+def recorded_evaluation(forecasts_file: str, actuals_file: str, *, modes: Sequence[str] = MODES) -> dict[str, Any]:
     began = time.perf_counter()
     issued, rows = load_archive(forecasts_file, actuals_file)
     hindsight = Record()
@@ -146,7 +144,7 @@ def recorded_evaluation(forecasts_file: str, actuals_file: str) -> dict[str, Any
             got = run(oracle)
             oracles[key] = got[0]
             entry[f"oracle_{key}_saving_pct"] = round(100 * got[0], 2)
-        for mode in MODES:
+        for mode in modes:
             policy = planned_once if mode == "planned_once" else replanned
             for pool in POOLS:
                 key = f"pool_{pool}" if pool else "unbounded"
