@@ -83,6 +83,30 @@ def _counts(value: str) -> list[int]:
     return counts
 
 
+def _carbon_sample(parser: argparse.ArgumentParser) -> None:
+    """The carbon evaluation's choice of cells and sample, to run one part of it on its own."""
+    parser.add_argument(
+        "--models",
+        type=_among(tuple(CARBON_MODELS)),
+        default=list(CARBON_MODELS),
+        help=f"the carbon evaluation's error models, a subset of {','.join(CARBON_MODELS)} (default: all)",
+    )
+    parser.add_argument(
+        "--modes",
+        type=_among(CARBON_MODES),
+        default=list(CARBON_MODES),
+        help=f"the carbon evaluation's policies, a subset of {','.join(CARBON_MODES)} (default: all; the oracles and "
+        "the threshold hold always run)",
+    )
+    parser.add_argument(
+        "--blocks",
+        type=int,
+        default=None,
+        help="the carbon evaluation's sample: this many blocks of --days days spread over the trace (default 4 of 14)",
+    )
+    parser.add_argument("--days", type=int, default=None, help="the days of each block of --blocks (default 14)")
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -118,26 +142,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="with --actuals: the carbon evaluation on recorded forecasts, a CSV `issued_at,target,forecast`",
     )
     parser.add_argument("--actuals", default="", help="with --forecasts: the values that came, a CSV `target,actual`")
-    parser.add_argument(
-        "--models",
-        type=_among(tuple(CARBON_MODELS)),
-        default=list(CARBON_MODELS),
-        help=f"the carbon evaluation's error models, a subset of {','.join(CARBON_MODELS)} (default: all)",
-    )
-    parser.add_argument(
-        "--modes",
-        type=_among(CARBON_MODES),
-        default=list(CARBON_MODES),
-        help=f"the carbon evaluation's policies, a subset of {','.join(CARBON_MODES)} (default: all; the oracles and "
-        "the threshold hold always run)",
-    )
-    parser.add_argument(
-        "--blocks",
-        type=int,
-        default=None,
-        help="the carbon evaluation's sample: this many blocks of --days days spread over the trace (default 4 of 14)",
-    )
-    parser.add_argument("--days", type=int, default=None, help="the days of each block of --blocks (default 14)")
+    _carbon_sample(parser)
     parser.add_argument(
         "--only",
         type=_names,

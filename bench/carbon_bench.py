@@ -108,8 +108,7 @@ def carbon_evaluation(
     models: Sequence[str] = tuple(MODELS),
     modes: Sequence[str] = MODES,
 ) -> dict[str, Any]:
-    """Every cell of `models` x `modes` (all by default; fewer to iterate on one) over `blocks`
-    blocks of `days` days."""
+    """Every cell of `models` x `modes` (all by default) over `blocks` blocks of `days` days."""
     began = time.perf_counter()
     rows = resample([(p.at, p.value) for p in load_trace(trace_file)])
     arrivals = sample(rows, blocks, days)
