@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from operator import itemgetter
 
-_US = timedelta(microseconds=1)
+MICROSECOND = timedelta(microseconds=1)
 # Means are compared after rounding to this many decimals (a millionth of a gCO2/kWh), so two
 # windows of equal forecast value tie, and resolve to the earlier one, even when their sums
 # were taken in a different order and differ in the last bits.
-_DECIMALS = 6
+DECIMALS = 6
 # The most scores a forecast keeps (see Forecast._scores): some 10 MB (about 200 bytes a score).
 _SCORES_KEPT = 50_000
 
@@ -72,7 +72,7 @@ class Forecast:
             end = stamps[-1] + (stamps[-1] - stamps[-2]) if len(stamps) > 1 else stamps[-1]
         if end < stamps[-1]:
             raise ValueError(f"a forecast cannot end ({end}) before its last point ({stamps[-1]})")
-        times = tuple((at - origin) // _US for at in stamps)
+        times = tuple((at - origin) // MICROSECOND for at in stamps)
         values = tuple(v for v, _ in by_time.values())
         if any(e < 0 or not math.isfinite(e) for _, e in by_time.values()):
             raise ValueError("an expected error must be a finite number, 0 or more")
@@ -87,12 +87,12 @@ class Forecast:
     def mean(self, start: datetime, duration: timedelta) -> float:
         """The mean forecast value over [start, start + duration]; the value at `start` for a
         zero duration. The interval must be covered."""
-        return self._mean((start - self.origin) // _US, duration // _US)
+        return self.mean_of((start - self.origin) // MICROSECOND, duration // MICROSECOND)
 
-    def _mean(self, t: int, span: int) -> float:
+    def mean_of(self, t: int, span: int) -> float:
         return _step_mean(self.times, self.values, self.integrals, t, span)
 
-    def _score(self, t: int, span: int, caution: float) -> float:
+    def score(self, t: int, span: int, caution: float) -> float:
         """The pessimistic mean of [t, t + span] (rounded): the mean, plus `caution` expected
         errors. A start at the first point (the known current value, which states no error) is
         scored by its mean alone."""
@@ -100,15 +100,15 @@ class Forecast:
         known = self._scores.get(key)
         if known is not None:
             return known
-        mean = self._mean(t, span)
+        mean = self.mean_of(t, span)
         if self.spreads and caution:
             mean += caution * _step_mean(self.times, self.spreads, self.spread_integrals, t, span)
         if len(self._scores) >= _SCORES_KEPT:
             self._scores.clear()
-        score = self._scores[key] = round(mean, _DECIMALS)
+        score = self._scores[key] = round(mean, DECIMALS)
         return score
 
-    def _scored_starts(self, earliest: int, latest: int, span: int, caution: float) -> list[tuple[float, int]]:
+    def scored_starts(self, earliest: int, latest: int, span: int, caution: float) -> list[tuple[float, int]]:
         """(rounded score, start) for the starts worth scoring in [earliest, latest], in no order.
 
         The mean over a window of fixed length, as a function of its start, is piecewise linear
@@ -121,20 +121,20 @@ class Forecast:
         starts.update(times[bisect.bisect_left(times, earliest) : bisect.bisect_right(times, latest)])
         ends = times[bisect.bisect_left(times, earliest + span) : bisect.bisect_right(times, latest + span)]
         starts.update(t - span for t in ends)
-        score = self._score
+        score = self.score
         return [(score(t, span, caution), t) for t in starts]
 
-    def _time(self, offset: int) -> datetime:
-        return self.origin + offset * _US
+    def time_of(self, offset: int) -> datetime:
+        return self.origin + offset * MICROSECOND
 
-    def _offset(self, at: datetime) -> int:
-        return (at - self.origin) // _US
+    def offset(self, at: datetime) -> int:
+        return (at - self.origin) // MICROSECOND
 
     def breakpoints(self, start: datetime, end: datetime) -> list[datetime]:
         """The points' times in [start, end]: where the forecast's value changes."""
-        lo = bisect.bisect_left(self.times, self._offset(start))
-        hi = bisect.bisect_right(self.times, self._offset(end))
-        return [self._time(t) for t in self.times[lo:hi]]
+        lo = bisect.bisect_left(self.times, self.offset(start))
+        hi = bisect.bisect_right(self.times, self.offset(end))
+        return [self.time_of(t) for t in self.times[lo:hi]]
 
 
 def _integrals(times: tuple[int, ...], values: tuple[float, ...]) -> tuple[float, ...]:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from scheduler_service.domain import placement_bound
-from scheduler_service.domain.forecast import _US, Forecast
+from scheduler_service.domain.forecast import MICROSECOND, Forecast
 from scheduler_service.domain.planning import CAUTION, EXACT_TASKS, Capacity, Commitment, Plan, PlanKind, PlanTask, plan
 from scheduler_service.domain.pool_auction import Bid, share
 
@@ -318,7 +318,7 @@ def _score(region: Region, p: Plan, duration: timedelta) -> float:
     forecast = region.forecast
     if p.expected_intensity is None or forecast is None or p.kind is PlanKind.THRESHOLD:
         return math.inf
-    return forecast._score(forecast._offset(p.release_at), max(1, duration // _US), region.caution)
+    return forecast.score(forecast.offset(p.release_at), max(1, duration // MICROSECOND), region.caution)
 
 
 def _placement(

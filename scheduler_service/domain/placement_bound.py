@@ -17,16 +17,16 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from scheduler_service.domain.forecast import _DECIMALS, _US, Forecast
+from scheduler_service.domain.forecast import DECIMALS, MICROSECOND, Forecast
 from scheduler_service.domain.planning import (
     Capacity,
     Commitment,
     Plan,
     PlanKind,
     PlanTask,
-    _forecast_plan,
-    _threshold_plan,
-    _urgency,
+    forecast_plan,
+    threshold_plan,
+    urgency,
 )
 from scheduler_service.domain.pool_load import Load
 from scheduler_service.domain.starts import starts
@@ -61,8 +61,8 @@ class Pool(Protocol):
 def split(given: Sequence[Task], now: datetime, exact: int) -> tuple[list[int], list[int]]:
     """The indexes of the tasks placed exactly and of the others (most urgent first): the `exact`
     most urgent, and every task with no choice of start whatever their number."""
-    order = sorted(range(len(given)), key=lambda i: _urgency(given[i].task, now))
-    cut = max(exact, sum(1 for i in order if not _urgency(given[i].task, now)[0]))
+    order = sorted(range(len(given)), key=lambda i: urgency(given[i].task, now))
+    cut = max(exact, sum(1 for i in order if not urgency(given[i].task, now)[0]))
     return order[:cut], order[cut:]
 
 
@@ -93,7 +93,7 @@ def greedily(
     for t in tasks:
         task = replace(t.task, planned=None)
         names = t.regions or tuple(by_name)
-        earliest, span = max(task.earliest, now), task.duration // _US
+        earliest, span = max(task.earliest, now), task.duration // MICROSECOND
         best: dict[str, float] = dict.fromkeys(names, math.inf)
         # The cheapest start with room in each open pool, and each closed pool's cheapest start.
         found: list[tuple[float, bool, int, str, int]] = []
@@ -103,8 +103,8 @@ def greedily(
             if forecast is None or not forecast.covers(earliest, task.latest_start + task.duration):
                 continue
             if name not in loads:
-                lo, hi = forecast._offset(earliest), forecast._offset(task.latest_start)
-                best[name], roomy[name] = min(forecast._scored_starts(lo, hi, span, caution))
+                lo, hi = forecast.offset(earliest), forecast.offset(task.latest_start)
+                best[name], roomy[name] = min(forecast.scored_starts(lo, hi, span, caution))
                 continue
             load, shift = loads[name]
             scored = starts(task, forecast, load, earliest, caution)
@@ -116,14 +116,14 @@ def greedily(
             _, _, _, name, offset = min(found)
             forecast = by_name[name].forecast
             assert forecast is not None
-            at = forecast._time(offset)
+            at = forecast.time_of(offset)
             loads[name][0].take(at, at + task.duration)
-            p = _forecast_plan(task, forecast, offset, earliest, note=note)
+            p = forecast_plan(task, forecast, offset, earliest, note=note)
         else:
             name = choose(t, names, best)
             forecast = by_name[name].forecast
             if name in roomy and forecast is not None:
-                p = _forecast_plan(task, forecast, roomy[name], earliest, note=note)
+                p = forecast_plan(task, forecast, roomy[name], earliest, note=note)
             else:
                 p = _held(task, by_name[name], earliest, note)
         out.append((name, p, best))
@@ -134,7 +134,7 @@ def _held(task: PlanTask, pool: Pool, earliest: datetime, note: str) -> Plan:
     """No room in any pool it may run in (or no forecast): held to its latest start."""
     forecast = pool.forecast
     if forecast is None or not forecast.covers(earliest, task.latest_start + task.duration):
-        return _threshold_plan(task, forecast, earliest, pool.signal_low)
-    value = round(forecast.mean(task.latest_start, task.duration), _DECIMALS)
+        return threshold_plan(task, forecast, earliest, pool.signal_low)
+    value = round(forecast.mean(task.latest_start, task.duration), DECIMALS)
     reason = "no pool it may run in has room in its window; held to its latest start" + note
     return Plan(task.task_id, task.latest_start, value, PlanKind.FORECAST, reason, over_capacity=True)

@@ -13,7 +13,7 @@ from itertools import takewhile
 
 from lowtide_proto.durations import format_duration
 from scheduler_service.domain.assignment import Bidder, auction
-from scheduler_service.domain.forecast import _DECIMALS, _US, Forecast
+from scheduler_service.domain.forecast import DECIMALS, MICROSECOND, Forecast
 from scheduler_service.domain.pool_load import Load
 from scheduler_service.domain.starts import starts as _starts
 
@@ -159,7 +159,7 @@ def plan(
     return plans
 
 
-def _urgency(task: PlanTask, now: datetime) -> tuple[bool, datetime, datetime, int]:
+def urgency(task: PlanTask, now: datetime) -> tuple[bool, datetime, datetime, int]:
     """Tasks without a choice first, then the tightest latest start (the order `_plan` plans in)."""
     return task.latest_start > max(task.earliest, now), task.latest_start, task.earliest, task.task_id
 
@@ -195,7 +195,7 @@ def _plan(
     # start first: a task with little slack has few starts to choose from, and a roomier task can
     # still move to its next-best window after it.
     def order(task: PlanTask) -> tuple[bool, datetime, datetime, int]:
-        return _urgency(task, now)
+        return urgency(task, now)
 
     ordered = sorted(range(len(given)), key=lambda i: order(given[i]))
     plans: dict[int, Plan] = {}
@@ -238,7 +238,7 @@ def _assign(
         if task.latest_start <= earliest or not forecast.covers(earliest, task.latest_start + task.duration):
             continue
         starts = _starts(task, forecast, load, earliest, caution)
-        span, shift = task.duration // _US, load.shift(forecast.origin)
+        span, shift = task.duration // MICROSECOND, load.shift(forecast.origin)
         options = [(score, load.slots_at(o + shift, o + shift + span)) for score, o in starts]
         work += sum(len(slots) for _, slots in options)
         if work > AUCTION_WORK:
@@ -263,17 +263,17 @@ def _reserve(coming: Sequence[PlanTask], forecast: Forecast, load: Load, now: da
         earliest = max(task.earliest, now)
         if task.latest_start < earliest or not forecast.covers(earliest, task.latest_start + task.duration):
             continue
-        span = task.duration // _US
+        span = task.duration // MICROSECOND
         scored = _starts(task, forecast, load, earliest, caution)
         fit = load.first_fit(scored, shift, span)
         if fit is not None:
             score, offset = fit
-            at = forecast._time(offset)
+            at = forecast.time_of(offset)
             load.add(at, at + task.duration, firm=False)
             placed.append((task, scored, offset, score))
     for task, scored, offset, score in placed:
-        free = load.first_fit((p for p in scored if p[1] != offset), shift, task.duration // _US)
-        at = forecast._time(offset)
+        free = load.first_fit((p for p in scored if p[1] != offset), shift, task.duration // MICROSECOND)
+        at = forecast.time_of(offset)
         load.price_held(at, at + task.duration, (scored[-1][0] if free is None else free[0]) - score)
 
 
@@ -296,31 +296,31 @@ def _plan_one(
         at = max(now, latest)
         expected = None
         if forecast is not None and forecast.covers(at, at + task.duration):
-            expected = round(forecast.mean(at, task.duration), _DECIMALS)
+            expected = round(forecast.mean(at, task.duration), DECIMALS)
         if load is not None:
             load.take(at, at + task.duration)
         reason = f"no slack: the latest start {_t(latest)} is not after the earliest {_t(earliest)}"
         return Plan(task.task_id, at, expected, PlanKind.NO_SLACK, reason)
     if forecast is None or not forecast.covers(earliest, latest + task.duration):
-        return _threshold_plan(task, forecast, earliest, signal_low)
+        return threshold_plan(task, forecast, earliest, signal_low)
 
-    span = task.duration // _US
+    span = task.duration // MICROSECOND
     if load is None:
-        scored = forecast._scored_starts(forecast._offset(earliest), forecast._offset(latest), span, caution)
+        scored = forecast.scored_starts(forecast.offset(earliest), forecast.offset(latest), span, caution)
         if task.planned is not None and earliest < task.planned <= latest:
-            kept = forecast._offset(task.planned)
-            scored.append((forecast._score(kept, span, -caution), kept))
+            kept = forecast.offset(task.planned)
+            scored.append((forecast.score(kept, span, -caution), kept))
         # Lowest score first, and of equal scores the earliest start.
-        return _forecast_plan(task, forecast, min(scored)[1], earliest)
+        return forecast_plan(task, forecast, min(scored)[1], earliest)
     if pinned is not None and load.fits(
-        forecast._time(pinned[0]), forecast._time(pinned[0]) + task.duration, firm_only=True
+        forecast.time_of(pinned[0]), forecast.time_of(pinned[0]) + task.duration, firm_only=True
     ):
         # The auction's start (it had room for it).
         (offset, (best_score, best)) = pinned
-        at = forecast._time(offset)
+        at = forecast.time_of(offset)
         load.take(at, at + task.duration)
-        full = "" if offset == best else f"; the pool is wanted more at {_t(forecast._time(best))} ({best_score:g})"
-        return _forecast_plan(task, forecast, offset, earliest, note=full)
+        full = "" if offset == best else f"; the pool is wanted more at {_t(forecast.time_of(best))} ({best_score:g})"
+        return forecast_plan(task, forecast, offset, earliest, note=full)
     scored = _starts(task, forecast, load, earliest, caution)
     best_score, best = scored[0]
     shift = load.shift(forecast.origin)
@@ -334,26 +334,26 @@ def _plan_one(
     # Each start with room, lowest score first, until the scores reach the cheapest cost found.
     while (fit := load.first_fit(takewhile(cheaper, ahead), shift, span, firm_only=True)) is not None:
         score, offset = fit
-        cost = round(score + load.price_at(offset + shift, offset + shift + span), _DECIMALS)
+        cost = round(score + load.price_at(offset + shift, offset + shift + span), DECIMALS)
         chosen = min(chosen or (cost, offset), (cost, offset))
     if chosen is not None:
-        at = forecast._time(chosen[1])
+        at = forecast.time_of(chosen[1])
         load.take(at, at + task.duration)
-        full = "" if chosen[1] == best else f"; the pool is full at {_t(forecast._time(best))} ({best_score:g})"
-        return _forecast_plan(task, forecast, chosen[1], earliest, note=full)
+        full = "" if chosen[1] == best else f"; the pool is full at {_t(forecast.time_of(best))} ({best_score:g})"
+        return forecast_plan(task, forecast, chosen[1], earliest, note=full)
     # No room anywhere in the window: release where the load is least (the earliest such start),
     # so the task queues for a slot before its latest start instead of being planned past it.
     offset = load.least_loaded((o for _, o in scored), shift, span, firm_only=True)
-    at = forecast._time(offset)
+    at = forecast.time_of(offset)
     load.take(at, at + task.duration)
-    value = round(forecast.mean(at, task.duration), _DECIMALS)
+    value = round(forecast.mean(at, task.duration), DECIMALS)
     reason = f"the pool (capacity {load.capacity}) is full throughout [{_t(earliest)}, {_t(latest)}]"
     return Plan(task.task_id, at, value, PlanKind.FORECAST, reason + "; released where it is least loaded", True)
 
 
-def _forecast_plan(task: PlanTask, forecast: Forecast, offset: int, earliest: datetime, *, note: str = "") -> Plan:
-    at = forecast._time(offset)
-    value = round(forecast._mean(offset, task.duration // _US), _DECIMALS)
+def forecast_plan(task: PlanTask, forecast: Forecast, offset: int, earliest: datetime, *, note: str = "") -> Plan:
+    at = forecast.time_of(offset)
+    value = round(forecast.mean_of(offset, task.duration // MICROSECOND), DECIMALS)
     window = f"[{_t(earliest)}, {_t(task.latest_start)}]"
     reason = f"lowest forecast mean {value:g} over {format_duration(task.duration)} for a start in {window}"
     if forecast.spreads:
@@ -362,7 +362,7 @@ def _forecast_plan(task: PlanTask, forecast: Forecast, offset: int, earliest: da
     return Plan(task.task_id, at, value, PlanKind.FORECAST, reason + note)
 
 
-def _threshold_plan(task: PlanTask, forecast: Forecast | None, earliest: datetime, signal_low: bool) -> Plan:
+def threshold_plan(task: PlanTask, forecast: Forecast | None, earliest: datetime, signal_low: bool) -> Plan:
     if forecast is None:
         missing = "no forecast"
     else:

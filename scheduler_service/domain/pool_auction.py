@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from scheduler_service.domain.assignment import Bidder, auction
-from scheduler_service.domain.forecast import _US, Forecast
+from scheduler_service.domain.forecast import MICROSECOND, Forecast
 from scheduler_service.domain.planning import AUCTION_WORK, BIDS_PER_TASK, EPSILON, Capacity, PlanTask
 from scheduler_service.domain.pool_load import Load
 from scheduler_service.domain.starts import starts as _starts
@@ -90,7 +90,7 @@ def share(
             if forecast is None or not forecast.covers(earliest, bid.task.latest_start + bid.task.duration):
                 continue
             task = bid.task if bid.last == name else replace(bid.task, planned=None)
-            span, shift = task.duration // _US, load.shift(forecast.origin)
+            span, shift = task.duration // MICROSECOND, load.shift(forecast.origin)
             for score, offset in _starts(task, forecast, load, earliest, pool.caution):
                 slots = load.slots_at(offset + shift, offset + shift + span)
                 options.append((score, range(base + slots.start, base + slots.stop)))

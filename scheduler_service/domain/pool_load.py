@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-_US = timedelta(microseconds=1)
+MICROSECOND = timedelta(microseconds=1)
 
 
 class Window(Protocol):
@@ -49,7 +49,7 @@ class Load:
         self.capacity = capacity
         self._anchor = anchor
         self._step = resolution
-        self.step_us = resolution // _US
+        self.step_us = resolution // MICROSECOND
         self.size = slots
         # What the planner made once for this grid and may ask again (planning._Table).
         self.memo: dict[object, Any] = {}
@@ -81,10 +81,10 @@ class Load:
     def shift(self, origin: datetime) -> int:
         """Microseconds from the grid's anchor to `origin`: a forecast's offset (microseconds since
         its origin) plus this is the offset the `*_at` methods take."""
-        return (origin - self._anchor) // _US
+        return (origin - self._anchor) // MICROSECOND
 
     def _span(self, start: datetime, end: datetime) -> range:
-        return self._span_at((start - self._anchor) // _US, (end - self._anchor) // _US)
+        return self._span_at((start - self._anchor) // MICROSECOND, (end - self._anchor) // MICROSECOND)
 
     def _span_at(self, start: int, end: int) -> range:
         """The slots [start, end) touches (microseconds since the anchor); a run of zero length
@@ -115,7 +115,7 @@ class Load:
             self._held[i].append(loss)
 
     def price(self, start: datetime, end: datetime) -> float:
-        return self.price_at((start - self._anchor) // _US, (end - self._anchor) // _US)
+        return self.price_at((start - self._anchor) // MICROSECOND, (end - self._anchor) // MICROSECOND)
 
     def price_at(self, start: int, end: int) -> float:
         """What a given run over [start, end) costs the expected work it would displace: in each
@@ -133,7 +133,9 @@ class Load:
         self.add(start, end)
 
     def peak(self, start: datetime, end: datetime, *, firm_only: bool = False) -> int:
-        return self.peak_at((start - self._anchor) // _US, (end - self._anchor) // _US, firm_only=firm_only)
+        return self.peak_at(
+            (start - self._anchor) // MICROSECOND, (end - self._anchor) // MICROSECOND, firm_only=firm_only
+        )
 
     def peak_at(self, start: int, end: int, *, firm_only: bool = False) -> int:
         span = self._span_at(start, end)

@@ -7,7 +7,7 @@ import bisect
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from scheduler_service.domain.forecast import _US, Forecast
+from scheduler_service.domain.forecast import MICROSECOND, Forecast
 from scheduler_service.domain.pool_load import Load
 
 
@@ -31,20 +31,20 @@ def starts(
     forecast's kinks, and (beside other runs the best free start may be just clear of one of
     them, which is no forecast point) every start on the slot grid."""
     caution = caution if task.caution is None else task.caution
-    span = task.duration // _US
-    lo, hi = forecast._offset(earliest), forecast._offset(task.latest_start)
+    span = task.duration // MICROSECOND
+    lo, hi = forecast.offset(earliest), forecast.offset(task.latest_start)
     table = _Table.of(forecast, load, span, caution)
     if table is not None and table.holds(lo, hi):
         return table.window(lo, hi, None if task.planned is None else (earliest, task.planned, task.latest_start))
-    scored = forecast._scored_starts(lo, hi, span, caution)
+    scored = forecast.scored_starts(lo, hi, span, caution)
     if task.planned is not None and earliest < task.planned <= task.latest_start:
-        kept = forecast._offset(task.planned)
-        scored.append((forecast._score(kept, span, -caution), kept))
+        kept = forecast.offset(task.planned)
+        scored.append((forecast.score(kept, span, -caution), kept))
     tried = {offset for _, offset in scored}
     for at in load.grid(earliest, task.latest_start):
-        offset = forecast._offset(at)
+        offset = forecast.offset(at)
         if offset not in tried:
-            scored.append((forecast._score(offset, span, caution), offset))
+            scored.append((forecast.score(offset, span, caution), offset))
     scored.sort()
     return scored
 
@@ -70,13 +70,13 @@ class _Table:
         step = load.step_us
         # The latest start the forecast covers and the grid holds; no window a plan weighs goes
         # past it.
-        self._last = min(forecast._offset(forecast.end) - span, load.size * step - shift)
+        self._last = min(forecast.offset(forecast.end) - span, load.size * step - shift)
         self._grid = frozenset(
             o for o in (k * step - shift for k in range(-(-shift // step), load.size + 1)) if 0 <= o <= self._last
         )
         times = forecast.times
         self._kinks = frozenset(o for t in times for o in (t, t - span) if 0 <= o <= self._last)
-        score = forecast._score
+        score = forecast.score
         self._sorted = sorted((score(o, span, caution), o) for o in self._grid | self._kinks)
 
     @staticmethod
@@ -105,12 +105,12 @@ class _Table:
         forecast, span, caution = self._forecast, self._span, self._caution
         ends = {lo, hi} - self._grid - self._kinks
         for o in ends:
-            bisect.insort(out, (forecast._score(o, span, caution), o))
+            bisect.insort(out, (forecast.score(o, span, caution), o))
         if planned is not None:
             earliest, at, latest = planned
             if earliest < at <= latest:
-                kept = forecast._offset(at)
+                kept = forecast.offset(at)
                 if kept in self._grid and kept not in self._kinks and kept not in (lo, hi):
-                    out.remove((forecast._score(kept, span, caution), kept))
-                bisect.insort(out, (forecast._score(kept, span, -caution), kept))
+                    out.remove((forecast.score(kept, span, caution), kept))
+                bisect.insort(out, (forecast.score(kept, span, -caution), kept))
         return out

@@ -19,9 +19,9 @@ POINTS = [(AT + timedelta(hours=i), 100.0 + 10 * i, 0.1) for i in range(10)]
 
 def test_a_score_taken_again_is_the_score_taken_anew() -> None:
     kept = Forecast.of(POINTS)
-    first = [kept._score(i * HOUR, HOUR, c) for c in (0.0, 1.0) for i in range(8)]
-    again = [kept._score(i * HOUR, HOUR, c) for c in (0.0, 1.0) for i in range(8)]
-    anew = [Forecast.of(POINTS)._score(i * HOUR, HOUR, c) for c in (0.0, 1.0) for i in range(8)]
+    first = [kept.score(i * HOUR, HOUR, c) for c in (0.0, 1.0) for i in range(8)]
+    again = [kept.score(i * HOUR, HOUR, c) for c in (0.0, 1.0) for i in range(8)]
+    anew = [Forecast.of(POINTS).score(i * HOUR, HOUR, c) for c in (0.0, 1.0) for i in range(8)]
     assert first == again == anew
     # The caution counts: one expected error (10 %) above the mean.
     assert first[8 + 1] == pytest.approx(first[1] * 1.1)
@@ -31,7 +31,7 @@ def test_the_scores_kept_stay_within_their_bound(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(forecast_module, "_SCORES_KEPT", 3)
     kept = Forecast.of(POINTS)
     for i in range(8):
-        kept._score(i * HOUR, HOUR, 1.0)
+        kept.score(i * HOUR, HOUR, 1.0)
     assert 0 < len(kept._scores) <= 3
     # A forecast made from another keeps none of its scores.
     assert Forecast.of(POINTS)._scores == {}
@@ -43,11 +43,11 @@ def test_two_threads_scoring_at_once_get_the_scores_one_gets_alone(monkeypatch: 
     makes them clear often while the other thread scores."""
     monkeypatch.setattr(forecast_module, "_SCORES_KEPT", 5)
     starts = [(i * HOUR // 7, HOUR, c) for c in (0.0, 0.5, 1.0) for i in range(60)]
-    alone = [Forecast.of(POINTS)._score(*key) for key in starts]
+    alone = [Forecast.of(POINTS).score(*key) for key in starts]
     shared = Forecast.of(POINTS)
 
     def score(times: int) -> list[list[float]]:
-        return [[shared._score(*key) for key in starts] for _ in range(times)]
+        return [[shared.score(*key) for key in starts] for _ in range(times)]
 
     # Threads switched as often as the interpreter can, so the two interleave within a score.
     switch = sys.getswitchinterval()

@@ -16,7 +16,7 @@ from tests.unit.test_planning import ROOMY, T0, at, capacities, forecasts, mean_
 
 def with_errors(forecast: Forecast, errors: list[float]) -> Forecast:
     """The same points, each stating an expected error (cycled; the first point states none)."""
-    points = [(forecast._time(t), v) for t, v in zip(forecast.times, forecast.values, strict=True)]
+    points = [(forecast.time_of(t), v) for t, v in zip(forecast.times, forecast.values, strict=True)]
     stated = [(when, value, 0.0 if i == 0 else errors[i % len(errors)]) for i, (when, value) in enumerate(points)]
     return Forecast.of(stated, end=forecast.end)
 
