@@ -40,10 +40,12 @@ class LeaseState:
 
 def lease_left(state: LeaseState, *, busy: bool, now: float, terms: LeaseTerms) -> float:
     """Seconds of lease the worker has from `now` (0 or less: it has run out)."""
+    # The length less the time gone, in that order: (since + length) - now rounds up past the
+    # length when now is since (22.69 + 10 - 22.69 is 10.000000000000004).
     if not busy:
-        return state.heard_at + terms.idle - now
+        return terms.idle - (now - state.heard_at)
     since = state.heard_at if state.busy_since is None else max(state.heard_at, state.busy_since)
-    return since + terms.busy - now
+    return terms.busy - (now - since)
 
 
 def renewal(state: LeaseState, *, busy: bool, slots: int, now: float, terms: LeaseTerms) -> float | None:
