@@ -34,7 +34,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
-from lowtide.calibrated_forecast import planning_points
+from lowtide.calibrated_forecast import planning_points, shared_error
 from lowtide.forecast_calibration import Calibration, Issued, Record
 from lowtide.forecast_error import ErrorModel
 from scheduler_service.domain.demand import LOOKBACK, Submitted, expected_arrivals
@@ -142,7 +142,7 @@ class Learned:
         actual = self._rows.values[k]
         # Production's path: the scheduler plans on the same (scheduler_service.holds.cost).
         points = planning_points(calibration, issued.issued_at, issued.points, now=now, actual=actual)
-        forecast = Forecast.of(points, end=issued.points[-1][0] + ROW)
+        forecast = Forecast.of(points, end=issued.points[-1][0] + ROW, error_shared=shared_error(calibration))
         self._cache[k] = forecast
         return forecast
 

@@ -11,10 +11,11 @@ forecast here, so what the bench measures is what production plans on. Pure: no 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from datetime import datetime
 
-from lowtide.forecast_calibration import Calibration
+from lowtide.forecast_calibration import BUCKET_EDGES_H, PRIOR_FORECASTS, Calibration
 
 
 def planning_points(
@@ -45,3 +46,15 @@ def planning_points(
         corrected = [(at, value, 0.0) for at, value in listed]
     ahead = [(at, value, error) for (at, _), (_, value, error) in zip(listed, corrected, strict=True) if at > now]
     return ahead if actual is None else [(now, actual, 0.0), *ahead]
+
+
+def shared_error(calibration: Calibration) -> float:
+    """How much of a point's error the point half an hour later shares (the persistence the
+    calibration learned, blended toward all of it while the record behind it is short: without a
+    record the errors are not known to be independent). The planner weighs the error less in a
+    full pool only as far as they are (scheduler_service.domain.pool_share)."""
+    if not calibration.persistence:
+        return 1.0
+    b = bisect.bisect_right(BUCKET_EDGES_H, 0.5) - 1
+    weight = calibration.buckets[b].forecasts / (calibration.buckets[b].forecasts + PRIOR_FORECASTS)
+    return min(1.0, max(0.0, calibration.persistence[b] + 1 - weight))

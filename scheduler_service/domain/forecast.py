@@ -47,6 +47,8 @@ class Forecast:
     integrals: tuple[float, ...] = field(repr=False)
     spreads: tuple[float, ...] = field(default=(), repr=False)
     spread_integrals: tuple[float, ...] = field(default=(), repr=False)
+    # How much of a point's error the next point shares (a calibration learns it; None: not known).
+    error_shared: float | None = None
     # Scores already taken, by (start, span, caution): a plan scores the same starts again for
     # every task of the same duration and window, in every round of a placement. Bounded.
     # Shared by the leader's planning thread and the submits planned on the event loop, with no
@@ -59,7 +61,11 @@ class Forecast:
 
     @classmethod
     def of(
-        cls, points: Iterable[tuple[datetime, float] | tuple[datetime, float, float]], *, end: datetime | None = None
+        cls,
+        points: Iterable[tuple[datetime, float] | tuple[datetime, float, float]],
+        *,
+        end: datetime | None = None,
+        error_shared: float | None = None,
     ) -> Forecast:
         """Points (time, value) or (time, value, expected relative error) in any order; of two at
         the same time, the later in `points` wins."""
@@ -78,8 +84,9 @@ class Forecast:
             raise ValueError("an expected error must be a finite number, 0 or more")
         spreads = tuple(v * e for v, e in by_time.values())
         if not any(spreads):
-            return cls(origin, end, times, values, _integrals(times, values))
-        return cls(origin, end, times, values, _integrals(times, values), spreads, _integrals(times, spreads))
+            return cls(origin, end, times, values, _integrals(times, values), error_shared=error_shared)
+        spread_integrals = _integrals(times, spreads)
+        return cls(origin, end, times, values, _integrals(times, values), spreads, spread_integrals, error_shared)
 
     def covers(self, start: datetime, end: datetime) -> bool:
         return self.origin <= start and end <= self.end

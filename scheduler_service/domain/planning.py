@@ -15,6 +15,7 @@ from lowtide_proto.durations import format_duration
 from scheduler_service.domain.assignment import Bidder, auction
 from scheduler_service.domain.forecast import DECIMALS, MICROSECOND, Forecast
 from scheduler_service.domain.pool_load import Load
+from scheduler_service.domain.pool_share import contended_share
 from scheduler_service.domain.starts import starts as _starts
 
 __all__ = ["CAUTION", "Capacity", "Commitment", "Forecast", "Plan", "PlanKind", "PlanTask", "plan", "release_by"]
@@ -164,6 +165,10 @@ def urgency(task: PlanTask, now: datetime) -> tuple[bool, datetime, datetime, in
     return task.latest_start > max(task.earliest, now), task.latest_start, task.earliest, task.task_id
 
 
+def _scaled(task: PlanTask, caution: float, share: float) -> PlanTask:
+    return replace(task, caution=(caution if task.caution is None else task.caution) * share)
+
+
 def _own(task: PlanTask, caution: Callable[[timedelta], float], now: datetime) -> PlanTask:
     if task.caution is not None:
         return task
@@ -190,6 +195,13 @@ def _plan(
     """One plan per given task, in the order given, with the expected work `coming` (already
     the part of it that competes with them) taking room beside them."""
     load = Load.for_tasks([*given, *coming], capacity, now, resolution)
+    if load is not None and forecast is not None:
+        # The pool is contended: the caution each task is planned with is scaled to the starts
+        # the tasks share (see `contended_share`).
+        share = contended_share([*given, *coming], capacity.max_running, now, forecast)
+        if share != 1.0:
+            given, coming = ([_scaled(t, caution, share) for t in ts] for ts in (given, coming))
+            caution *= share
 
     # Tasks without a choice first (they run when they must, room or not), then tightest latest
     # start first: a task with little slack has few starts to choose from, and a roomier task can

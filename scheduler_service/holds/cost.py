@@ -22,12 +22,11 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import grpc
 
-from lowtide.calibrated_forecast import planning_points
+from lowtide.calibrated_forecast import planning_points, shared_error
 from lowtide.forecast_replay import JOB_SLACKS, windowed
 from lowtide_client import SignalClient
 from lowtide_proto.backoff import Backoff
@@ -43,6 +42,7 @@ from scheduler_service.domain.holds import (
 )
 from scheduler_service.domain.planning import CAUTION, RELEASE_LEAD, Forecast
 from scheduler_service.domain.timings import HoldEpisode
+from scheduler_service.holds.snapshot import HoldSnapshot
 from scheduler_service.wire.forecast import calibration_of
 
 log = logging.getLogger("lowtide.scheduler.cost")
@@ -80,22 +80,6 @@ class LoopWatch:
         while True:
             self.look()
             await asyncio.sleep(self._stall / 4)
-
-
-@dataclass(frozen=True, slots=True)
-class HoldSnapshot:
-    """What a plan reads of a signal's hold, as of one moment on the event loop: the leader plans
-    in a thread while the signal's stream goes on changing the hold."""
-
-    signal_name: str
-    forecast: Forecast | None
-    signal_low: bool
-    unit: str
-    # forecast_caution, and planning_caution() (the same, or by a task's window).
-    caution: float
-    planning_caution: float | Callable[[timedelta], float]
-    origin: str
-    source: str
 
 
 class CostHolds:
@@ -317,7 +301,9 @@ class CostHolds:
             # The current value is known: it states no error.
             known = [] if actual is None else [(now, actual, 0.0)]
             points = known + [(at, value, error) for at, value, error in raw if at > now]
-        forecast = Forecast.of(points) if len(points) > 1 else None
+        # How much of a point's error the next one shares, as learned (None: not known, as for a feed stating its own).
+        shared = shared_error(calibration) if feed is not None and calibration is not None else None
+        forecast = Forecast.of(points, error_shared=shared) if len(points) > 1 else None
         if forecast != self.forecast or (caution, slope, scale) != self._caution_learned:
             self.forecast = forecast
             self.forecast_caution, self.forecast_caution_slope, self._lead_scale = caution, slope, scale

@@ -30,8 +30,8 @@ from scheduler_service.domain.planning import (
 )
 from scheduler_service.fleet.sessions import Registry
 from scheduler_service.holds import regions
-from scheduler_service.holds.cost import HoldSnapshot
 from scheduler_service.holds.signals import HoldsSnapshot, SignalHolds
+from scheduler_service.holds.snapshot import HoldSnapshot
 from scheduler_service.rows.fleet import PlannableTask
 from scheduler_service.store import Store
 

@@ -14,7 +14,8 @@ from scheduler_service.domain.holds import HoldConfig, HoldState, SignalView, he
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.planning import Forecast
 from scheduler_service.domain.timings import HoldEpisode
-from scheduler_service.holds.cost import CostHolds, HoldSnapshot, LoopWatch
+from scheduler_service.holds.cost import CostHolds, LoopWatch
+from scheduler_service.holds.snapshot import HoldSnapshot
 from scheduler_service.rows.fleet import StoredSignal
 from scheduler_service.store import Store
 

@@ -15,6 +15,7 @@ import pytest
 
 import lowtide.forecast_replay as replay_module
 from lowtide import forecast_caution
+from lowtide.calibrated_forecast import shared_error
 from lowtide.forecast_calibration import (
     BUCKET_EDGES_H,
     CAUTIONS,
@@ -320,3 +321,18 @@ def test_a_record_of_forecasts_one_point_ahead_learns_no_caution_by_window(monke
     monkeypatch.setattr(replay_module, "replayed", replayed_paying)
     learned = record.learn(now)
     assert learned.caution_slope == 0.0
+
+
+def test_the_error_a_point_shares_with_the_next_is_all_of_it_until_a_record_says_less() -> None:
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    prior = prior_calibration(now)
+    # No record: errors are not known to be independent.
+    assert shared_error(prior) == 1.0
+    # Learned from many forecasts, the persistence half an hour on; from few, blended toward 1.
+    persistence = (0.0, 0.1, *([0.0] * (len(BUCKET_EDGES_H) - 2)))
+    many = [dataclasses.replace(b, forecasts=992) for b in prior.buckets]
+    few = [dataclasses.replace(b, forecasts=8) for b in prior.buckets]
+    learned = dataclasses.replace(prior, buckets=tuple(many), persistence=persistence)
+    short = dataclasses.replace(prior, buckets=tuple(few), persistence=persistence)
+    assert shared_error(learned) == pytest.approx(0.108)
+    assert shared_error(short) == pytest.approx(0.6)

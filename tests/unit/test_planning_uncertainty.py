@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler_service.domain.planning import Capacity, Forecast, PlanKind, PlanTask, plan
+from scheduler_service.domain.pool_share import contended_share
 from tests.unit.test_planning import ROOMY, T0, at, capacities, forecasts, mean_at, minutes, task, task_lists
 
 
@@ -50,6 +51,53 @@ def test_a_re_plan_keeps_the_last_plan_unless_a_start_is_surely_better() -> None
     # A last plan outside the window counts for nothing.
     gone = replace(task(latest=30), planned=at(60))
     assert plan([gone], forecast, ROOMY, T0, signal_low=False)[0].release_at == at(30)
+
+
+def test_tasks_sharing_a_full_pool_wait_for_a_dip_the_noise_keeps_a_lone_task_from() -> None:
+    # Now 100 (known); in two hours 90, off by 15 % as every later point (130 elsewhere), each
+    # point's error its own (a calibration learned that the next point shares none of it).
+    values = [100.0, 130.0, 130.0, 130.0, 90.0, 130.0, 130.0, 130.0, 130.0]
+    points = [(at(30 * i), v, 0.0 if i == 0 else 0.15) for i, v in enumerate(values)]
+    six = [task(i, latest=240) for i in range(6)]
+
+    def starts(capacity: Capacity, shared: float | None) -> list[datetime]:
+        forecast = Forecast.of(points, error_shared=shared)
+        return [p.release_at for p in plan(six, forecast, capacity, T0, signal_low=False)]
+
+    # With room for all, none waits for it: the lowest of a window's noisy points is lower than
+    # what comes, and 90 is not surely under 100.
+    assert set(starts(ROOMY, 0.0)) == {T0}
+    # Six tasks in a pool of two share its starts: they take about its three lowest, whose
+    # forecasts are less far under what comes than the lowest alone, so each weighs the error
+    # less. The first two to choose (equally tight: in the order given) take the dip's two runs
+    # rather than starting now.
+    assert starts(Capacity(2), 0.0)[:4] == [at(120), at(120), T0, T0]
+    # Errors not known to be independent (a feed stating its own, or a short record), or shared
+    # by the next point: the caution is weighed whole, and the first two start now.
+    for shared in (None, 0.9):
+        assert starts(Capacity(2), shared)[:4] == [T0, T0, at(120), at(120)]
+
+
+def test_the_share_of_caution_falls_as_the_tasks_take_more_of_the_starts() -> None:
+    def day(shared: float | None = 0.0) -> Forecast:
+        return Forecast.of([(at(30 * i), 100.0, 0.1) for i in range(49)], error_shared=shared)
+
+    def share(tasks: int, slots: int, hours: float = 4, shared: float | None = 0.0) -> float:
+        return contended_share([task(i, latest=60 * hours) for i in range(tasks)], slots, T0, day(shared))
+
+    # A task with the starts to itself keeps its caution; tasks taking every start keep none.
+    assert share(1, 1) == 1.0
+    assert share(9, 1) == 0.0
+    # Between, the more tasks a slot, the less; the longer the window, the more.
+    assert 1.0 > share(8, 4) > share(8, 2) > share(8, 1) > 0.0
+    assert share(8, 2, hours=24) > share(8, 2)
+    # The more of its error the next point shares, the fewer independent values to choose among,
+    # and the more caution is kept; unknown, all of it.
+    assert share(8, 2) < share(8, 2, shared=0.5) < share(8, 2, shared=0.9) <= 1.0
+    assert share(8, 2, shared=None) == 1.0
+    # Tasks without a choice choose no start.
+    fixed = [task(i, latest=0) for i in range(8)]
+    assert contended_share(fixed, 1, T0, day()) == 1.0
 
 
 def test_of_two_equal_forecast_windows_the_nearer_and_surer_one() -> None:
