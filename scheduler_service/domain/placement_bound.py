@@ -17,7 +17,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from scheduler_service.domain.forecast import DECIMALS, MICROSECOND, Forecast
+from scheduler_service.domain import pool_auction
+from scheduler_service.domain.forecast import DECIMALS, MICROSECOND
 from scheduler_service.domain.planning import (
     Capacity,
     Commitment,
@@ -43,17 +44,9 @@ class Task(Protocol):
     def region(self) -> str | None: ...
 
 
-class Pool(Protocol):
-    """A pool (placement.Region)."""
+class Pool(pool_auction.Pool, Protocol):
+    """A pool (placement.Region): the auction's, and whether its signal is low."""
 
-    @property
-    def name(self) -> str: ...
-    @property
-    def forecast(self) -> Forecast | None: ...
-    @property
-    def capacity(self) -> Capacity: ...
-    @property
-    def caution(self) -> float: ...
     @property
     def signal_low(self) -> bool: ...
 
