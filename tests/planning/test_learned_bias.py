@@ -98,6 +98,11 @@ async def test_a_held_task_is_planned_with_the_feeds_learned_bias_taken_out(data
                     return forecast is not None and forecast.end > far
 
                 await eventually(planned_on_it, within=15)
+                # How much of a point's error the next shares, as the record taught it: a full
+                # pool weighs the error by it (None, unknown, would keep the whole caution).
+                planned_on = scheduler.dispatcher.holds.forecast
+                assert planned_on is not None
+                assert planned_on.error_shared is not None and 0.0 <= planned_on.error_shared <= 1.0
                 async with Client(scheduler.target) as client:
                     task = await client.submit(
                         "train",
