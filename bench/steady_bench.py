@@ -18,7 +18,9 @@ database's committed transactions per task, submit p50/p99 (from the moment a su
 so a late generator counts against the system, not for it), submit -> finished p50/p99 (the
 same start to the finish the system recorded: lowtide's finished_at, PgQueuer's log row), and
 the saturation rate: the highest offered rate kept, i.e. every submit answered, every task
-finished, and submit p99 at most KEPT_P99_MS.
+finished, and submit p99 at most KEPT_P99_MS. The ladder of rates is coarse (300 to 1,000 is a
+step of 3.3x), so once it is run each system is probed between the highest rate it kept and the
+lowest above that it did not, halving the gap until it is at most SATURATION_STEP.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ RATES = (100, 300, 1000, 2000)
 MORE = (3000, 4000, 6000, 8000)
 DURATION_S = 10.0
 KEPT_P99_MS = 100.0
+# The saturation rate is narrowed to within this many submits a second.
+SATURATION_STEP = 50
 # A submit not answered within this is counted failed.
 SUBMIT_TIMEOUT_S = 10.0
 # How long the last tasks may take to finish once the last submit is answered.
@@ -244,6 +248,26 @@ def _line(name: str, run: dict[str, Any]) -> str:
     )
 
 
+def next_probe(runs: list[dict[str, Any]]) -> int | None:
+    """The rate to try next to narrow a system's saturation rate, from its runs so far: halfway
+    (to a multiple of SATURATION_STEP) between the highest rate it kept and the lowest above
+    that it did not keep; None once the two are at most SATURATION_STEP apart, or nothing above
+    the highest kept was missed."""
+    kept = max((int(r["offered_per_s"]) for r in runs if r["kept"]), default=0)
+    missed = min((int(r["offered_per_s"]) for r in runs if not r["kept"] and r["offered_per_s"] > kept), default=None)
+    if missed is None or missed - kept <= SATURATION_STEP:
+        return None
+    middle = round((kept + missed) / 2 / SATURATION_STEP) * SATURATION_STEP
+    return min(max(middle, kept + SATURATION_STEP), missed - SATURATION_STEP)
+
+
+async def _one(name: str, server_url: str, rate: int) -> dict[str, Any]:
+    async with throwaway_database(server_url, f"bench_steady_{name}") as url:
+        run = await _run(name, url, rate)
+    print(_line(name, run), file=sys.stderr, flush=True)
+    return run
+
+
 async def steady(server_url: str, systems: tuple[str, ...] = ("lowtide", "pgqueuer")) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
     for nth, rate in enumerate((*RATES, *MORE)):
@@ -251,13 +275,15 @@ async def steady(server_url: str, systems: tuple[str, ...] = ("lowtide", "pgqueu
         order = systems if nth % 2 == 0 else tuple(reversed(systems))
         kept = False
         for name in order:
-            async with throwaway_database(server_url, f"bench_steady_{name}") as url:
-                run = await _run(name, url, rate)
-            print(_line(name, run), file=sys.stderr, flush=True)
+            run = await _one(name, server_url, rate)
             runs[name].append(run)
             kept = kept or run["kept"]
         if rate not in RATES and not kept:
             break
+    for name, made in runs.items():
+        while (probe := next_probe(made)) is not None:
+            made.append(await _one(name, server_url, probe))
+        made.sort(key=lambda run: int(run["offered_per_s"]))
     saturation = {name: max((r["offered_per_s"] for r in made if r["kept"]), default=0) for name, made in runs.items()}
     report: dict[str, Any] = {
         "lowtide_workers": WORKERS,
@@ -267,6 +293,7 @@ async def steady(server_url: str, systems: tuple[str, ...] = ("lowtide", "pgqueu
         "pgqueuer_settings": pgqueuer_bench.SETTINGS | {"mode": "continuous"},
         "duration_s": DURATION_S,
         "kept_submit_p99_ms": KEPT_P99_MS,
+        "saturation_step_per_s": SATURATION_STEP,
         "runs": runs,
         "saturation_per_s": saturation,
         "method": "open loop: each submit fired when due, many in flight on one gRPC channel / asyncpg pool; "
