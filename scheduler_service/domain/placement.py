@@ -35,11 +35,11 @@ Placed tasks are planned first, as they can run in fewer places. Nothing here do
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from scheduler_service.domain import placement_bound
+from scheduler_service.domain import placement_bound, planning
 from scheduler_service.domain.forecast import MICROSECOND, Forecast
 from scheduler_service.domain.planning import CAUTION, EXACT_TASKS, Capacity, Commitment, Plan, PlanKind, PlanTask, plan
 from scheduler_service.domain.pool_auction import Bid, share
@@ -59,7 +59,9 @@ class Region:
     forecast: Forecast | None
     capacity: Capacity
     signal_low: bool = False
-    caution: float = CAUTION
+    # The caution its signal's calibration found to pay: the same for every task, or by the
+    # window a task has left (see `planning.plan`).
+    caution: float | Callable[[timedelta], float] = CAUTION
     unit: str = ""
     # Work expected to be submitted to this pool later (see scheduler_service.domain.demand).
     expected: tuple[PlanTask, ...] = ()
@@ -180,7 +182,7 @@ def _place(
     # Round two: a task planned worse where it is than another allowed place could give it moves.
     moves: list[tuple[float, int, str]] = []
     for i, (where, p) in enumerate(zip(home, plans, strict=True)):
-        here = _score(by_name[where], p, given[i].task.duration)
+        here = _score(by_name[where], p, given[i].task, now)
         elsewhere = [(s, n) for n, s in best[i].items() if n != where and _open(by_name[n])]
         if elsewhere:
             score, name = min(elsewhere)
@@ -254,7 +256,7 @@ def _could_give(
             continue
         roomy = replace(region, capacity=Capacity(_ROOMY), expected=())
         for i, p in zip(members, _plan_in(roomy, [tasks[i] for i in members], now, resolution), strict=True):
-            best[i][region.name] = _score(region, p, tasks[i].task.duration)
+            best[i][region.name] = _score(region, p, tasks[i].task, now)
     return best
 
 
@@ -312,13 +314,14 @@ def _plan_in(region: Region, tasks: Sequence[PlaceTask], now: datetime, resoluti
     )
 
 
-def _score(region: Region, p: Plan, duration: timedelta) -> float:
+def _score(region: Region, p: Plan, task: PlanTask, now: datetime) -> float:
     """The pessimistic mean of the planned run (a start now at the known value), or infinity
     when the place's forecast does not cover it: a place seen is preferred to one unseen."""
     forecast = region.forecast
     if p.expected_intensity is None or forecast is None or p.kind is PlanKind.THRESHOLD:
         return math.inf
-    return forecast.score(forecast.offset(p.release_at), max(1, duration // MICROSECOND), region.caution)
+    span, caution = max(1, task.duration // MICROSECOND), planning.caution_of(task, region.caution, now)
+    return forecast.score(forecast.offset(p.release_at), span, caution)
 
 
 def _placement(
@@ -330,7 +333,7 @@ def _placement(
     by_name: Mapping[str, Region],
     now: datetime,
 ) -> Placement:
-    score = _score(region, p, task.task.duration)
+    score = _score(region, p, task.task, now)
     options = {n: (None if math.isinf(s) else s) for n, s in best.items()}
     unit = f" {region.unit}" if region.unit else ""
     at = p.release_at.astimezone(UTC)

@@ -25,6 +25,7 @@ from scheduler_service.domain.planning import (
     Plan,
     PlanKind,
     PlanTask,
+    caution_of,
     forecast_plan,
     threshold_plan,
     urgency,
@@ -92,7 +93,7 @@ def greedily(
         found: list[tuple[float, bool, int, str, int]] = []
         roomy: dict[str, int] = {}
         for rank, name in enumerate(names):
-            forecast, caution = by_name[name].forecast, by_name[name].caution
+            forecast, caution = by_name[name].forecast, caution_of(task, by_name[name].caution, now)
             if forecast is None or not forecast.covers(earliest, task.latest_start + task.duration):
                 continue
             if name not in loads:

@@ -169,10 +169,16 @@ def _scaled(task: PlanTask, caution: float, share: float) -> PlanTask:
     return replace(task, caution=(caution if task.caution is None else task.caution) * share)
 
 
-def _own(task: PlanTask, caution: Callable[[timedelta], float], now: datetime) -> PlanTask:
+def caution_of(task: PlanTask, caution: float | Callable[[timedelta], float], now: datetime) -> float:
+    """The caution `task` is planned with: its own, else `caution`, which a function gives by
+    the window the task has left (its latest start less now, or less its earliest when later)."""
     if task.caution is not None:
-        return task
-    return replace(task, caution=caution(task.latest_start - max(task.earliest, now)))
+        return task.caution
+    return caution(task.latest_start - max(task.earliest, now)) if callable(caution) else caution
+
+
+def _own(task: PlanTask, caution: Callable[[timedelta], float], now: datetime) -> PlanTask:
+    return task if task.caution is not None else replace(task, caution=caution_of(task, caution, now))
 
 
 def _costs_room(beside: Sequence[Plan], alone: Sequence[Plan]) -> bool:

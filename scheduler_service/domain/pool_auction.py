@@ -7,15 +7,16 @@ or place are the ones that go (scheduler_service.domain.placement plans each poo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from scheduler_service.domain.assignment import Bidder, auction
 from scheduler_service.domain.forecast import MICROSECOND, Forecast
-from scheduler_service.domain.planning import AUCTION_WORK, BIDS_PER_TASK, EPSILON, Capacity, PlanTask
+from scheduler_service.domain.planning import AUCTION_WORK, BIDS_PER_TASK, EPSILON, Capacity, PlanTask, caution_of
 from scheduler_service.domain.pool_load import Load
+from scheduler_service.domain.pool_share import contended_share
 from scheduler_service.domain.starts import starts as _starts
 
 
@@ -29,7 +30,7 @@ class Pool(Protocol):
     @property
     def capacity(self) -> Capacity: ...
     @property
-    def caution(self) -> float: ...
+    def caution(self) -> float | Callable[[timedelta], float]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +59,14 @@ def share(
     `fixed` are bids with no choice of start, by index, in the pool they run in: they take their
     room at once before the others bid."""
     loads: dict[str, tuple[Load, int]] = {}
+    # The share of its caution a task keeps in each pool (as `planning.plan` plans a pool, over
+    # every task that may go there).
+    shares: dict[str, float] = {}
     for pool in pools:
         members = [b.task for b in bids if pool.name in b.pools]
         if members:
             loads[pool.name] = (Load.covering(members, pool.capacity, now, resolution), 0)
+            shares[pool.name] = _share(members, pool, now, resolution)
     for i, name in fixed.items():
         if name in loads:
             task = bids[i].task
@@ -90,8 +95,10 @@ def share(
             if forecast is None or not forecast.covers(earliest, bid.task.latest_start + bid.task.duration):
                 continue
             task = bid.task if bid.last == name else replace(bid.task, planned=None)
+            caution = caution_of(task, pool.caution, now) * shares[name]
+            task = replace(task, caution=caution)
             span, shift = task.duration // MICROSECOND, load.shift(forecast.origin)
-            for score, offset in _starts(task, forecast, load, earliest, pool.caution):
+            for score, offset in _starts(task, forecast, load, earliest, caution):
                 slots = load.slots_at(offset + shift, offset + shift + span)
                 options.append((score, range(base + slots.start, base + slots.stop)))
                 where.append(name)
@@ -104,3 +111,11 @@ def share(
     scale = max((abs(v) for p in pools if p.forecast is not None for v in p.forecast.values), default=0.0) or 1.0
     got = auction(bidders, room, epsilon=EPSILON * scale, max_bids=BIDS_PER_TASK * len(bidders))
     return {b.key: where[got[b.key]] for b, where in zip(bidders, places, strict=True) if b.key in got}
+
+
+def _share(members: Sequence[PlanTask], pool: Pool, now: datetime, resolution: timedelta) -> float:
+    """1 in a pool with room for every task at once; else the share of its caution a task keeps
+    there (`contended_share`, as `planning.plan` scales it in a pool too small for its tasks)."""
+    if pool.forecast is None or Load.for_tasks(members, pool.capacity, now, resolution) is None:
+        return 1.0
+    return contended_share(members, pool.capacity.max_running, now, pool.forecast)

@@ -48,8 +48,9 @@ def regions(
                 # Fixed starts were promised their pool's capacity: a placement leaves it to them.
                 Capacity(max(0, slots.get(name, 0)), tuple((committed or {}).get(name, ()))),
                 signal_low=hold.signal_low,
-                # The caution its signal's calibration found to pay (the default without one).
-                caution=hold.caution,
+                # The caution its signal's calibration found to pay (the default without one), by
+                # a task's window where it found that to pay, as for a task naming no pool.
+                caution=hold.planning_caution,
                 unit=hold.unit,
             )
         )

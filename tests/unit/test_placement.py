@@ -237,3 +237,27 @@ def test_a_placement_within_its_bound_is_the_exact_one_and_no_task_without_a_cho
     placed = place([*given, *due], regions, NOW, resolution=HOUR, exact=1)
     assert [(p.region, p.plan.release_at) for p in placed[-3:]] == [("eu-west", NOW)] * 3
     assert all(NOW <= p.plan.release_at <= t.task.latest_start for p, t in zip(placed, given, strict=False))
+
+
+def test_a_task_naming_pools_is_planned_with_the_caution_of_its_window_as_one_naming_none() -> None:
+    # eu-west: now 100 (known), later 95, each point off by 10 %: at caution 1 not surely under
+    # 100, at caution 0 it is; eu-central dearer all along. A caution falling with the window
+    # waits in a day's window, not in 4 hours' (as planning.plan plans a task naming no pool).
+    start = datetime(2026, 3, 1, 0, 0, tzinfo=UTC)
+    half = timedelta(minutes=30)
+    west = Forecast.of([(start, 100.0, 0.0), *((start + i * half, 95.0, 0.1) for i in range(1, 60))])
+    central = Forecast.of([(start + i * half, 140.0) for i in range(60)])
+
+    def by_window(window: timedelta) -> float:
+        return 1.0 if window <= 4 * HOUR else 0.0
+
+    short, long = (PlaceTask(PlanTask(n, start, start + h * HOUR, half)) for n, h in ((1, 4), (2, 24)))
+    for slots in (2, 1):  # room for both, and a pool the two share
+        regions = [
+            Region("eu-west", west, Capacity(slots), caution=by_window),
+            Region("eu-central", central, Capacity(slots), caution=by_window),
+        ]
+        got = place([short, long], regions, start, resolution=half)
+        assert [(p.region, p.plan.release_at) for p in got] == [("eu-west", start), ("eu-west", start + half)]
+        alone = plan([short.task, long.task], west, Capacity(slots), start, signal_low=False, caution=by_window)
+        assert [p.plan.release_at for p in got] == [p.release_at for p in alone]

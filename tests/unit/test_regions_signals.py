@@ -36,3 +36,22 @@ def test_a_pool_without_a_signal_is_planned_on_the_one_each_tasks_type_follows()
     ]
     train, render = placed(Config(pools=POOLS), holds.snapshot(), tasks, {"eu-west": 2, "on-prem": 2}, now)
     assert (train.region, render.region) == ("eu-west", "on-prem")
+
+
+def test_a_pool_is_planned_with_the_caution_by_window_its_signal_learned() -> None:
+    """Where the calibration found that a caution falling with the window pays, a task naming
+    pools holds out by the window it has left, as a task naming none does."""
+    now = datetime.now(UTC)
+    config = HoldConfig(frozenset({"train"}), pool_signals={"eu-west": "gb"})
+    gb = CostHolds(target="127.0.0.1:1", signal="gb", policy=HoldPolicy(), config=config, on_release=lambda: None)
+    # 1 for a 4 h window, falling 0.5 a doubling: under 0 for a day's.
+    gb.forecast_caution, gb.forecast_caution_slope = 1.0, 0.5
+    west = [(now, 100.0, 0.0), *((now + timedelta(minutes=30 * i), 95.0, 0.1) for i in range(1, 60))]
+    gb.forecast = Forecast.of(west)
+    holds = SignalHolds({"gb": gb}, default="gb", config=config)
+    tasks = [
+        (PlanTask(n, now, now + timedelta(hours=h), timedelta(minutes=30)), ("eu-west",), None, "default", "train")
+        for n, h in ((1, 4), (2, 24))
+    ]
+    short, long = placed(Config(pools=POOLS), holds.snapshot(), tasks, {"eu-west": 2}, now)
+    assert (short.plan.release_at, long.plan.release_at) == (now, now + timedelta(minutes=30))
