@@ -29,6 +29,8 @@ RELEASE_LEAD = timedelta(seconds=1)
 # How many standard deviations of a forecast point's expected error a start is scored above its
 # forecast value (see the module's docstring); tuned on the carbon bench (`make bench`).
 CAUTION = 1.0
+# A caution by window is taken to this step (exact in binary: equal steps scale to equal floats).
+CAUTION_STEP = 1 / 64
 
 # The auction that shares a small pool with expected work (scheduler_service.domain.assignment):
 # its bid increment as a share of the forecast's largest value (the plan is within tasks x that
@@ -171,10 +173,13 @@ def _scaled(task: PlanTask, caution: float, share: float) -> PlanTask:
 
 def caution_of(task: PlanTask, caution: float | Callable[[timedelta], float], now: datetime) -> float:
     """The caution `task` is planned with: its own, else `caution`, which a function gives by
-    the window the task has left (its latest start less now, or less its earliest when later)."""
+    the window the task has left (its latest start less now, or less its earliest when later),
+    to CAUTION_STEP: tasks whose windows differ by minutes share a table of scored starts."""
     if task.caution is not None:
         return task.caution
-    return caution(task.latest_start - max(task.earliest, now)) if callable(caution) else caution
+    if not callable(caution):
+        return caution
+    return round(caution(task.latest_start - max(task.earliest, now)) / CAUTION_STEP) * CAUTION_STEP
 
 
 def _own(task: PlanTask, caution: Callable[[timedelta], float], now: datetime) -> PlanTask:

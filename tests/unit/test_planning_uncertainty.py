@@ -196,3 +196,22 @@ def test_a_task_is_planned_with_the_caution_of_the_window_it_has_left() -> None:
     fresh = task(2, latest=24 * 60)
     plans = plan([late, fresh], forecast, ROOMY, T0, signal_low=False, caution=by_window)
     assert [p.release_at for p in plans] == [T0, at(30)]
+
+
+def test_a_caution_by_window_is_taken_to_a_step_that_tasks_of_nearly_equal_windows_share() -> None:
+    # Thousands of waiting tasks have windows a few minutes apart: each weighing its starts with
+    # a caution of its own made each its own table of scored starts (a plan three times as dear).
+    from scheduler_service.domain.planning import CAUTION_STEP, caution_of
+
+    def by_window(window: timedelta) -> float:
+        return 1.0 - window / timedelta(hours=24)
+
+    # Sixty tasks a minute apart: their cautions span 0.04, a few steps.
+    windows = [timedelta(hours=20, minutes=i) for i in range(60)]
+    cautions = [caution_of(task(i, latest=w / timedelta(minutes=1)), by_window, T0) for i, w in enumerate(windows)]
+    assert len(set(cautions)) <= 4
+    assert all(abs(c - by_window(w)) <= CAUTION_STEP / 2 for c, w in zip(cautions, windows, strict=True))
+    assert caution_of(task(1, latest=4 * 60), by_window, T0) not in cautions
+    # A caution the same for every task, or a task's own, is taken as it is.
+    assert caution_of(task(1, latest=60), 0.3, T0) == 0.3
+    assert caution_of(replace(task(1, latest=60), caution=0.123), by_window, T0) == 0.123
