@@ -128,7 +128,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--spatial",
         action="store_true",
-        help="run the spatial evaluation with the carbon one (~30-45 min more on 2 cores) even without two --trace: "
+        help="run the spatial evaluation with the carbon one (~1 h more on 2 cores) even without two --trace: "
         "over the bundled GB and DE 2020 traces when none is given",
     )
     parser.add_argument(

@@ -13,6 +13,10 @@ at once where it was submitted. Policies:
   new forecast of every region, each with its expected error and its pool, beside the work
   expected from the last day's arrivals (as the temporal evaluation's plans); a job planned for now
   starts there when its pool has a slot; at its latest start it starts in any region with room.
+- `where_and_when_learned`: the same on the bare forecasts, each region's bias, error and caution
+  learned by the calibration from its own forecasts issued before and the values that came, as
+  the temporal evaluation's `replanned_learned` cells (production's path: a pool is planned with
+  its signal's calibration, the caution by the window a task has left where that paid).
 - `oracle`: the cheapest assignment of jobs to (region, row) with `slots` a region and row, the
   true future known: an LP (a transportation problem, integral), solved by HiGHS as the
   pool-limited oracle of the temporal evaluation is.
@@ -34,8 +38,8 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
-from bench._carbon_sim import ROW, Forecasts, Rows
-from bench.carbon_bench import BLOCK_DAYS, BLOCKS, MODELS, SEED, figures, resample, sample
+from bench._carbon_sim import ROW, Forecasts, ForecastSource, Learned, Rows
+from bench.carbon_bench import BLOCK_DAYS, BLOCKS, HISTORY_ROWS, MODELS, SEED, figures, resample, sample
 from scheduler_service.domain.demand import LOOKBACK, Submitted, expected_arrivals
 from scheduler_service.domain.placement import PlaceTask, Region, place
 from scheduler_service.domain.planning import Capacity, PlanTask
@@ -48,7 +52,7 @@ BUNDLED = tuple(
 SLACKS_H = (8, 24)
 SLOTS = 2
 SPATIAL_MODELS = ("horizon",)
-POLICIES = ("at_once", "best_region_now", "where_and_when", "oracle")
+POLICIES = ("at_once", "best_region_now", "where_and_when", "where_and_when_learned", "oracle")
 
 # A job: (its region of submission, its arrival row).
 Job = tuple[int, int]
@@ -103,8 +107,9 @@ def spatial_evaluation(
                 elif policy == "best_region_now":
                     runs = [best_region_now(regions, jobs, slots) for jobs in jobs_of]
                 else:
+                    start = None if policy == "where_and_when" else arrivals
                     runs = [
-                        where_and_when(regions, jobs, slack, slots, _forecasts(regions, model, b))
+                        where_and_when(regions, jobs, slack, slots, _forecasts(regions, model, b, start))
                         for b, jobs in enumerate(jobs_of)
                     ]
                 cells[policy] = _figures(
@@ -119,8 +124,16 @@ def spatial_evaluation(
     return results
 
 
-def _forecasts(regions: Sequence[Rows], model: str, block: int) -> list[Forecasts]:
-    return [Forecasts(rows, MODELS[model], f"{SEED}:spatial:{model}:{r}:{block}") for r, rows in enumerate(regions)]
+def _forecasts(
+    regions: Sequence[Rows], model: str, block: int, learned: Sequence[range] | None = None
+) -> list[ForecastSource]:
+    """Each region's forecasts of `block` stating the model's error, or (`learned`: the blocks'
+    arrivals) issued bare and calibrated on each region's record before the block."""
+    stated = [Forecasts(rows, MODELS[model], f"{SEED}:spatial:{model}:{r}:{block}") for r, rows in enumerate(regions)]
+    if learned is None:
+        return list(stated)
+    start = learned[block].start
+    return [Learned(rows, f, start, history=HISTORY_ROWS) for rows, f in zip(regions, stated, strict=True)]
 
 
 def _saving(regions: Sequence[Rows], runs: Sequence[Runs], baseline: float) -> float:
@@ -184,7 +197,7 @@ def _queued(jobs: Sequence[Job], slots: int, choose: Callable[[Job, list[int]], 
 
 
 def where_and_when(
-    regions: Sequence[Rows], jobs: Sequence[Job], slack: int, slots: int, forecasts: Sequence[Forecasts]
+    regions: Sequence[Rows], jobs: Sequence[Job], slack: int, slots: int, forecasts: Sequence[ForecastSource]
 ) -> Runs:
     times = regions[0].times
     names = [str(r) for r in range(len(regions))]
