@@ -107,9 +107,9 @@ def spatial_evaluation(
                 elif policy == "best_region_now":
                     runs = [best_region_now(regions, jobs, slots) for jobs in jobs_of]
                 else:
-                    start = None if policy == "where_and_when" else arrivals
+                    learned = None if policy == "where_and_when" else arrivals
                     runs = [
-                        where_and_when(regions, jobs, slack, slots, _forecasts(regions, model, b, start))
+                        where_and_when(regions, jobs, slack, slots, _forecasts(regions, model, b, learned))
                         for b, jobs in enumerate(jobs_of)
                     ]
                 cells[policy] = _figures(
