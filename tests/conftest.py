@@ -4,6 +4,8 @@ for the session), a migrated template database built once, and a fresh copy of i
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
@@ -43,6 +45,20 @@ def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     from lowtide.db.embedded import start_embedded
 
     return start_embedded(Path(tmp_path_factory.mktemp("embedded-pg")))
+
+
+@pytest.fixture
+def embedded_data_dir() -> Iterator[Path]:
+    """A folder for a test's own embedded PostgreSQL, outside pytest's temporary tree, removed
+    after the test. Run as root, the server runs as another user, which must traverse every folder
+    above its data; any pytest session that starts on the machine meanwhile takes group and other
+    access off pytest's root folder (`pytest-of-USER`), and the server could no longer reach its
+    data (a fault test failed so, once, beside another session)."""
+    folder = Path(tempfile.mkdtemp(prefix="lowtide-test-pg-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _admin(url: str) -> psycopg.Connection[tuple[object, ...]]:

@@ -30,10 +30,10 @@ BACKGROUND = (["demo-worker"], ["signal", "watch"])
 
 
 @pytest.fixture
-async def session(tmp_path: Path) -> AsyncIterator[Session]:
+async def session(tmp_path: Path, embedded_data_dir: Path) -> AsyncIterator[Session]:
     """The shells of the README's commands: a fresh data folder, free ports, every process
     stopped at the end."""
-    running = Session(tmp_path)
+    running = Session(tmp_path, embedded_data_dir)
     try:
         yield running
     finally:

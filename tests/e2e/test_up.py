@@ -81,9 +81,11 @@ async def read_until(process: asyncio.subprocess.Process, text: str, within: flo
 class Session:
     """Every process the test starts, stopped (and the embedded database with them) at the end."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, data_dir: Path | None = None) -> None:
+        """`data_dir`: where the embedded PostgreSQL's data goes (see `embedded_data_dir`), else
+        the test's tmp folder (a test whose services use another database)."""
         self.tmp = tmp_path
-        self.data_dir = tmp_path / "data"
+        self.data_dir = (data_dir or tmp_path) / "data"
         self.env = user_env(self.data_dir, f"127.0.0.1:{free_port()}")
         self.target = self.env["LOWTIDE_SCHEDULER_LISTEN"]
         self.processes: list[asyncio.subprocess.Process] = []
@@ -156,8 +158,8 @@ class Session:
 
 
 @pytest.fixture
-async def session(tmp_path: Path) -> AsyncIterator[Session]:
-    running = Session(tmp_path)
+async def session(tmp_path: Path, embedded_data_dir: Path) -> AsyncIterator[Session]:
+    running = Session(tmp_path, embedded_data_dir)
     try:
         yield running
     finally:
@@ -202,9 +204,9 @@ async def test_up_runs_tasks_and_keeps_them_across_a_restart(session: Session) -
     await ctrl_c(session, up)
 
 
-def test_up_demo_shows_held_work_while_the_replayed_signal_is_high(tmp_path: Path) -> None:
+def test_up_demo_shows_held_work_while_the_replayed_signal_is_high(tmp_path: Path, embedded_data_dir: Path) -> None:
     """`lowtide up --demo`: the replayed trace crosses its threshold and the live line shows it."""
-    data_dir = tmp_path / "data"
+    data_dir = embedded_data_dir / "data"
     env = user_env(data_dir, f"127.0.0.1:{free_port()}")
     scheduler_metrics, signal_metrics = free_port(), free_port()
     env.update(

@@ -13,9 +13,9 @@ from tests.faults.support import Postgres
 
 
 @pytest.fixture
-def postgres(tmp_path: Path) -> Iterator[Postgres]:
+def postgres(embedded_data_dir: Path) -> Iterator[Postgres]:
     """A PostgreSQL server of the test's own, which it may stop, kill and start again."""
-    server = Postgres(tmp_path)
+    server = Postgres(embedded_data_dir)
     try:
         yield server
     finally:
