@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-MICROSECOND = timedelta(microseconds=1)
+from scheduler_service.domain.forecast import MICROSECOND
 
 
 class Window(Protocol):

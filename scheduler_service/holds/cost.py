@@ -329,7 +329,6 @@ class CostHolds:
             self.forecast,
             not self.state.active,
             self.signal.unit if self.signal is not None else "",
-            self.forecast_caution,
             self.planning_caution(),
             self.forecast_origin,
             self.forecast_source,

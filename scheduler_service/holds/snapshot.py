@@ -18,8 +18,7 @@ class HoldSnapshot:
     forecast: Forecast | None
     signal_low: bool
     unit: str
-    # forecast_caution, and planning_caution() (the same, or by a task's window).
-    caution: float
+    # planning_caution(): the caution learned, the same for every task or by a task's window.
     planning_caution: float | Callable[[timedelta], float]
     origin: str
     source: str
