@@ -20,12 +20,12 @@ from psycopg import conninfo
 from psycopg.rows import BaseRowFactory, class_row, dict_row
 from psycopg.types.array import ListBinaryDumper
 
+from lowtide.db.queries import Positional
 from lowtide.errors import DatabaseUnavailable
 
 Row = dict[str, Any]
 Params = Mapping[str, Any]
 T = TypeVar("T")
-U = TypeVar("U")
 
 
 @contextlib.contextmanager
@@ -78,6 +78,20 @@ def typed_row(cls: type[T]) -> BaseRowFactory[T]:
         names = tuple(result.fname(i).decode() for i in range(result.nfields))
         if names != fields:
             raise TypeError(f"{cls.__name__} has the fields {fields}, the query returns the columns {names}")
+        return make
+
+    return factory
+
+
+def _with_last_column(cls: type[T]) -> BaseRowFactory[tuple[T, Any]]:
+    """Rows as (a `cls` made of every column but the last, by name; the last column's value)."""
+
+    def factory(cursor: Any) -> Callable[[Sequence[Any]], tuple[T, Any]]:
+        fields = [column.name for column in cursor.description or ()][:-1]
+
+        def make(values: Sequence[Any]) -> tuple[T, Any]:
+            return cls(**dict(zip(fields, values, strict=False))), values[-1]
+
         return make
 
     return factory
@@ -259,35 +273,21 @@ class Database:
         rows = await self.fetch_as(cls, sql, params)
         return rows[0] if rows else None
 
-    async def fetch_both(
-        self, first: tuple[type[T], str, Params], second: tuple[type[U], str, Params], *, planned: bool = False
-    ) -> tuple[list[T], list[U]]:
-        """Two statements' rows (as `fetch_as`), sent together in one round trip and committed
-        together: a pipeline with one Sync is one implicit transaction, so either both are
-        written or neither (the second is skipped once the first fails, and the first rolled back
-        when the second does). `planned` as for `transaction`; the second is not prepared
-        even there (a report's finish): its plan, generic there too, is made on every run for the
-        table as it is, where one kept from a table just analyzed with 200 rows read 60,264 rows
-        for a finish of 64 behind 60,000 tasks (see _GENERIC_PLANS)."""
+    async def fetch_positional(
+        self, cls: type[T], query: Positional, params: Params, *, planned: bool = False
+    ) -> list[tuple[T, Any]]:
+        """The rows of a statement run on its own (committed alone), written with PostgreSQL's
+        placeholders (a `Positional`: a text psycopg would parse again on every execution): each
+        as a `cls` value made of every column but the last, and that last column's value.
+        `planned` as for `transaction`."""
         pool = self._planned if planned else self._pool
         with wrap_exceptions():
             async with (
                 pool.connection() as conn,
-                conn.pipeline() as pipeline,
-                conn.cursor(row_factory=typed_row(first[0])) as one,
-                conn.cursor(row_factory=typed_row(second[0])) as two,
+                psycopg.AsyncRawCursor(conn, row_factory=_with_last_column(cls)) as cur,
             ):
-                # BEGIN and COMMIT ride in the same round trip: an error raised here before the
-                # Sync (a parameter not adapted, a cancellation) rolls the first statement back,
-                # where the pipeline's exit alone would send a Sync and commit it.
-                async with conn.transaction():
-                    await one.execute(first[1], first[2])
-                    await two.execute(second[1], second[2], prepare=False)
-                await pipeline.sync()
-                return (
-                    await one.fetchall() if _returns_rows(one) else [],
-                    await two.fetchall() if _returns_rows(two) else [],
-                )
+                await cur.execute(query.text, query.values(params))
+                return await cur.fetchall() if _returns_rows(cur) else []
 
     async def execute(self, sql: str, params: Params | None = None) -> int:
         with wrap_exceptions():

@@ -14,13 +14,17 @@ claim of a group of several types) was parsed again on every execution.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 _HEADER = re.compile(r"^-- ([a-z0-9_]+) --\s*$", re.MULTILINE)
 _FRAGMENT = re.compile(r"\{\{(_[a-z0-9_]+)\}\}")
 _COMMENT_LINE = re.compile(r"^\s*--.*\n", re.MULTILINE)
 _INDENT = re.compile(r"^[ \t]+", re.MULTILINE)
 _BLANKS = re.compile(r"[ \t]{2,}")
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 
 def _compact(sql: str) -> str:
@@ -45,16 +49,22 @@ def _blocks(text: str) -> dict[str, str]:
 
 def _resolve(queries: dict[str, str], every: dict[str, str]) -> dict[str, str]:
     """The queries (fragments left out) with each `{{_name}}` replaced by that fragment of `every`."""
-    # A fragment goes in without its comment lines (the query says what it does).
+    # A fragment goes in without its comment lines (the query says what it does), and with the
+    # fragments it uses in place.
     fragments = {name: _compact(sql) for name, sql in every.items() if name[0] == "_"}
 
-    def fragment(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in fragments:
-            raise ValueError(f"no fragment {name!r} (a block named -- {name} --)")
-        return fragments[name]
+    def fill(sql: str, using: tuple[str, ...]) -> str:
+        def fragment(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in fragments:
+                raise ValueError(f"no fragment {name!r} (a block named -- {name} --)")
+            if name in using:
+                raise ValueError(f"fragment {name!r} uses itself: {' -> '.join((*using, name))}")
+            return fill(fragments[name], (*using, name))
 
-    return {name: _compact(_FRAGMENT.sub(fragment, sql)) for name, sql in queries.items() if name[0] != "_"}
+        return _FRAGMENT.sub(fragment, sql)
+
+    return {name: _compact(fill(sql, ())) for name, sql in queries.items() if name[0] != "_"}
 
 
 def parse_queries(text: str) -> dict[str, str]:
@@ -78,3 +88,30 @@ def load_queries(package: str, filename: str | None = None) -> dict[str, str]:
     if filename not in by_file:
         raise FileNotFoundError(f"no {filename} in {package}")
     return _resolve(by_file[filename], every)
+
+
+@dataclass(frozen=True)
+class Positional:
+    """A query in PostgreSQL's own placeholders ($1, $2, ...), with the name each stands for: what
+    psycopg's raw cursor sends as it is. psycopg parses a statement written with named placeholders
+    on every execution once its text is over 4 KB (about 0.2 ms for 5 KB); this one is parsed once,
+    when it is made."""
+
+    text: str
+    names: tuple[str, ...]
+
+    def values(self, params: Mapping[str, Any]) -> list[Any]:
+        return [params[name] for name in self.names]
+
+
+def positional(sql: str) -> Positional:
+    """The query with each `%(name)s` made `$n`, the same name the same number."""
+    names: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return f"${names.setdefault(match.group(1), len(names) + 1)}"
+
+    text = _PLACEHOLDER.sub(number, sql)
+    if "%" in text:
+        raise ValueError(f"only %(name)s placeholders can be made positional: {text[text.index('%') :][:40]!r}")
+    return Positional(text, tuple(names))

@@ -84,78 +84,106 @@ WITH inserted AS (
 {{_wake_if_stored}}
 SELECT t.*, NULL::bigint[] AS depends_on FROM inserted t LEFT JOIN woken ON true
 
--- insert_tasks_handed --
--- insert_tasks_whole for a group of plain single submits (no key, dependency or fixed start; see
+-- _insert_handed --
+-- The insert of insert_tasks_whole for a group of plain single submits (no key, dependency or fixed start; see
 -- tasks/submit_groups.py) some of which this replica hands straight to an idle slot: %(workers)s
 -- names each task's worker (NULL: none). Such a task is stored as its first attempt running on
 -- that worker, as a claim would start it (_start_attempt), unless its queue is paused, the
 -- worker's lease ran out, or a due task of its queue and type waits already (that one goes first:
--- the new one is stored pending and claimed in turn). Only pending tasks wake dispatch.
+-- the new one is stored pending and claimed in turn).
 -- Each check is a probe per task (OFFSET 0 keeps PostgreSQL from hashing a subquery instead): the
 -- statement keeps one generic plan (store/submissions.py), made while the table may be near empty,
 -- and a hashed check would then read every due pending task on every insert once a backlog grows.
-WITH inserted AS (
-    INSERT INTO lowtide.tasks (
-        queue, kind, activity_type, payload, priority, max_attempts, initial_backoff_ms,
-        backoff_coefficient, max_backoff_ms, non_retryable_error_types, schedule_to_start_ms,
-        start_to_close_ms, heartbeat_ms, schedule_to_start_deadline, max_defer_ms, hold_deadline,
-        signal_at_submit, pool, estimated_duration_ms, run_at, resources, latest_start,
-        planned_release_at, planned_intensity, plan_reason, submitted_by, headers, pools, planned_pool,
-        state, attempt, worker_id, started_at, close_deadline, heartbeat_deadline, signal_at_dispatch
-    )
-    SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.max_attempts, n.initial_backoff_ms,
-           n.backoff_coefficient, n.max_backoff_ms, string_to_array(n.non_retryable, E'\x1f'),
-           n.schedule_to_start_ms, n.start_to_close_ms, n.heartbeat_ms,
-           CASE WHEN h.worker_id IS NULL THEN now() + n.schedule_to_start_ms * interval '1 millisecond' END,
-           n.max_defer_ms,
-           -- As _insert_tasks (a plain task has no fixed start; one placed in a pool is the
-           -- others' only from its latest start).
-           CASE WHEN n.kind = 'activity' AND n.planned_pool IS NOT NULL THEN n.latest_start - %(release_lead)s::interval
-                WHEN n.kind = 'activity' THEN LEAST(n.latest_start - %(release_lead)s::interval, n.planned_release_at) END,
-           n.signal_at_submit, n.pool, n.estimated_duration_ms,
-           CASE WHEN n.planned_pool IS NOT NULL THEN GREATEST(n.latest_start - %(release_lead)s::interval, now())
-                ELSE GREATEST(n.planned_release_at, now()) END,
-           n.resources::jsonb, n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason,
-           %(submitted_by)s::text, n.headers::jsonb, string_to_array(n.allowed_pools, E'\x1f'), n.planned_pool,
-           CASE WHEN h.worker_id IS NULL THEN 'pending' ELSE 'running' END,
-           CASE WHEN h.worker_id IS NULL THEN 0 ELSE 1 END,
-           h.worker_id, h.at, h.at + n.start_to_close_ms * interval '1 millisecond',
-           -- Handed only to pools not bound to a signal of their own: the default signal's value.
-           h.at + n.heartbeat_ms * interval '1 millisecond', CASE WHEN h.at IS NOT NULL THEN %(signal)s::float8 END
-    FROM unnest(
-        %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
-        %(priorities)s::int[], %(max_attempts)s::int[], %(initial_backoff_ms)s::bigint[],
-        %(backoff_coefficients)s::float8[], %(max_backoff_ms)s::bigint[], %(non_retryable)s::text[],
-        %(schedule_to_start_ms)s::bigint[], %(start_to_close_ms)s::bigint[], %(heartbeat_ms)s::bigint[],
-        %(max_defer_ms)s::bigint[], %(pools)s::text[], %(estimated_duration_ms)s::bigint[],
-        %(resources)s::text[], %(latest_starts)s::timestamptz[], %(planned_release_ats)s::timestamptz[],
-        %(planned_intensities)s::float8[], %(plan_reasons)s::text[], %(headers)s::text[], %(workers)s::text[],
-        %(allowed_pools)s::text[], %(planned_pools)s::text[], %(signals)s::float8[]
-    ) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, max_attempts, initial_backoff_ms,
-                          backoff_coefficient, max_backoff_ms, non_retryable, schedule_to_start_ms,
-                          start_to_close_ms, heartbeat_ms, max_defer_ms, pool, estimated_duration_ms,
-                          resources, latest_start, planned_release_at, planned_intensity, plan_reason,
-                          headers, worker, allowed_pools, planned_pool, signal_at_submit, ord)
-    LEFT JOIN LATERAL (
-        SELECT n.worker AS worker_id, now() AS at
-        WHERE n.worker IS NOT NULL
-          AND NOT EXISTS (SELECT 1 FROM lowtide.queues q WHERE q.name = n.queue AND q.paused OFFSET 0)
-          AND EXISTS (SELECT 1 FROM lowtide.workers w WHERE w.id = n.worker AND w.lease_expires_at > now() OFFSET 0)
-          AND NOT EXISTS (
-              SELECT 1 FROM lowtide.tasks t
-              WHERE t.state = 'pending' AND t.start_at IS NULL AND t.resources IS NULL AND t.queue = n.queue
-                AND t.activity_type = n.activity_type AND t.run_at <= now()
-              OFFSET 0
-          )
-    ) h ON true
-    ORDER BY n.ord
-    RETURNING *
-),
+INSERT INTO lowtide.tasks (
+    queue, kind, activity_type, payload, priority, max_attempts, initial_backoff_ms,
+    backoff_coefficient, max_backoff_ms, non_retryable_error_types, schedule_to_start_ms,
+    start_to_close_ms, heartbeat_ms, schedule_to_start_deadline, max_defer_ms, hold_deadline,
+    signal_at_submit, pool, estimated_duration_ms, run_at, resources, latest_start,
+    planned_release_at, planned_intensity, plan_reason, submitted_by, headers, pools, planned_pool,
+    state, attempt, worker_id, started_at, close_deadline, heartbeat_deadline, signal_at_dispatch
+)
+SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.max_attempts, n.initial_backoff_ms,
+       n.backoff_coefficient, n.max_backoff_ms, string_to_array(n.non_retryable, E'\x1f'),
+       n.schedule_to_start_ms, n.start_to_close_ms, n.heartbeat_ms,
+       CASE WHEN h.worker_id IS NULL THEN now() + n.schedule_to_start_ms * interval '1 millisecond' END,
+       n.max_defer_ms,
+       -- As _insert_tasks (a plain task has no fixed start; one placed in a pool is the
+       -- others' only from its latest start).
+       CASE WHEN n.kind = 'activity' AND n.planned_pool IS NOT NULL THEN n.latest_start - %(release_lead)s::interval
+            WHEN n.kind = 'activity' THEN LEAST(n.latest_start - %(release_lead)s::interval, n.planned_release_at) END,
+       n.signal_at_submit, n.pool, n.estimated_duration_ms,
+       CASE WHEN n.planned_pool IS NOT NULL THEN GREATEST(n.latest_start - %(release_lead)s::interval, now())
+            ELSE GREATEST(n.planned_release_at, now()) END,
+       n.resources::jsonb, n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason,
+       %(submitted_by)s::text, n.headers::jsonb, string_to_array(n.allowed_pools, E'\x1f'), n.planned_pool,
+       CASE WHEN h.worker_id IS NULL THEN 'pending' ELSE 'running' END,
+       CASE WHEN h.worker_id IS NULL THEN 0 ELSE 1 END,
+       h.worker_id, h.at, h.at + n.start_to_close_ms * interval '1 millisecond',
+       -- Handed only to pools not bound to a signal of their own: the default signal's value.
+       h.at + n.heartbeat_ms * interval '1 millisecond', CASE WHEN h.at IS NOT NULL THEN %(signal)s::float8 END
+FROM unnest(
+    %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
+    %(priorities)s::int[], %(max_attempts)s::int[], %(initial_backoff_ms)s::bigint[],
+    %(backoff_coefficients)s::float8[], %(max_backoff_ms)s::bigint[], %(non_retryable)s::text[],
+    %(schedule_to_start_ms)s::bigint[], %(start_to_close_ms)s::bigint[], %(heartbeat_ms)s::bigint[],
+    %(max_defer_ms)s::bigint[], %(pools)s::text[], %(estimated_duration_ms)s::bigint[],
+    %(resources)s::text[], %(latest_starts)s::timestamptz[], %(planned_release_ats)s::timestamptz[],
+    %(planned_intensities)s::float8[], %(plan_reasons)s::text[], %(headers)s::text[], %(workers)s::text[],
+    %(allowed_pools)s::text[], %(planned_pools)s::text[], %(signals)s::float8[]
+) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, max_attempts, initial_backoff_ms,
+                      backoff_coefficient, max_backoff_ms, non_retryable, schedule_to_start_ms,
+                      start_to_close_ms, heartbeat_ms, max_defer_ms, pool, estimated_duration_ms,
+                      resources, latest_start, planned_release_at, planned_intensity, plan_reason,
+                      headers, worker, allowed_pools, planned_pool, signal_at_submit, ord)
+LEFT JOIN LATERAL (
+    SELECT n.worker AS worker_id, now() AS at
+    WHERE n.worker IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM lowtide.queues q WHERE q.name = n.queue AND q.paused OFFSET 0)
+      AND EXISTS (SELECT 1 FROM lowtide.workers w WHERE w.id = n.worker AND w.lease_expires_at > now() OFFSET 0)
+      AND NOT EXISTS (
+          SELECT 1 FROM lowtide.tasks t
+          WHERE t.state = 'pending' AND t.start_at IS NULL AND t.resources IS NULL AND t.queue = n.queue
+            AND t.activity_type = n.activity_type AND t.run_at <= now()
+          OFFSET 0
+      )
+) h ON true
+ORDER BY n.ord
+RETURNING *
+
+-- _woken_if_pending --
+-- Wakes every replica's dispatch at commit (as notify_wake) when the group stored a pending task.
 woken AS (
     SELECT pg_notify('lowtide_wake', %(wake)s) FROM (SELECT FROM inserted WHERE state = 'pending' LIMIT 1) AS stored
 )
--- Every column of the task (a TaskRow); a plain task depends on nothing.
+
+-- insert_tasks_handed --
+-- A group of plain single submits stored, some handed to idle slots (_insert_handed). Every
+-- column of each task (a TaskRow); a plain task depends on nothing.
+WITH inserted AS (
+    {{_insert_handed}}
+),
+{{_woken_if_pending}}
 SELECT t.*, NULL::bigint[] AS depends_on FROM inserted t LEFT JOIN woken ON true
+
+-- insert_tasks_handed_finishing --
+-- insert_tasks_handed with workers' reports written in the same statement, one round trip and one
+-- commit for both (tasks/submission.py lends them to the group). The reports applied (_finish_lent)
+-- come back in the last column of the first task's row (NULL in the others), a JSON array of
+-- [id, attempt, state, has_dependents, queue, activity_type, run time in seconds]. The two writes
+-- change different rows, and neither reads what the other writes. Over 4 KB: run positional
+-- (lowtide.db.queries.Positional), so psycopg does not parse it on every execution.
+WITH {{_finish_lent}},
+inserted AS (
+    {{_insert_handed}}
+),
+{{_woken_if_pending}}
+SELECT t.*, NULL::bigint[] AS depends_on,
+       CASE WHEN t.id = (SELECT min(id) FROM inserted) THEN (
+           SELECT json_agg(json_build_array(f.id, f.attempt, f.state, f.has_dependents, f.queue, f.activity_type,
+                                            extract(epoch FROM f.run_time)))
+           FROM finished f
+       ) END AS finished
+FROM inserted t LEFT JOIN woken ON true
 
 -- tasks_by_idempotency_key --
 -- The ids of this submitter's existing tasks with these idempotency keys (NULL: auth off).

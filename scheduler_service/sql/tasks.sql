@@ -67,6 +67,12 @@ SELECT COALESCE(max(id), 0) + 1 AS id FROM lowtide.tasks
 -- 20: 84 ms a batch of 64, against 2.4 ms by id). Every statement of it is planned on each run
 -- (lowtide.db.connector): a plan kept from when the table was all but empty scanned all of it for
 -- each report.
+{{_finish_set}}
+FROM {{_finish_reports}}
+{{_finish_where}}
+
+-- _finish_set --
+-- What a report sets (o: the report, t: its task).
 UPDATE lowtide.tasks t
 SET state = o.state,
     result = o.result,
@@ -80,11 +86,17 @@ SET state = o.state,
     worker_id = CASE WHEN o.state = 'pending' THEN NULL ELSE t.worker_id END,
     close_deadline = NULL,
     heartbeat_deadline = NULL
-FROM unnest(
+
+-- _finish_reports --
+-- The reports, one array per field.
+unnest(
     %(ids)s::bigint[], %(attempts)s::int[], %(worker_ids)s::text[], %(states)s::text[],
     %(results)s::bytea[], %(error_types)s::text[], %(error_messages)s::text[],
-    %(non_retryable)s::bool[], %(run_ats)s::timestamptz[]
+    %(error_non_retryable)s::bool[], %(run_ats)s::timestamptz[]
 ) AS o(id, attempt, worker_id, state, result, error_type, error_message, non_retryable, run_at)
+
+-- _finish_where --
+-- The fence: the attempt is the report's, still running, on the worker that sent it.
 WHERE t.id = o.id AND t.attempt = o.attempt AND t.state IS NOT DISTINCT FROM 'running'
   AND (o.worker_id IS NULL OR t.worker_id = o.worker_id)
 
@@ -103,15 +115,27 @@ RETURNING t.id, t.attempt, t.state, t.has_dependents, t.queue, t.activity_type, 
   AND NOT t.has_dependents
 RETURNING t.id, t.attempt, t.state, t.has_dependents, t.queue, t.activity_type, now() - t.started_at AS run_time
 
--- finish_lent_attempts --
--- finish_independent_attempts for the reports a group of single submits writes in its insert's
--- commit (tasks/submission.py): a task whose row another transaction holds (a submission locking
--- it as a dependency, a release, a cancel) is left out for the completer to write, so a submit
--- never waits on a lock of another task's row, nor fails with a deadlock or timeout it meets.
-{{_finish_fenced}}
-  AND NOT t.has_dependents
-  AND EXISTS (SELECT FROM lowtide.tasks l WHERE l.id = o.id FOR NO KEY UPDATE SKIP LOCKED)
-RETURNING t.id, t.attempt, t.state, t.has_dependents, t.queue, t.activity_type, now() - t.started_at AS run_time
+-- _finish_lent --
+-- finish_independent_attempts for the reports a group of single submits writes in its insert, as
+-- two of its CTEs, `lent` and `finished` (insert_tasks_handed_finishing): a task whose row another
+-- transaction holds (a submission locking it as a dependency, a release, a cancel) is left out for
+-- the completer to write, so a submit never waits on a lock of another task's row, nor fails with
+-- a deadlock or timeout it meets. It keeps the generic plan of the insert, made maybe on an all
+-- but empty table, so each read is bound to the reports whatever the plan joins: each report's
+-- task locked once (a CTE, materialized: not a filter run again for every pair the join tries),
+-- and read by `t.id = ANY(ids)`.
+lent AS MATERIALIZED (
+    SELECT o.* FROM {{_finish_reports}}
+    WHERE EXISTS (SELECT FROM lowtide.tasks l WHERE l.id = o.id FOR NO KEY UPDATE SKIP LOCKED)
+),
+finished AS (
+    {{_finish_set}}
+    FROM lent o
+    {{_finish_where}}
+      AND t.id = ANY(%(ids)s::bigint[])
+      AND NOT t.has_dependents
+    RETURNING t.id, t.attempt, t.state, t.has_dependents, t.queue, t.activity_type, now() - t.started_at AS run_time
+)
 
 -- running_attempts_of_worker --
 -- The attempts a worker runs, locked, to end them when the worker is gone; none when the worker

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from lowtide.db.connector import Database, Transaction
+from lowtide.db.queries import positional
 from scheduler_service.domain.fixed import Interval, Reservation
 from scheduler_service.domain.model import NewTask, Outcome
 from scheduler_service.domain.planning import RELEASE_LEAD
@@ -28,6 +30,9 @@ from scheduler_service.store.base import SEPARATOR, Q, StoreBase, ms
 from scheduler_service.store.tasks import finish_params, settle
 
 T = TypeVar("T")
+
+# Over psycopg's 4 KB of statements it parses once: sent positional.
+_INSERT_FINISHING = positional(Q["insert_tasks_handed_finishing"])
 
 # A bound on the memory of registered queues; past it the next submit registers again.
 _MAX_REGISTERED = 10_000
@@ -141,8 +146,8 @@ class SubmissionWrites:
         insert_tasks_handed: a task handed is stored running, if its queue and worker allow).
         `signal` is the default signal's value, `signals` the value each task records at
         submission (by default `signal`). `finishing` (whole, alone): workers' reports (each with
-        the worker that sent it) applied in the same commit, those of tasks nothing depends on
-        (finish_independent_attempts); the ones applied are kept in `finished`."""
+        the worker that sent it) applied in the same statement, those of tasks nothing depends on
+        (_finish_lent); the ones applied are kept in `finished`."""
         params = {
             **_task_columns(tasks),
             "deps_pending": list(deps_pending),
@@ -152,30 +157,36 @@ class SubmissionWrites:
             "release_lead": RELEASE_LEAD,
             "wake": wake,
         }
-        if workers is not None and any(workers):
-            handed = await self._fetch_as(
-                TaskRow, Q["insert_tasks_handed"], {**params, "workers": list(workers)}, finishing
-            )
-            self.stored.update((r.id, r) for r in handed)
-            return [(r.id, r.idempotency_key) for r in handed]
-        if whole:
-            stored = await self._fetch_as(TaskRow, Q["insert_tasks_whole"], params, finishing)
-            self.stored.update((r.id, r) for r in stored)
-            return [(r.id, r.idempotency_key) for r in stored]
-        assert not finishing, "reports are written with an insert that returns the tasks whole"
-        rows = await self._tx.fetch_as(KeyedRow, Q["insert_tasks"], params)
-        return [(r.id, r.idempotency_key) for r in rows]
-
-    async def _fetch_as(
-        self, cls: type[T], sql: str, params: dict[str, Any], finishing: Sequence[tuple[Outcome, str | None]]
-    ) -> list[T]:
         if finishing:
-            # One round trip and one commit for the insert and the reports (Database.fetch_both).
-            assert isinstance(self._tx, Database), "reports are written with an insert that commits on its own"
-            finish = (FinishedRow, Q["finish_lent_attempts"], finish_params(finishing))
-            rows, finished = await self._tx.fetch_both((cls, sql, params), finish, planned=self._planned)
-            self.finished.update(((r.id, r.attempt), r) for r in finished)
-            return rows
+            assert whole, "reports are written with an insert of plain tasks that returns them whole"
+            handed_to = list(workers) if workers is not None else [None] * len(tasks)
+            stored = await self._insert_finishing({**params, "workers": handed_to}, finishing)
+        elif workers is not None and any(workers):
+            stored = await self._fetch_as(TaskRow, Q["insert_tasks_handed"], {**params, "workers": list(workers)})
+        elif whole:
+            stored = await self._fetch_as(TaskRow, Q["insert_tasks_whole"], params)
+        else:
+            rows = await self._tx.fetch_as(KeyedRow, Q["insert_tasks"], params)
+            return [(r.id, r.idempotency_key) for r in rows]
+        self.stored.update((r.id, r) for r in stored)
+        return [(r.id, r.idempotency_key) for r in stored]
+
+    async def _insert_finishing(
+        self, params: dict[str, Any], finishing: Sequence[tuple[Outcome, str | None]]
+    ) -> list[TaskRow]:
+        """insert_tasks_handed_finishing: the group and the reports in one statement, one round trip
+        and one commit; the reports applied are kept in `finished`."""
+        assert isinstance(self._tx, Database), "reports are written with an insert that commits on its own"
+        params = {**params, **finish_params(finishing)}
+        rows = await self._tx.fetch_positional(TaskRow, _INSERT_FINISHING, params, planned=self._planned)
+        for _, finished in rows:
+            for i, attempt, state, has_dependents, queue, activity_type, seconds in finished or ():
+                run_time = None if seconds is None else timedelta(seconds=seconds)
+                row = FinishedRow(i, attempt, state, has_dependents, queue, activity_type, run_time)
+                self.finished[(i, attempt)] = row
+        return [task for task, _ in rows]
+
+    async def _fetch_as(self, cls: type[T], sql: str, params: dict[str, Any]) -> list[T]:
         if self._planned:
             assert isinstance(self._tx, Database)
             return await self._tx.fetch_as(cls, sql, params, planned=True)

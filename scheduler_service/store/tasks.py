@@ -80,7 +80,7 @@ def finish_params(outcomes: Sequence[tuple[Outcome, str | None]]) -> dict[str, l
         "results": [o.result for o, _ in outcomes],
         "error_types": [f.error_type if f else None for f in failures] if failed else None,
         "error_messages": [f.message if f else None for f in failures] if failed else None,
-        "non_retryable": [f.non_retryable if f else None for f in failures] if failed else None,
+        "error_non_retryable": [f.non_retryable if f else None for f in failures] if failed else None,
         "run_ats": run_ats if any(r is not None for r in run_ats) else None,
     }
 

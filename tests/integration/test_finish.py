@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -15,11 +15,10 @@ import pytest
 from lowtide.db import Database, apply_migrations
 from lowtide.db.connector import Transaction
 from lowtide.errors import DatabaseUnavailable
-from scheduler_service.domain.model import Outcome, State
+from scheduler_service.domain.model import Kind, NewTask, Outcome, RetryPolicy, State
 from scheduler_service.rows.tasks import FinishedRow, UnblockedRow
 from scheduler_service.store import Store
-from scheduler_service.store.base import Q
-from scheduler_service.store.tasks import finish_params
+from scheduler_service.tasks.submission import store_tasks
 from tests.helpers import eventually
 
 
@@ -131,9 +130,8 @@ async def _tasks_read(conn: psycopg.AsyncConnection[Any]) -> int:
     return int(row[0])
 
 
-@dataclass(frozen=True, slots=True)
-class _One:
-    one: int
+_PLAIN = NewTask("default", Kind.ACTIVITY, "b", b"", 0, None, RetryPolicy(3, timedelta(1), 2.0, timedelta(60)),
+                 None, None, None)  # fmt: skip
 
 
 @pytest.mark.parametrize("by", ["completer", "group insert"])
@@ -143,8 +141,9 @@ async def test_a_finish_after_the_table_grew_reads_only_its_own_tasks(
     """The first finishes of a fresh database run while lowtide.tasks holds a handful of rows. A
     plan PostgreSQL kept from then (psycopg prepares a statement run five times; a group of single
     submits' connection at once) scanned the whole table for each report: once 40,000 tasks were
-    stored, 50 ms for one finish, and the finishes fell behind a burst of work. A finish is
-    planned for the table as it is, each time: by the completer, and with a group's insert."""
+    stored, 50 ms for one finish, and the finishes fell behind a burst of work. The completer's
+    finish is planned for the table as it is, each time; a group's insert, which writes the
+    reports lent to it, keeps the plan it made first, which probes each report's task by its id."""
     trickle = await _running(conn, 20)
     db = Database(database_url, min_size=1, max_size=1, planned_max=1)
     await db.open()
@@ -155,8 +154,10 @@ async def test_a_finish_after_the_table_grew_reads_only_its_own_tasks(
         if by == "completer":
             await store.finish(report)
         else:
-            lent = (FinishedRow, Q["finish_lent_attempts"], finish_params(report))
-            await db.fetch_both((_One, "SELECT 1 AS one", {}), lent, planned=True)
+            # A single submit's group, the report lent to it (tasks/submission.py).
+            finished: dict[tuple[int, int], FinishedRow] = {}
+            await store_tasks(store, [_PLAIN], stored={}, planned=True, finishing=report, finished=finished)
+            assert list(finished) == [(task_id, 1)]
 
     try:
         for task_id in trickle:

@@ -4,7 +4,7 @@ are all but empty, as on a fresh install (never analyzed: PostgreSQL assumes 10 
 analyzed with 200 rows (what autovacuum does after the first 50 writes: 8 pages, where a sequential
 scan costs less than one index probe), then run with 20,000 tasks pending, 20,000 running and
 20,000 finished: it must read about what it returns, locks or counts, not the backlog. The claims
-and the group insert keep the generic plan made then (lowtide.db.connector); every other statement
+and the group inserts keep the generic plan made then (lowtide.db.connector); every other statement
 is planned as it runs, with the statistics the table had (a plan kept so, once psycopg prepared a
 statement, read the backlog for a score of them: the heartbeats, the hand-backs, the finishes, the
 leader's tick, the dependencies)."""
@@ -83,6 +83,9 @@ _task = NewTask("default", Kind.ACTIVITY, "echo", b"", 0, None, RetryPolicy(3, t
                 None, None, None)  # fmt: skip
 _insert = {**_task_columns([_task]), "deps_pending": [0], "submitted_by": None, "signal": None, "signals": [None],
            "release_lead": RELEASE_LEAD, "wake": ""}  # fmt: skip
+_plain = ("deps_pending", "idempotency_keys", "start_ats", "start_tolerance_ms", "on_miss")
+_handed = {**{k: v for k, v in _insert.items() if k not in _plain}, "workers": ["w1"]}
+_reports = [(Outcome(i, 1, State.COMPLETED, result=b""), w) for i, w in zip(_running, _their_workers, strict=True)]
 # A worker's own running attempts, read by a statement about some of them: what it runs, not the backlog.
 _OWN_RUNNING = 20_000 // WORKERS + 8
 _PLANNED = _GENERIC_PLANS  # the claims' and the group insert's connections
@@ -105,18 +108,9 @@ STATEMENTS: dict[str, tuple[dict[str, Any], str | None, int]] = {
         2 * 256 + 144,
     ),
     "claim_fixed_due": ({**_slots, "queues": ["default"], "types": ["echo"]}, _PREPARED, 8),
-    "insert_tasks_handed": (
-        {
-            **{
-                k: v
-                for k, v in _insert.items()
-                if k not in ("deps_pending", "idempotency_keys", "start_ats", "start_tolerance_ms", "on_miss")
-            },
-            "workers": ["w1"],
-        },
-        _PLANNED,
-        8,
-    ),
+    "insert_tasks_handed": (_handed, _PLANNED, 8),
+    # A group's insert with the reports lent to it (a batch of 64): each report's task probed by its id.
+    "insert_tasks_handed_finishing": ({**_handed, **finish_params(_reports)}, _PLANNED, 8 + 2 * BATCH),
     "insert_tasks": (_insert, _PREPARED, 8),
     "tasks_by_idempotency_key": ({"keys": ["k1", "k2"], "submitted_by": None}, _PREPARED, 8),
     "lock_dependencies": ({"ids": _pending[:3]}, _PREPARED, 8),
@@ -212,18 +206,3 @@ def _cases() -> list[Any]:
 def test_a_statement_planned_on_a_small_table_reads_no_backlog_later(database_url: str, setup: str, name: str) -> None:
     read = _rows_read(database_url, setup, name)
     assert read <= STATEMENTS[name][2], f"{name} planned on the {setup} table read {read} rows of lowtide.tasks"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("setup", list(_SETUPS))
-def test_the_group_insert_s_finish_planned_as_it_runs_reads_no_backlog(database_url: str, setup: str) -> None:
-    """The finish of reports a group insert writes (finish_lent_attempts, Database.fetch_both's
-    second statement) runs on the connections that keep generic plans, unprepared: it is planned
-    when it runs, for the table as it is then, yet for any values (plan_cache_mode holds for an
-    unnamed statement too), with sequential scans off. Kept from the table just analyzed with 200
-    rows, that plan read 60,264 rows of the backlog for a batch of 64; planned with the backlog
-    there, about its own tasks."""
-    reports = [(Outcome(i, 1, State.COMPLETED, result=b""), w) for i, w in zip(_running, _their_workers, strict=True)]
-    statement = {"finish_lent_attempts": (Q["finish_lent_attempts"], finish_params(reports), _PLANNED)}
-    read = rows_read_planned_before_each(database_url, statement, [*_SETUPS[setup], *_BACKLOG], [])
-    assert read["finish_lent_attempts"] <= 2 * BATCH, f"planned as it runs after the {setup} table, it read {read}"

@@ -16,13 +16,17 @@ from typing import Any
 import psycopg
 import pytest
 
-from scheduler_service.domain.model import Outcome, State
+from scheduler_service.domain.model import Kind, NewTask, Outcome, RetryPolicy, State
+from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.store.base import Q
+from scheduler_service.store.submissions import _task_columns
 from scheduler_service.store.tasks import finish_params
 from tests.integration.plans import generic_rows_read, rows_read
 
 RUNNING = 20_000
 BATCH = 64
+_PLAIN = NewTask("default", Kind.ACTIVITY, "b", b"", 0, None, RetryPolicy(3, timedelta(1), 2.0, timedelta(60)),
+                 None, None, None)  # fmt: skip
 
 
 @pytest.fixture
@@ -61,8 +65,10 @@ def test_a_completion_batch_written_with_a_group_s_insert_reads_the_attempts_it_
     outcomes = [(Outcome(task_id, 1, State.COMPLETED, result=b"ok"), "w1") for task_id in range(1000, 1000 + BATCH)]
     params = finish_params(outcomes)
     assert generic_rows_read(many_running, Q["finish_independent_attempts"], params) == BATCH
-    # The lent reports' own statement reads each twice (locked, then ended), never the running set.
-    assert generic_rows_read(many_running, Q["finish_lent_attempts"], params) <= 2 * BATCH
+    # The insert that writes reports lent to it reads each twice (locked, then ended), never the running set.
+    group: dict[str, Any] = {**_task_columns([_PLAIN]), "workers": [None], "signals": [None]}
+    group |= {"submitted_by": None, "signal": None, "release_lead": RELEASE_LEAD, "wake": ""}
+    assert generic_rows_read(many_running, Q["insert_tasks_handed_finishing"], group | params) <= 2 * BATCH
 
 
 def test_a_heartbeat_batch_reads_the_attempts_it_names(many_running: psycopg.Connection[Any]) -> None:

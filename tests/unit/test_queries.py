@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lowtide.db import load_queries
-from lowtide.db.queries import parse_queries
+from lowtide.db.queries import parse_queries, positional
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,3 +71,20 @@ def test_the_statements_of_a_single_submit_and_its_finish_are_parsed_once() -> N
     every = load_queries("scheduler_service.sql")
     hot = ("insert_tasks", "insert_tasks_whole", "insert_tasks_handed", "finish_independent_attempts", "claim_pair")
     assert {name: len(every[name]) for name in hot if len(every[name]) > 4096} == {}
+
+
+def test_a_fragment_may_use_another_but_not_itself() -> None:
+    queries = parse_queries(
+        "-- _cols --\nid, {{_more}}\n-- _more --\nstate\n-- one --\n-- The first.\nSELECT {{_cols}} FROM t\n"
+    )
+    assert queries["one"] == "SELECT id, state FROM t"
+    with pytest.raises(ValueError, match="'_a' uses itself: _a -> _b -> _a"):
+        parse_queries("-- _a --\n{{_b}}\n-- _b --\n{{_a}}\n-- one --\nSELECT {{_a}}\n")
+
+
+def test_a_query_made_positional_numbers_each_name_once_in_order() -> None:
+    query = positional("SELECT %(b)s::int, %(a)s::text WHERE x = %(b)s::int")
+    assert query.text == "SELECT $1::int, $2::text WHERE x = $1::int"
+    assert query.values({"a": "x", "b": 7, "unused": 0}) == [7, "x"]
+    with pytest.raises(ValueError, match="only %\\(name\\)s placeholders"):
+        positional("SELECT 'a%%' || %(a)s")
