@@ -170,13 +170,15 @@ t.state = 'running'
 -- what runs: past their start-to-close or heartbeat deadline; or of a worker whose lease has run
 -- out, or whose row is gone (a release that passed over a locked attempt, then forgot the worker).
 -- Those last are found among the distinct workers of running attempts, read from
--- tasks_running_worker one worker at a time (a skip scan: one index lookup per worker).
+-- tasks_running_worker one worker at a time (a skip scan: one index lookup per worker). The
+-- attempts of each worker gone are then read by its id (a LATERAL probe, OFFSET 0: with
+-- `worker_id IN (...)` PostgreSQL 18 walked every running attempt and semi-joined it with the
+-- workers gone, none or few: 20,000 rows read a tick with 20,000 running).
 SELECT id FROM lowtide.tasks WHERE state = 'running' AND close_deadline < now()
 UNION ALL
 SELECT id FROM lowtide.tasks WHERE state = 'running' AND heartbeat_deadline < now()
 UNION ALL
-SELECT id FROM lowtide.tasks
-WHERE state = 'running' AND worker_id IN (
+SELECT t.id FROM (
     SELECT id FROM lowtide.workers WHERE lease_expires_at < now()
     UNION ALL
     SELECT r.worker_id FROM (
@@ -190,10 +192,15 @@ WHERE state = 'running' AND worker_id IN (
         SELECT worker_id FROM r
     ) r
     WHERE r.worker_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM lowtide.workers w WHERE w.id = r.worker_id)
-)
+) AS gone(worker_id)
+CROSS JOIN LATERAL (
+    SELECT id FROM lowtide.tasks WHERE state = 'running' AND worker_id = gone.worker_id OFFSET 0
+) AS t
 
 -- expired_attempts --
--- Running attempts past a deadline or whose worker's lease is gone, locked, with the reason.
+-- Running attempts past a deadline or whose worker's lease is gone, locked, with the reason. The
+-- candidates are made an array first (computed once), so the attempts are read by their ids
+-- whatever the planner thinks they number.
 SELECT t.id, t.attempt, t.max_attempts, t.initial_backoff_ms, t.backoff_coefficient,
        t.max_backoff_ms, t.non_retryable_error_types, t.start_at, t.worker_id,
        CASE WHEN t.close_deadline < now() THEN 'StartToCloseTimeout'
@@ -201,7 +208,7 @@ SELECT t.id, t.attempt, t.max_attempts, t.initial_backoff_ms, t.backoff_coeffici
             ELSE 'WorkerLost' END AS reason
 FROM lowtide.tasks t
 LEFT JOIN lowtide.workers w ON w.id = t.worker_id
-WHERE t.id IN ({{_expired_candidates}}) AND {{_attempt_expired}}
+WHERE t.id = ANY(ARRAY({{_expired_candidates}})) AND {{_attempt_expired}}
 LIMIT %(limit)s
 FOR UPDATE OF t SKIP LOCKED
 
