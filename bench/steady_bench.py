@@ -5,8 +5,9 @@ queue stays near empty, a worker takes it at once. For each offered rate (RATES,
 until neither system keeps up) each system gets a database of its own and is loaded open loop
 for DURATION_S: every submit is fired on its schedule (many in flight at once, one channel or
 pool), never waiting for the one before. lowtide: a scheduler process and WORKERS
-`lowtide demo-worker` processes (echo, SLOTS slots), one `SubmitTask` per task on one gRPC
-channel. PgQueuer: its single-row `Queries.enqueue` through an asyncpg pool of POOL_SIZE, and
+`lowtide demo-worker` processes (echo, SLOTS slots), one `Client.submit` per task on one
+gRPC channel (a message of the client's one `SubmitStream` call each). PgQueuer: its
+single-row `Queries.enqueue` through an asyncpg pool of POOL_SIZE, and
 CONSUMERS `bench.pgqueuer_worker` processes (continuous mode, the drain bench's settings).
 
 Reported per system and rate: completed/s (tasks finished over the time from the first scheduled

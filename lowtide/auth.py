@@ -39,7 +39,7 @@ VIEWER = "viewer"
 SCHEDULER_METHODS: Mapping[str, frozenset[str]] = {
     **{
         f"/lowtide.v1.SchedulerService/{name}": frozenset({SUBMITTER, ADMIN})
-        for name in ("SubmitTask", "SubmitTasks", "CancelTask", "RetryTask")
+        for name in ("SubmitTask", "SubmitStream", "SubmitTasks", "CancelTask", "RetryTask")
     },
     **{
         f"/lowtide.v1.SchedulerService/{name}": frozenset({SUBMITTER, VIEWER, ADMIN})

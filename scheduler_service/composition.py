@@ -200,6 +200,7 @@ def _serving_parts(config: Config, core: _Core, scheduler_id: str) -> Parts:
         submission=submission,
         tasks=TaskControl(config=config, store=store, registry=registry, dispatcher=dispatcher),
         waiters=waiters,
+        traces=core.traces,
     )
     leases, strays, stream = _worker_stream(config, core, completer, scheduler_id)
     maintenance = _maintenance(config, core, waiters, scheduler_id)

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import difflib
 import re
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -22,6 +23,7 @@ from lowtide.errors import InvalidArgument, TooLarge
 from lowtide.grpc_status import handles_errors
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
 from scheduler_service.api.schedules import ScheduleApi
+from scheduler_service.api.submit_stream import serve_submit_stream
 from scheduler_service.dispatch.adaptive import adaptive_status
 from scheduler_service.dispatch.dispatcher import Dispatcher
 from scheduler_service.domain.fixed import Refused
@@ -29,6 +31,7 @@ from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.submission import Submitted
 from scheduler_service.fleet.sessions import Registry
 from scheduler_service.observe.status import carbon_statuses, hold_status, queue_statuses
+from scheduler_service.observe.tracing import TaskTraces
 from scheduler_service.rows.fleet import PendingGroup
 from scheduler_service.rows.tasks import TaskRow
 from scheduler_service.store import Store
@@ -63,8 +66,10 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         submission: Submission,
         tasks: TaskControl,
         waiters: Waiters,
+        traces: TaskTraces | None = None,
     ) -> None:
         self._config = config
+        self._traces = traces
         self._store = store
         self._registry = registry
         self._dispatcher = dispatcher
@@ -86,12 +91,16 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     def _who(self, context: Context) -> TokenEntry | None:
         return caller(self._config.auth, context.invocation_metadata() or ())
 
-    async def _submit(
-        self, tasks: list[NewTask], context: Context, stored: dict[int, TaskRow] | None = None
-    ) -> list[Submitted]:
+    def submitter(self, context: Context) -> str | None:
+        """The name tasks submitted on this call are stored under (None: auth off)."""
         who = self._who(context)
+        return who.name if who else None
+
+    async def _submit(
+        self, tasks: list[NewTask], submitter: str | None, stored: dict[int, TaskRow] | None = None
+    ) -> list[Submitted]:
         try:
-            return await self.submission.submit(tasks, who.name if who else None, stored)
+            return await self.submission.submit(tasks, submitter, stored)
         except Refused as refused:
             raise conflict_error(refused, len(tasks) > 1) from None
 
@@ -101,12 +110,16 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
     ) -> scheduler_pb2.SubmitTaskResponse:
         if not request.HasField("task"):
             raise InvalidArgument("task", "is required")
+        return await self.submit_one(request.task, self.submitter(context))
+
+    async def submit_one(self, spec: task_pb2.TaskSpec, submitter: str | None) -> scheduler_pb2.SubmitTaskResponse:
+        """One task submitted (SubmitTask, and each message of SubmitStream)."""
         try:
-            task = self._validate(request.task)
+            task = self._validate(spec)
         except InvalidArgument as error:
             # A re-submit (an answer lost, sent again) may come once its deadline or start has
             # passed: the task stored under its key is the answer, not a refusal as a new task.
-            found = await self._stored_before([request.task], context) if _keyed(error) else []
+            found = await self._stored_before([spec], submitter) if _keyed(error) else []
             row = await self._store.get_task(found[0]) if found and found[0] is not None else None
             if row is None:
                 raise
@@ -114,10 +127,15 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         # A plain task comes back from its insert whole; one the submitter stored before under
         # its idempotency key, or one stored with more than an insert, is read back.
         stored: dict[int, TaskRow] = {}
-        [submitted] = await self._submit([task], context, stored)
+        [submitted] = await self._submit([task], submitter, stored)
         row = stored.get(submitted.id) or await self._store.get_task(submitted.id)
         assert row is not None
         return scheduler_pb2.SubmitTaskResponse(task=outbound.task_message(row), created=submitted.created)
+
+    async def SubmitStream(  # type: ignore[override]  # answers written with context.write
+        self, requests: AsyncIterator[scheduler_pb2.SubmitStreamRequest], context: Context
+    ) -> None:
+        await serve_submit_stream(self.submit_one, self.submitter(context), self._traces, requests, context)
 
     @handles_errors
     async def SubmitTasks(
@@ -144,12 +162,12 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         # its answer (as in SubmitTask), found for all of them in one read.
         answered: dict[int, int] = {}
         if refused:
-            stored = await self._stored_before([request.tasks[i] for i in refused], context)
+            stored = await self._stored_before([request.tasks[i] for i in refused], self.submitter(context))
             for (index, refusal), before in zip(refused.items(), stored, strict=True):
                 if before is None:
                     raise InvalidArgument(f"tasks[{index}].{refusal.field}", str(refusal).split(": ", 1)[1]) from None
                 answered[index] = before
-        submitted = iter(await self._submit(tasks, context) if tasks else [])
+        submitted = iter(await self._submit(tasks, self.submitter(context)) if tasks else [])
         entries = []
         for index in range(len(request.tasks)):
             if index in answered:
@@ -159,14 +177,13 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
                 entries.append(scheduler_pb2.SubmittedTask(id=new.id, created=new.created))
         return scheduler_pb2.SubmitTasksResponse(tasks=entries)
 
-    async def _stored_before(self, specs: list[Any], context: Context) -> list[int | None]:
+    async def _stored_before(self, specs: list[Any], submitter: str | None) -> list[int | None]:
         """For each spec with an idempotency key, the id of the task its submitter stored under it
         before, else None; [] when no spec has a key."""
         keys = [spec.idempotency_key for spec in specs if spec.idempotency_key]
         if not keys:
             return []
-        who = self._who(context)
-        stored = await self._store.stored_under_keys(keys, who.name if who else None)
+        stored = await self._store.stored_under_keys(keys, submitter)
         return [stored.get(spec.idempotency_key) if spec.idempotency_key else None for spec in specs]
 
     @handles_errors

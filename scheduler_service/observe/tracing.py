@@ -5,9 +5,10 @@ Why it works this way: docs/architecture/observe.md.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 
 from opentelemetry import trace
@@ -54,11 +55,30 @@ def _ns(at: datetime) -> int:
     return int(at.timestamp() * 1e9)
 
 
+SUBMIT_STREAM = "/lowtide.v1.SchedulerService/SubmitStream"
+
+
 class TaskTraces:
     """The spans of tasks' paths through the scheduler, on the service's tracer."""
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self._tracer = tracer
+
+    @contextlib.contextmanager
+    def stream_submit(self, trace_context: Mapping[str, str], ref: int) -> Iterator[None]:
+        """The span of one SubmitStream message, as the gRPC instrumentation makes one of each
+        SubmitTask call: the child of the trace context the message carries, else a trace of its
+        own (not the stream's: one stream carries a process's submits for as long as it lives).
+        Current while the message is submitted, so its task carries it (with_trace_context)."""
+        parent = task_context(trace_context) or Context()
+        attributes = {"rpc.system": "grpc", "rpc.service": "lowtide.v1.SchedulerService", "rpc.method": "SubmitStream"}
+        with self._tracer.start_as_current_span(
+            SUBMIT_STREAM,
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes={**attributes, "lowtide.submit.ref": str(ref)},
+        ):
+            yield
 
     def held(self, context: Context, row: ClaimedRow, reason: str, began: datetime, released: datetime) -> None:
         """The task waited from `began` to `released` on a cost hold or a planned release."""

@@ -1,4 +1,5 @@
-"""Group commit of single submissions: concurrent SubmitTask calls of plain tasks stored together.
+"""Group commit of single submissions: concurrent SubmitTask calls and SubmitStream messages
+of plain tasks stored together.
 
 Why it works this way: docs/architecture/tasks.md.
 """

@@ -111,7 +111,7 @@ async def test_compose_services_export_a_task_trace_through_the_collector_receiv
 
     async def whole() -> dict[str, tuple[str, str]]:
         spans = {s.name: (s.service, s.parent_id) for s in receiver.in_trace(trace_id)}
-        wanted = {"/lowtide.v1.SchedulerService/SubmitTask", "task.dispatch", "task.run", "task.result"}
+        wanted = {"/lowtide.v1.SchedulerService/SubmitStream", "task.dispatch", "task.run", "task.result"}
         return spans if wanted <= spans.keys() else {}
 
     try:
@@ -120,7 +120,7 @@ async def test_compose_services_export_a_task_trace_through_the_collector_receiv
         seen = sorted({(s.service, s.name) for s in receiver.spans})
         raise AssertionError(f"no whole trace for task {task.id}; seen {seen}\n{stack.logs()}") from None
     submit = traceparent.split("-")[2]
-    assert spans["/lowtide.v1.SchedulerService/SubmitTask"][0] == "lowtide-scheduler"
+    assert spans["/lowtide.v1.SchedulerService/SubmitStream"][0] == "lowtide-scheduler"
     assert spans["task.dispatch"] == ("lowtide-scheduler", submit)
     assert spans["task.run"] == ("lowtide-demo-worker", submit)
     assert spans["task.result"] == ("lowtide-scheduler", submit)

@@ -19,6 +19,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from lowtide.config import Config, SignalConfig
 from lowtide_client import Client, SignalClient, task_spec
@@ -32,7 +35,9 @@ from tests.helpers import eventually
 from tests.otlp import OtlpReceiver, Received, attributes
 
 REPO = Path(__file__).resolve().parents[2]
-SUBMIT = "/lowtide.v1.SchedulerService/SubmitTask"
+# The scheduler's span of a submit: a SubmitStream message (Client.submit), a SubmitTask call.
+SUBMIT = "/lowtide.v1.SchedulerService/SubmitStream"
+UNARY_SUBMIT = "/lowtide.v1.SchedulerService/SubmitTask"
 # A submitter's own trace context (W3C), as a client library would send it.
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_SPAN = "b7ad6b7169203331"
@@ -212,10 +217,35 @@ async def test_a_submitter_trace_context_is_the_parent_of_the_task_spans(traced:
     for name in ("task.dispatch", "task.run", "task.result"):
         assert (headers[name].trace_id, headers[name].parent_id) == (CLIENT_TRACE, CLIENT_SPAN), name
     assert dict(in_headers.headers) == {"traceparent": CLIENT_TRACEPARENT}, "the submitter's context is kept"
-    spans = await _whole_trace(traced.receiver, in_metadata.id, {SUBMIT, "task.dispatch", "task.run", "task.result"})
-    assert (spans[SUBMIT].trace_id, spans[SUBMIT].parent_id) == ("1" * 32, "2" * 16)
-    assert spans["task.run"].parent_id == spans[SUBMIT].span_id
-    assert dict(in_metadata.headers)["traceparent"] == f"00-{'1' * 32}-{spans[SUBMIT].span_id}-01"
+    spans = await _whole_trace(
+        traced.receiver, in_metadata.id, {UNARY_SUBMIT, "task.dispatch", "task.run", "task.result"}
+    )
+    assert (spans[UNARY_SUBMIT].trace_id, spans[UNARY_SUBMIT].parent_id) == ("1" * 32, "2" * 16)
+    assert spans["task.run"].parent_id == spans[UNARY_SUBMIT].span_id
+    assert dict(in_metadata.headers)["traceparent"] == f"00-{'1' * 32}-{spans[UNARY_SUBMIT].span_id}-01"
+
+
+async def test_the_client_s_current_span_is_the_parent_of_its_submit_over_the_stream(traced: Traced) -> None:
+    """Client.submit sends the caller's trace context with each message of its SubmitStream (as an
+    instrumented unary call sends it in metadata): two submits in two spans, two traces."""
+    await traced.set_signal(100)
+    parents = [(f"{n:032x}", f"{n:016x}") for n in (3, 4)]
+    submitted = []
+    async with Client(traced.scheduler.target) as client:
+        for trace_id, span_id in parents:
+            caller = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=False, trace_flags=TraceFlags(1))
+            token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(caller)))
+            try:
+                submitted.append(await client.submit("echo", "s"))
+            finally:
+                otel_context.detach(token)
+        for task in submitted:
+            assert (await client.wait(task.id)).state == COMPLETED
+    for task, parent in zip(submitted, parents, strict=True):
+        spans = await _whole_trace(traced.receiver, task.id, {SUBMIT, "task.dispatch", "task.run", "task.result"})
+        assert (spans[SUBMIT].trace_id, spans[SUBMIT].parent_id) == parent
+        assert spans[SUBMIT].service == "lowtide-scheduler"
+        assert spans["task.run"].parent_id == spans[SUBMIT].span_id
 
 
 async def test_every_rpc_of_both_services_gets_a_span_unary_and_streaming(traced: Traced) -> None:

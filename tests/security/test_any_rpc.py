@@ -1,4 +1,4 @@
-"""Every unary RPC of SchedulerService and SignalService (and Subscribe), driven by hypothesis
+"""Every unary RPC of SchedulerService and SignalService (and Subscribe, SubmitStream), driven by hypothesis
 with requests built from the protos' own descriptors: random and boundary values in every
 field (empty, huge, negative, NaN, far-future timestamps, unknown enum numbers, oversized
 payloads, SQL metacharacters), and raw bytes that are no valid message at all (invalid UTF-8
@@ -24,6 +24,7 @@ from scheduler_service.server import Scheduler
 from signal_service.server import SignalServer
 
 FD = descriptor.FieldDescriptor
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
 MIB = 1024 * 1024
 UNCLEAR = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 SQL = ["'", "''; DROP TABLE lowtide.tasks; --", "%s", "%(x)s", "\\", "\\'", '"', "-- x", ";", "$1", "E'\\x00'"]
@@ -144,7 +145,15 @@ async def _call(target: str, service: descriptor.ServiceDescriptor, method: Any,
     path = f"/{service.full_name}/{method.name}"
     async with grpc.aio.insecure_channel(target) as channel:
         try:
-            if method.server_streaming:
+            if method.client_streaming:
+                # SubmitStream: one request; its answer carries the status SubmitTask would end with.
+                decode = scheduler_pb2.SubmitStreamResponse.FromString
+                stream = channel.stream_stream(path, response_deserializer=decode)(iter([body]), timeout=3)
+                answer = await stream.read()
+                stream.cancel()
+                if answer is not grpc.aio.EOF and answer.HasField("error"):
+                    return _CODES[answer.error.code], answer.error.message
+            elif method.server_streaming:
                 stream = channel.unary_stream(path)(body, timeout=2)
                 async for _ in stream:
                     break

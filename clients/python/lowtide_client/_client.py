@@ -20,6 +20,7 @@ import grpc
 from lowtide_client import _codec
 from lowtide_client._calls import Calls
 from lowtide_client._spec import TaskOptions, _duration, _miss_policy, task_spec
+from lowtide_client._submit_stream import SubmitStream
 from lowtide_client._typed import TaskNotCompleted, activity_name, encode_payload, result_type
 from lowtide_proto.channel import Security
 from lowtide_proto.durations import duration_to_proto
@@ -79,6 +80,8 @@ class Client:
         # or credentials: TLS. Ignored when you pass your own channel.
         security = Security(token=token, ca=ca, cert=cert, key=key, credentials=credentials)
         self._calls = Calls(target, security, channel)
+        # submit()'s: one stream for the whole client (_submit_stream.py).
+        self._submits = SubmitStream(self._calls)
 
     async def __aenter__(self) -> Client:
         return self
@@ -93,6 +96,7 @@ class Client:
 
     async def close(self) -> None:
         """Close the channel if this client opened it. Safe to call more than once."""
+        await self._submits.close()
         await self._calls.close()
 
     @overload
@@ -135,10 +139,7 @@ class Client:
         return Submitted(task=task, client=self, returns=result_type(activity_type))
 
     async def _submit_spec(self, spec: task_pb2.TaskSpec) -> task_pb2.Task:
-        response: scheduler_pb2.SubmitTaskResponse = await self._calls.call(
-            "SubmitTask", scheduler_pb2.SubmitTaskRequest(task=spec)
-        )
-        return response.task
+        return (await self._submits.submit(spec)).task
 
     async def submit_many(
         self, specs: Iterable[task_pb2.TaskSpec], *, batch_size: int = 1000

@@ -1,4 +1,5 @@
-"""The worker's span of each attempt, in the task's trace (issue 17).
+"""The worker's span of each attempt, in the task's trace (issue 17); and the trace context a
+submit sends over the SubmitStream.
 
 The scheduler sends the task's W3C trace context in Assignment.headers (`traceparent`,
 `tracestate`). When opentelemetry-api is installed (`pip install lowtide-client[tracing]`) the
@@ -11,7 +12,7 @@ or for a task that carries no trace context, nothing is done.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 try:
@@ -20,7 +21,14 @@ try:
 except ImportError:  # opentelemetry-api is optional: the worker runs untraced without it
     _trace = None  # type: ignore[assignment]
 
-__all__ = ["attempt_span", "failed", "traced"]
+__all__ = ["attempt_span", "failed", "inject_context", "traced"]
+
+
+def inject_context(carrier: MutableMapping[str, str]) -> None:
+    """Puts the current span's W3C trace context (traceparent, tracestate) into `carrier` (a
+    SubmitStream message's trace_context); nothing without opentelemetry-api or a current span."""
+    if _trace is not None:
+        TraceContextTextMapPropagator().inject(carrier)
 
 
 def traced(headers: Mapping[str, str]) -> bool:

@@ -41,6 +41,11 @@ class SchedulerServiceStub:
                 request_serializer=lowtide_dot_v1_dot_scheduler__pb2.SubmitTaskRequest.SerializeToString,
                 response_deserializer=lowtide_dot_v1_dot_scheduler__pb2.SubmitTaskResponse.FromString,
                 _registered_method=True)
+        self.SubmitStream = channel.stream_stream(
+                '/lowtide.v1.SchedulerService/SubmitStream',
+                request_serializer=lowtide_dot_v1_dot_scheduler__pb2.SubmitStreamRequest.SerializeToString,
+                response_deserializer=lowtide_dot_v1_dot_scheduler__pb2.SubmitStreamResponse.FromString,
+                _registered_method=True)
         self.SubmitTasks = channel.unary_unary(
                 '/lowtide.v1.SchedulerService/SubmitTasks',
                 request_serializer=lowtide_dot_v1_dot_scheduler__pb2.SubmitTasksRequest.SerializeToString,
@@ -124,6 +129,18 @@ class SchedulerServiceServicer:
 
     def SubmitTask(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitStream(self, request_iterator, context):
+        """Single submits over one long-lived stream, for a process whose many callers each submit one
+        task (a web app): a submit costs the scheduler about half of a SubmitTask call. Each request
+        is answered by a response with its `ref`, in the order the tasks are stored, with what
+        SubmitTask would have answered, or the status it would have ended with; one submit's error
+        ends only that submit. At most 1,024 submits of a stream are unanswered at once: past that
+        the scheduler reads no more of it until one answer is written.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -239,6 +256,11 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     request_deserializer=lowtide_dot_v1_dot_scheduler__pb2.SubmitTaskRequest.FromString,
                     response_serializer=lowtide_dot_v1_dot_scheduler__pb2.SubmitTaskResponse.SerializeToString,
             ),
+            'SubmitStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SubmitStream,
+                    request_deserializer=lowtide_dot_v1_dot_scheduler__pb2.SubmitStreamRequest.FromString,
+                    response_serializer=lowtide_dot_v1_dot_scheduler__pb2.SubmitStreamResponse.SerializeToString,
+            ),
             'SubmitTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitTasks,
                     request_deserializer=lowtide_dot_v1_dot_scheduler__pb2.SubmitTasksRequest.FromString,
@@ -343,6 +365,33 @@ class SchedulerService:
             '/lowtide.v1.SchedulerService/SubmitTask',
             lowtide_dot_v1_dot_scheduler__pb2.SubmitTaskRequest.SerializeToString,
             lowtide_dot_v1_dot_scheduler__pb2.SubmitTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/lowtide.v1.SchedulerService/SubmitStream',
+            lowtide_dot_v1_dot_scheduler__pb2.SubmitStreamRequest.SerializeToString,
+            lowtide_dot_v1_dot_scheduler__pb2.SubmitStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -35,6 +35,14 @@ class SchedulerServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> SchedulerServiceAsyncStub: ...
     SubmitTask: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.SubmitTaskRequest, _scheduler_pb2.SubmitTaskResponse]
+    SubmitStream: _grpc.StreamStreamMultiCallable[_scheduler_pb2.SubmitStreamRequest, _scheduler_pb2.SubmitStreamResponse]
+    """Single submits over one long-lived stream, for a process whose many callers each submit one
+    task (a web app): a submit costs the scheduler about half of a SubmitTask call. Each request
+    is answered by a response with its `ref`, in the order the tasks are stored, with what
+    SubmitTask would have answered, or the status it would have ended with; one submit's error
+    ends only that submit. At most 1,024 submits of a stream are unanswered at once: past that
+    the scheduler reads no more of it until one answer is written.
+    """
     SubmitTasks: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.SubmitTasksRequest, _scheduler_pb2.SubmitTasksResponse]
     """All or nothing: one bad task refuses the whole batch."""
     GetTask: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.GetTaskRequest, _scheduler_pb2.GetTaskResponse]
@@ -72,6 +80,14 @@ class SchedulerServiceAsyncStub(SchedulerServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     SubmitTask: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.SubmitTaskRequest, _scheduler_pb2.SubmitTaskResponse]  # type: ignore[assignment]
+    SubmitStream: _aio.StreamStreamMultiCallable[_scheduler_pb2.SubmitStreamRequest, _scheduler_pb2.SubmitStreamResponse]  # type: ignore[assignment]
+    """Single submits over one long-lived stream, for a process whose many callers each submit one
+    task (a web app): a submit costs the scheduler about half of a SubmitTask call. Each request
+    is answered by a response with its `ref`, in the order the tasks are stored, with what
+    SubmitTask would have answered, or the status it would have ended with; one submit's error
+    ends only that submit. At most 1,024 submits of a stream are unanswered at once: past that
+    the scheduler reads no more of it until one answer is written.
+    """
     SubmitTasks: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.SubmitTasksRequest, _scheduler_pb2.SubmitTasksResponse]  # type: ignore[assignment]
     """All or nothing: one bad task refuses the whole batch."""
     GetTask: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.GetTaskRequest, _scheduler_pb2.GetTaskResponse]  # type: ignore[assignment]
@@ -112,6 +128,20 @@ class SchedulerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _scheduler_pb2.SubmitTaskRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scheduler_pb2.SubmitTaskResponse, _abc.Awaitable[_scheduler_pb2.SubmitTaskResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def SubmitStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_scheduler_pb2.SubmitStreamRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_scheduler_pb2.SubmitStreamResponse], _abc.AsyncIterator[_scheduler_pb2.SubmitStreamResponse]]:
+        """Single submits over one long-lived stream, for a process whose many callers each submit one
+        task (a web app): a submit costs the scheduler about half of a SubmitTask call. Each request
+        is answered by a response with its `ref`, in the order the tasks are stored, with what
+        SubmitTask would have answered, or the status it would have ended with; one submit's error
+        ends only that submit. At most 1,024 submits of a stream are unanswered at once: past that
+        the scheduler reads no more of it until one answer is written.
+        """
 
     @_abc_1.abstractmethod
     def SubmitTasks(

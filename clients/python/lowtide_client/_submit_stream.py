@@ -1,0 +1,130 @@
+"""Single submits multiplexed over one ``SchedulerService.SubmitStream`` call.
+
+Every ``Client.submit`` of a process goes out as a message of one long-lived stream, answered by
+its ``ref``, instead of a unary ``SubmitTask`` call each: a message costs the scheduler (and this
+process) about half of what a call does. What the caller sees is what ``SubmitTask`` gives: the
+stored task, or a ``grpc.aio.AioRpcError`` with the status and details the scheduler chose.
+
+UNAVAILABLE, for one submit or for the stream (it could not be opened, or broke), is retried as
+the unary call retries it (``Calls.call``: ``SubmitTask`` with backoff), with the same caveat: a
+submit sent just before the connection broke may have been stored, and the retry stores a second
+task; an idempotency key makes that safe. A scheduler that does not know ``SubmitStream`` (an
+older one: UNIMPLEMENTED) is sent ``SubmitTask`` calls from then on. With opentelemetry-api
+installed, each message carries the caller's W3C trace context, as an instrumented unary call's
+metadata would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from lowtide_client._calls import Calls
+from lowtide_client._tracing import inject_context
+from lowtide_proto.lowtide.v1 import scheduler_pb2, task_pb2
+
+__all__ = ["SubmitStream"]
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def _rpc_error(
+    code: grpc.StatusCode, details: str, trailing: tuple[tuple[str, bytes], ...] = ()
+) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailing), details)
+
+
+class _Stream:
+    """One SubmitStream call: its outbox (None ends it) and the submits it has not answered."""
+
+    def __init__(self, stub: Any) -> None:
+        self.outbox: asyncio.Queue[scheduler_pb2.SubmitStreamRequest | None] = asyncio.Queue()
+        self.waiting: dict[int, asyncio.Future[scheduler_pb2.SubmitTaskResponse]] = {}
+        self.call = stub.SubmitStream(self._requests())
+        self.reader = asyncio.create_task(self._read())
+
+    async def _requests(self) -> AsyncIterator[scheduler_pb2.SubmitStreamRequest]:
+        while (request := await self.outbox.get()) is not None:
+            yield request
+
+    async def _read(self) -> None:
+        failure: grpc.aio.AioRpcError = _rpc_error(grpc.StatusCode.UNAVAILABLE, "the submit stream ended")
+        try:
+            async for answer in self.call:
+                waiting = self.waiting.pop(answer.ref, None)
+                if waiting is None or waiting.done():
+                    continue
+                if answer.HasField("submitted"):
+                    waiting.set_result(answer.submitted)
+                else:
+                    error = answer.error
+                    code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)
+                    waiting.set_exception(_rpc_error(code, error.message, tuple(error.trailing.items())))
+        except grpc.aio.AioRpcError as error:
+            failure = error
+        finally:
+            for waiting in self.waiting.values():
+                if not waiting.done():
+                    waiting.set_exception(failure)
+            self.waiting.clear()
+
+    @property
+    def open(self) -> bool:
+        return not self.reader.done()
+
+    async def close(self) -> None:
+        self.outbox.put_nowait(None)
+        self.reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.reader
+        self.call.cancel()
+
+
+class SubmitStream:
+    """``Client.submit``'s way to the scheduler: one stream, opened on the first submit and again
+    after it ends; ``SubmitTask`` calls instead where the scheduler has no SubmitStream."""
+
+    def __init__(self, calls: Calls) -> None:
+        self._calls = calls
+        self._stream: _Stream | None = None
+        self._refs = itertools.count(1)
+        self._unary = False
+
+    async def submit(self, spec: task_pb2.TaskSpec) -> scheduler_pb2.SubmitTaskResponse:
+        if self._unary:
+            return await self._unary_submit(spec)
+        if self._stream is None or not self._stream.open:
+            self._stream = _Stream(self._calls.stub())
+        stream, ref = self._stream, next(self._refs)
+        answer: asyncio.Future[scheduler_pb2.SubmitTaskResponse] = asyncio.get_running_loop().create_future()
+        stream.waiting[ref] = answer
+        request = scheduler_pb2.SubmitStreamRequest(ref=ref, task=spec)
+        # The caller's span, if any, is the parent of the scheduler's span of this submit.
+        inject_context(request.trace_context)
+        stream.outbox.put_nowait(request)
+        try:
+            return await answer
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.UNIMPLEMENTED and self._stream is stream:
+                self._unary = True
+            elif error.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            return await self._unary_submit(spec)
+        finally:
+            stream.waiting.pop(ref, None)
+
+    async def _unary_submit(self, spec: task_pb2.TaskSpec) -> scheduler_pb2.SubmitTaskResponse:
+        response: scheduler_pb2.SubmitTaskResponse = await self._calls.call(
+            "SubmitTask", scheduler_pb2.SubmitTaskRequest(task=spec)
+        )
+        return response
+
+    async def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.close()

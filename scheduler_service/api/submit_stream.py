@@ -1,0 +1,129 @@
+"""SchedulerService.SubmitStream: single submits over one long-lived stream.
+
+A process whose many callers each submit one task (a web app) sends them on one stream instead
+of a SubmitTask call each: a message costs the scheduler about half of what a unary call does
+(grpc.aio sets up, answers and tears down every call). Each message is submitted as SubmitTask
+submits it, concurrently with the others (so they share group commits), and answered with its
+`ref` once its task is stored, or with the status SubmitTask would have ended with.
+
+Bounds: at most MAX_IN_FLIGHT submits of a stream are unanswered at once (submitted, or
+answered but not yet written to a client that does not read); past that the stream is not read
+until an answer is written, so HTTP/2 flow control holds the client back. A message's size is
+bounded by gRPC's receive limit, as SubmitTask's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from lowtide import errors
+from lowtide.grpc_status import abort, status_for
+from lowtide_proto.lowtide.v1 import scheduler_pb2, task_pb2
+
+if TYPE_CHECKING:
+    import grpc
+
+    from scheduler_service.observe.tracing import TaskTraces
+
+__all__ = ["MAX_IN_FLIGHT", "SubmitOne", "serve_submit_stream", "stream_error"]
+
+log = logging.getLogger("lowtide.scheduler.api")
+
+MAX_IN_FLIGHT = 1024
+# A message's trace context: W3C's traceparent and tracestate, with room to spare.
+MAX_TRACE_ENTRIES = 8
+MAX_TRACE_BYTES = 512
+
+# SchedulerApi.submit_one: one task submitted by the named submitter (None: auth off).
+SubmitOne = Callable[[task_pb2.TaskSpec, "str | None"], Awaitable[scheduler_pb2.SubmitTaskResponse]]
+
+
+def stream_error(error: errors.LowtideError) -> scheduler_pb2.SubmitStreamError:
+    """The status SubmitTask would have ended with, as a message of the stream."""
+    return scheduler_pb2.SubmitStreamError(
+        code=status_for(error).value[0], message=str(error), trailing=dict(error.trailing)
+    )
+
+
+def _checked(request: scheduler_pb2.SubmitStreamRequest) -> None:
+    if not request.HasField("task"):
+        raise errors.InvalidArgument("task", "is required")
+    carried = request.trace_context
+    if len(carried) > MAX_TRACE_ENTRIES:
+        raise errors.InvalidArgument("trace_context", f"{len(carried)} entries, more than {MAX_TRACE_ENTRIES}")
+    for key, value in carried.items():
+        if len(key.encode()) > MAX_TRACE_BYTES or len(value.encode()) > MAX_TRACE_BYTES:
+            raise errors.InvalidArgument(
+                "trace_context", f"an entry of more than {MAX_TRACE_BYTES} bytes ({key[:40]!r})"
+            )
+
+
+async def _answer(
+    submit_one: SubmitOne, request: scheduler_pb2.SubmitStreamRequest, submitter: str | None
+) -> scheduler_pb2.SubmitStreamResponse:
+    ref = request.ref
+    try:
+        _checked(request)
+        return scheduler_pb2.SubmitStreamResponse(ref=ref, submitted=await submit_one(request.task, submitter))
+    except errors.LowtideError as failure:
+        return scheduler_pb2.SubmitStreamResponse(ref=ref, error=stream_error(failure))
+    except Exception:
+        # As a unary call's unexpected error: INTERNAL for this submit, the stream goes on.
+        log.exception("submit_stream.failed ref=%s", ref)
+        error = scheduler_pb2.SubmitStreamError(code=13, message="internal error")
+        return scheduler_pb2.SubmitStreamResponse(ref=ref, error=error)
+
+
+async def serve_submit_stream(
+    submit_one: SubmitOne,
+    submitter: str | None,
+    traces: TaskTraces | None,
+    requests: AsyncIterator[scheduler_pb2.SubmitStreamRequest],
+    context: grpc.aio.ServicerContext[Any, Any],
+) -> None:
+    """Submits each request as it comes and writes each answer as it is ready. The client's end
+    of the stream ends it once every submit is answered; a message that is no valid request ends
+    it with INVALID_ARGUMENT, once the submits read before it are answered. With tracing on, each
+    submit has a span of its own (TaskTraces.stream_submit)."""
+    room = asyncio.Semaphore(MAX_IN_FLIGHT)
+    answers: asyncio.Queue[Any] = asyncio.Queue()
+    submitting: set[asyncio.Task[None]] = set()
+
+    async def submit(request: scheduler_pb2.SubmitStreamRequest) -> None:
+        if traces is None:
+            answers.put_nowait(await _answer(submit_one, request, submitter))
+            return
+        with traces.stream_submit(request.trace_context, request.ref):
+            answers.put_nowait(await _answer(submit_one, request, submitter))
+
+    async def write() -> None:
+        while (answer := await answers.get()) is not None:
+            await context.write(answer)
+            room.release()
+
+    writer = asyncio.create_task(write())
+    ended: errors.LowtideError | None = None
+    try:
+        try:
+            async for request in requests:
+                await room.acquire()
+                task = asyncio.create_task(submit(request))
+                submitting.add(task)
+                task.add_done_callback(submitting.discard)
+        except errors.LowtideError as error:
+            ended = error
+        while submitting:
+            await asyncio.wait(set(submitting))
+        answers.put_nowait(None)
+        await writer
+    finally:
+        for task in (*submitting, writer):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*submitting, writer, return_exceptions=True)
+    if ended is not None:
+        await abort(context, ended)

@@ -1,0 +1,149 @@
+"""SubmitStream: single submits over one stream, each answered by its ref as SubmitTask would
+answer it (the task stored, or the status SubmitTask ends with), one submit's error ending only
+that submit. The Python client's `submit` goes this way; a scheduler without it is sent
+SubmitTask calls."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import psycopg
+from google.protobuf import duration_pb2
+
+from lowtide_client import Client
+from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
+from scheduler_service.server import Scheduler
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def _stored(database_url: str) -> dict[int, bytes]:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT id, payload FROM lowtide.tasks")
+        return {int(row[0]): bytes(row[1]) for row in await cur.fetchall()}
+
+
+async def test_concurrent_submits_of_one_client_each_get_their_own_task(
+    scheduler: Scheduler, database_url: str
+) -> None:
+    async with Client(scheduler.target) as client:
+        tasks = await asyncio.gather(*(client.submit("echo", f"n{i}".encode()) for i in range(200)))
+        stream = client._submits._stream
+        assert stream is not None and stream.open, "the submits went over the stream, which stays open"
+    assert [t.payload for t in tasks] == [f"n{i}".encode() for i in range(200)]
+    assert await _stored(database_url) == {t.id: t.payload for t in tasks}
+
+
+async def test_a_bad_submit_fails_alone_with_the_status_submit_task_gives(
+    scheduler: Scheduler, database_url: str
+) -> None:
+    bad = task_pb2.TaskSpec(activity_type="echo", start_to_close_timeout=duration_pb2.Duration(seconds=-5))
+    async with grpc.aio.insecure_channel(scheduler.target) as channel:
+        stub = scheduler_pb2_grpc.SchedulerServiceStub(channel)
+        try:
+            await stub.SubmitTask(scheduler_pb2.SubmitTaskRequest(task=bad))
+            raise AssertionError("SubmitTask took a negative timeout")
+        except grpc.aio.AioRpcError as error:
+            unary = (error.code(), error.details())
+    async with Client(scheduler.target) as client:
+        outcomes = await asyncio.gather(
+            client.submit("echo", b"before"),
+            client._submits.submit(bad),
+            client.submit("echo", b"after"),
+            return_exceptions=True,
+        )
+        await client.submit("echo", b"later")
+        stream = client._submits._stream
+        assert stream is not None and stream.open
+    before, refused, after = outcomes
+    assert isinstance(refused, grpc.aio.AioRpcError)
+    assert (refused.code(), refused.details()) == unary
+    assert unary[0] == INVALID and "start_to_close_timeout" in (unary[1] or "")
+    assert isinstance(before, task_pb2.Task) and isinstance(after, task_pb2.Task)
+    assert sorted((await _stored(database_url)).values()) == [b"after", b"before", b"later"]
+
+
+async def test_each_answer_names_its_ref_and_a_message_without_a_task_is_refused(scheduler: Scheduler) -> None:
+    requests = [
+        scheduler_pb2.SubmitStreamRequest(ref=7, task=task_pb2.TaskSpec(activity_type="echo")),
+        scheduler_pb2.SubmitStreamRequest(ref=2**64 - 1),
+        scheduler_pb2.SubmitStreamRequest(ref=9, task=task_pb2.TaskSpec(activity_type="echo")),
+    ]
+    async with grpc.aio.insecure_channel(scheduler.target) as channel:
+        stub = scheduler_pb2_grpc.SchedulerServiceStub(channel)
+        answers = {a.ref: a async for a in stub.SubmitStream(iter(requests), timeout=30)}
+    assert set(answers) == {7, 2**64 - 1, 9}, "every request answered once the client ended its side"
+    assert answers[7].submitted.task.id != answers[9].submitted.task.id
+    assert answers[7].submitted.created and answers[9].submitted.created
+    refused = answers[2**64 - 1].error
+    assert (refused.code, refused.message) == (INVALID.value[0], "task: is required")
+
+
+async def test_a_message_that_is_no_request_ends_the_stream_once_the_submits_before_it_are_answered(
+    scheduler: Scheduler, database_url: str
+) -> None:
+    good = scheduler_pb2.SubmitStreamRequest(ref=1, task=task_pb2.TaskSpec(activity_type="echo", payload=b"kept"))
+    path = "/lowtide.v1.SchedulerService/SubmitStream"
+    async with grpc.aio.insecure_channel(scheduler.target) as channel:
+        call = channel.stream_stream(path, response_deserializer=scheduler_pb2.SubmitStreamResponse.FromString)(
+            iter([good.SerializeToString(), b"\x12\x01\xff"]), timeout=30
+        )
+        answers: list[Any] = []
+        try:
+            async for answer in call:
+                answers.append(answer)
+            raise AssertionError("the stream ended without a status")
+        except grpc.aio.AioRpcError as error:
+            status = (error.code(), error.details() or "")
+    assert [(a.ref, a.submitted.task.payload) for a in answers] == [(1, b"kept")]
+    assert status[0] == INVALID and "not a valid" in status[1], status
+    assert list((await _stored(database_url)).values()) == [b"kept"]
+    async with Client(scheduler.target) as client:
+        assert (await client.submit("echo", b"still")).payload == b"still"
+
+
+async def test_a_client_whose_stream_broke_submits_again_on_a_new_one(scheduler: Scheduler) -> None:
+    async with Client(scheduler.target) as client:
+        await client.submit("echo", b"first")
+        first = client._submits._stream
+        assert first is not None
+        first.call.cancel()
+        await asyncio.wait({first.reader}, timeout=10)
+        assert not first.open
+        again = await client.submit("echo", b"second")
+        second = client._submits._stream
+    assert again.payload == b"second"
+    assert second is not None and second is not first
+
+
+async def test_a_scheduler_without_submit_stream_is_sent_submit_task_calls() -> None:
+    """An older scheduler answers SubmitStream UNIMPLEMENTED: the client's submits go as SubmitTask
+    calls, that one and every later one. (A gRPC server of SubmitTask alone stands in for it.)"""
+    calls: list[str] = []
+
+    async def submit_task(request: scheduler_pb2.SubmitTaskRequest, context: Any) -> scheduler_pb2.SubmitTaskResponse:
+        calls.append(request.task.activity_type)
+        task = task_pb2.Task(id=len(calls), payload=request.task.payload)
+        return scheduler_pb2.SubmitTaskResponse(task=task, created=True)
+
+    handler = grpc.unary_unary_rpc_method_handler(
+        submit_task,
+        request_deserializer=scheduler_pb2.SubmitTaskRequest.FromString,
+        response_serializer=scheduler_pb2.SubmitTaskResponse.SerializeToString,
+    )
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("lowtide.v1.SchedulerService", {"SubmitTask": handler}),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with Client(f"127.0.0.1:{port}") as client:
+            first = await client.submit("a", b"1")
+            second = await client.submit("b", b"2")
+    finally:
+        await server.stop(None)
+    assert (first.id, first.payload, second.id, second.payload) == (1, b"1", 2, b"2")
+    assert calls == ["a", "b"]
