@@ -49,17 +49,18 @@ def stream_error(error: errors.LowtideError) -> scheduler_pb2.SubmitStreamError:
     )
 
 
-def _checked(request: scheduler_pb2.SubmitStreamRequest) -> None:
+def _refusal(request: scheduler_pb2.SubmitStreamRequest) -> errors.InvalidArgument | None:
+    """What is wrong with the message itself (checked before its trace context is read), or None."""
     if not request.HasField("task"):
-        raise errors.InvalidArgument("task", "is required")
+        return errors.InvalidArgument("task", "is required")
     carried = request.trace_context
     if len(carried) > MAX_TRACE_ENTRIES:
-        raise errors.InvalidArgument("trace_context", f"{len(carried)} entries, more than {MAX_TRACE_ENTRIES}")
+        return errors.InvalidArgument("trace_context", f"{len(carried)} entries, more than {MAX_TRACE_ENTRIES}")
     for key, value in carried.items():
         if len(key.encode()) > MAX_TRACE_BYTES or len(value.encode()) > MAX_TRACE_BYTES:
-            raise errors.InvalidArgument(
-                "trace_context", f"an entry of more than {MAX_TRACE_BYTES} bytes ({key[:40]!r})"
-            )
+            too_long = f"an entry of more than {MAX_TRACE_BYTES} bytes ({key[:40]!r})"
+            return errors.InvalidArgument("trace_context", too_long)
+    return None
 
 
 async def _answer(
@@ -67,7 +68,6 @@ async def _answer(
 ) -> scheduler_pb2.SubmitStreamResponse:
     ref = request.ref
     try:
-        _checked(request)
         return scheduler_pb2.SubmitStreamResponse(ref=ref, submitted=await submit_one(request.task, submitter))
     except errors.LowtideError as failure:
         return scheduler_pb2.SubmitStreamResponse(ref=ref, error=stream_error(failure))
@@ -94,11 +94,14 @@ async def serve_submit_stream(
     submitting: set[asyncio.Task[None]] = set()
 
     async def submit(request: scheduler_pb2.SubmitStreamRequest) -> None:
-        if traces is None:
+        refusal = _refusal(request)
+        if refusal is not None:
+            answers.put_nowait(scheduler_pb2.SubmitStreamResponse(ref=request.ref, error=stream_error(refusal)))
+        elif traces is None:
             answers.put_nowait(await _answer(submit_one, request, submitter))
-            return
-        with traces.stream_submit(request.trace_context, request.ref):
-            answers.put_nowait(await _answer(submit_one, request, submitter))
+        else:
+            with traces.stream_submit(request.trace_context, request.ref):
+                answers.put_nowait(await _answer(submit_one, request, submitter))
 
     async def write() -> None:
         while (answer := await answers.get()) is not None:

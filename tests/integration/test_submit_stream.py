@@ -65,20 +65,32 @@ async def test_a_bad_submit_fails_alone_with_the_status_submit_task_gives(
     assert sorted((await _stored(database_url)).values()) == [b"after", b"before", b"later"]
 
 
-async def test_each_answer_names_its_ref_and_a_message_without_a_task_is_refused(scheduler: Scheduler) -> None:
+async def test_each_answer_names_its_ref_and_a_malformed_message_is_refused_alone(scheduler: Scheduler) -> None:
     requests = [
         scheduler_pb2.SubmitStreamRequest(ref=7, task=task_pb2.TaskSpec(activity_type="echo")),
         scheduler_pb2.SubmitStreamRequest(ref=2**64 - 1),
         scheduler_pb2.SubmitStreamRequest(ref=9, task=task_pb2.TaskSpec(activity_type="echo")),
+        scheduler_pb2.SubmitStreamRequest(
+            ref=11, task=task_pb2.TaskSpec(activity_type="echo"), trace_context={f"k{i}": "v" for i in range(9)}
+        ),
+        scheduler_pb2.SubmitStreamRequest(
+            ref=12, task=task_pb2.TaskSpec(activity_type="echo"), trace_context={"tracestate": "x" * 513}
+        ),
     ]
     async with grpc.aio.insecure_channel(scheduler.target) as channel:
         stub = scheduler_pb2_grpc.SchedulerServiceStub(channel)
         answers = {a.ref: a async for a in stub.SubmitStream(iter(requests), timeout=30)}
-    assert set(answers) == {7, 2**64 - 1, 9}, "every request answered once the client ended its side"
+    assert set(answers) == {7, 2**64 - 1, 9, 11, 12}, "every request answered once the client ended its side"
     assert answers[7].submitted.task.id != answers[9].submitted.task.id
     assert answers[7].submitted.created and answers[9].submitted.created
     refused = answers[2**64 - 1].error
     assert (refused.code, refused.message) == (INVALID.value[0], "task: is required")
+    # A trace context is W3C's two entries: more, or longer, is refused before it is read.
+    assert (answers[11].error.code, answers[11].error.message) == (
+        INVALID.value[0],
+        "trace_context: 9 entries, more than 8",
+    )
+    assert answers[12].error.code == INVALID.value[0] and "more than 512 bytes" in answers[12].error.message
 
 
 async def test_a_message_that_is_no_request_ends_the_stream_once_the_submits_before_it_are_answered(
