@@ -113,7 +113,7 @@ class SchedulerApi(ScheduleApi, scheduler_pb2_grpc.SchedulerServiceServicer):
         return await self.submit_one(request.task, self.submitter(context))
 
     async def submit_one(self, spec: task_pb2.TaskSpec, submitter: str | None) -> scheduler_pb2.SubmitTaskResponse:
-        """One task submitted (SubmitTask, and each message of SubmitStream)."""
+        """One task submitted (SubmitTask, and each submit of a SubmitStream)."""
         try:
             task = self._validate(spec)
         except InvalidArgument as error:

@@ -1,15 +1,18 @@
 """SchedulerService.SubmitStream: single submits over one long-lived stream.
 
 A process whose many callers each submit one task (a web app) sends them on one stream instead
-of a SubmitTask call each: a message costs the scheduler about half of what a unary call does
-(grpc.aio sets up, answers and tears down every call). Each message is submitted as SubmitTask
-submits it, concurrently with the others (so they share group commits), and answered with its
-`ref` once its task is stored, or with the status SubmitTask would have ended with.
+of a SubmitTask call each: grpc.aio sets up, answers and tears down every call, and a stream
+message costs a fraction of that. A message carries the submits the client had ready, a response
+the answers the scheduler had ready: a write is awaited before the next, so what comes while one
+is under way goes in the next, and under load each message carries more (no waiting is added).
+Each submit is submitted as SubmitTask submits it, concurrently with the others (so they share
+group commits), and answered with its `ref` once its task is stored, or with the status
+SubmitTask would have ended with.
 
-Bounds: at most MAX_IN_FLIGHT submits of a stream are unanswered at once (submitted, or
-answered but not yet written to a client that does not read); past that the stream is not read
-until an answer is written, so HTTP/2 flow control holds the client back. A message's size is
-bounded by gRPC's receive limit, as SubmitTask's.
+Bounds: a message carries at most MAX_SUBMITS_PER_MESSAGE submits, and its size is bounded by
+gRPC's receive limit, as SubmitTask's. While MAX_IN_FLIGHT submits of a stream are unanswered
+(submitted, or answered but not yet written to a client that does not read) the stream is not
+read, so HTTP/2 flow control holds the client back.
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ if TYPE_CHECKING:
 
     from scheduler_service.observe.tracing import TaskTraces
 
-__all__ = ["MAX_IN_FLIGHT", "SubmitOne", "serve_submit_stream", "stream_error"]
+__all__ = ["MAX_IN_FLIGHT", "MAX_SUBMITS_PER_MESSAGE", "SubmitOne", "serve_submit_stream", "stream_error"]
 
 log = logging.getLogger("lowtide.scheduler.api")
 
 MAX_IN_FLIGHT = 1024
+MAX_SUBMITS_PER_MESSAGE = 1000
 # A message's trace context: W3C's traceparent and tracestate, with room to spare.
 MAX_TRACE_ENTRIES = 8
 MAX_TRACE_BYTES = 512
@@ -49,8 +53,8 @@ def stream_error(error: errors.LowtideError) -> scheduler_pb2.SubmitStreamError:
     )
 
 
-def _refusal(request: scheduler_pb2.SubmitStreamRequest) -> errors.InvalidArgument | None:
-    """What is wrong with the message itself (checked before its trace context is read), or None."""
+def _refusal(request: scheduler_pb2.StreamedSubmit) -> errors.InvalidArgument | None:
+    """What is wrong with the submit itself (checked before its trace context is read), or None."""
     if not request.HasField("task"):
         return errors.InvalidArgument("task", "is required")
     carried = request.trace_context
@@ -64,18 +68,26 @@ def _refusal(request: scheduler_pb2.SubmitStreamRequest) -> errors.InvalidArgume
 
 
 async def _answer(
-    submit_one: SubmitOne, request: scheduler_pb2.SubmitStreamRequest, submitter: str | None
-) -> scheduler_pb2.SubmitStreamResponse:
+    submit_one: SubmitOne, request: scheduler_pb2.StreamedSubmit, submitter: str | None
+) -> scheduler_pb2.StreamedAnswer:
     ref = request.ref
     try:
-        return scheduler_pb2.SubmitStreamResponse(ref=ref, submitted=await submit_one(request.task, submitter))
+        return scheduler_pb2.StreamedAnswer(ref=ref, submitted=await submit_one(request.task, submitter))
     except errors.LowtideError as failure:
-        return scheduler_pb2.SubmitStreamResponse(ref=ref, error=stream_error(failure))
+        return scheduler_pb2.StreamedAnswer(ref=ref, error=stream_error(failure))
     except Exception:
         # As a unary call's unexpected error: INTERNAL for this submit, the stream goes on.
         log.exception("submit_stream.failed ref=%s", ref)
         error = scheduler_pb2.SubmitStreamError(code=13, message="internal error")
-        return scheduler_pb2.SubmitStreamResponse(ref=ref, error=error)
+        return scheduler_pb2.StreamedAnswer(ref=ref, error=error)
+
+
+def _submits(request: scheduler_pb2.SubmitStreamRequest) -> Any:
+    """The message's submits; a message of none or of too many is no valid request."""
+    count = len(request.submits)
+    if not 0 < count <= MAX_SUBMITS_PER_MESSAGE:
+        raise errors.InvalidArgument("submits", f"{count} in one message, not 1 to {MAX_SUBMITS_PER_MESSAGE}")
+    return request.submits
 
 
 async def serve_submit_stream(
@@ -85,18 +97,19 @@ async def serve_submit_stream(
     requests: AsyncIterator[scheduler_pb2.SubmitStreamRequest],
     context: grpc.aio.ServicerContext[Any, Any],
 ) -> None:
-    """Submits each request as it comes and writes each answer as it is ready. The client's end
-    of the stream ends it once every submit is answered; a message that is no valid request ends
-    it with INVALID_ARGUMENT, once the submits read before it are answered. With tracing on, each
-    submit has a span of its own (TaskTraces.stream_submit)."""
-    room = asyncio.Semaphore(MAX_IN_FLIGHT)
+    """Submits each request's submits as they come and writes the answers ready as one response.
+    The client's end of the stream ends it once every submit is answered; a message that is no
+    valid request ends it with INVALID_ARGUMENT, once the submits read before it are answered.
+    With tracing on, each submit has a span of its own (TaskTraces.stream_submit)."""
+    unanswered = 0
+    room = asyncio.Event()
     answers: asyncio.Queue[Any] = asyncio.Queue()
     submitting: set[asyncio.Task[None]] = set()
 
-    async def submit(request: scheduler_pb2.SubmitStreamRequest) -> None:
+    async def submit(request: scheduler_pb2.StreamedSubmit) -> None:
         refusal = _refusal(request)
         if refusal is not None:
-            answers.put_nowait(scheduler_pb2.SubmitStreamResponse(ref=request.ref, error=stream_error(refusal)))
+            answers.put_nowait(scheduler_pb2.StreamedAnswer(ref=request.ref, error=stream_error(refusal)))
         elif traces is None:
             answers.put_nowait(await _answer(submit_one, request, submitter))
         else:
@@ -104,19 +117,32 @@ async def serve_submit_stream(
                 answers.put_nowait(await _answer(submit_one, request, submitter))
 
     async def write() -> None:
-        while (answer := await answers.get()) is not None:
-            await context.write(answer)
-            room.release()
+        nonlocal unanswered
+        ending = False
+        while not ending and (answer := await answers.get()) is not None:
+            ready = [answer]
+            while not answers.empty():
+                if (answer := answers.get_nowait()) is None:
+                    ending = True
+                    break
+                ready.append(answer)
+            await context.write(scheduler_pb2.SubmitStreamResponse(answers=ready))
+            unanswered -= len(ready)
+            room.set()
 
     writer = asyncio.create_task(write())
     ended: errors.LowtideError | None = None
     try:
         try:
             async for request in requests:
-                await room.acquire()
-                task = asyncio.create_task(submit(request))
-                submitting.add(task)
-                task.add_done_callback(submitting.discard)
+                for each in _submits(request):
+                    task = asyncio.create_task(submit(each))
+                    submitting.add(task)
+                    task.add_done_callback(submitting.discard)
+                unanswered += len(request.submits)
+                while unanswered >= MAX_IN_FLIGHT:
+                    room.clear()
+                    await room.wait()
         except errors.LowtideError as error:
             ended = error
         while submitting:

@@ -66,10 +66,10 @@ class TaskTraces:
 
     @contextlib.contextmanager
     def stream_submit(self, trace_context: Mapping[str, str], ref: int) -> Iterator[None]:
-        """The span of one SubmitStream message, as the gRPC instrumentation makes one of each
-        SubmitTask call: the child of the trace context the message carries, else a trace of its
+        """The span of one submit of a SubmitStream, as the gRPC instrumentation makes one of each
+        SubmitTask call: the child of the trace context the submit carries, else a trace of its
         own (not the stream's: one stream carries a process's submits for as long as it lives).
-        Current while the message is submitted, so its task carries it (with_trace_context)."""
+        Current while the submit is stored, so its task carries it (with_trace_context)."""
         parent = task_context(trace_context) or Context()
         attributes = {"rpc.system": "grpc", "rpc.service": "lowtide.v1.SchedulerService", "rpc.method": "SubmitStream"}
         with self._tracer.start_as_current_span(

@@ -1,4 +1,4 @@
-"""Group commit of single submissions: concurrent SubmitTask calls and SubmitStream messages
+"""Group commit of single submissions: concurrent SubmitTask calls and SubmitStream submits
 of plain tasks stored together.
 
 Why it works this way: docs/architecture/tasks.md.

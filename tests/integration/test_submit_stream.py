@@ -65,24 +65,26 @@ async def test_a_bad_submit_fails_alone_with_the_status_submit_task_gives(
     assert sorted((await _stored(database_url)).values()) == [b"after", b"before", b"later"]
 
 
-async def test_each_answer_names_its_ref_and_a_malformed_message_is_refused_alone(scheduler: Scheduler) -> None:
+def _message(*submits: scheduler_pb2.StreamedSubmit) -> scheduler_pb2.SubmitStreamRequest:
+    return scheduler_pb2.SubmitStreamRequest(submits=submits)
+
+
+def _echo(ref: int, **fields: Any) -> scheduler_pb2.StreamedSubmit:
+    return scheduler_pb2.StreamedSubmit(ref=ref, task=task_pb2.TaskSpec(activity_type="echo"), **fields)
+
+
+async def test_each_answer_names_its_ref_and_a_malformed_submit_is_refused_alone(scheduler: Scheduler) -> None:
     requests = [
-        scheduler_pb2.SubmitStreamRequest(ref=7, task=task_pb2.TaskSpec(activity_type="echo")),
-        scheduler_pb2.SubmitStreamRequest(ref=2**64 - 1),
-        scheduler_pb2.SubmitStreamRequest(ref=9, task=task_pb2.TaskSpec(activity_type="echo")),
-        scheduler_pb2.SubmitStreamRequest(
-            ref=11, task=task_pb2.TaskSpec(activity_type="echo"), trace_context={f"k{i}": "v" for i in range(9)}
-        ),
-        scheduler_pb2.SubmitStreamRequest(
-            ref=12, task=task_pb2.TaskSpec(activity_type="echo"), trace_context={"tracestate": "x" * 513}
-        ),
+        _message(_echo(7), scheduler_pb2.StreamedSubmit(ref=2**64 - 1), _echo(9)),
+        _message(_echo(11, trace_context={f"k{i}": "v" for i in range(9)})),
+        _message(_echo(12, trace_context={"tracestate": "x" * 513}), _echo(13)),
     ]
     async with grpc.aio.insecure_channel(scheduler.target) as channel:
         stub = scheduler_pb2_grpc.SchedulerServiceStub(channel)
-        answers = {a.ref: a async for a in stub.SubmitStream(iter(requests), timeout=30)}
-    assert set(answers) == {7, 2**64 - 1, 9, 11, 12}, "every request answered once the client ended its side"
-    assert answers[7].submitted.task.id != answers[9].submitted.task.id
-    assert answers[7].submitted.created and answers[9].submitted.created
+        answers = {a.ref: a async for m in stub.SubmitStream(iter(requests), timeout=30) for a in m.answers}
+    assert set(answers) == {7, 2**64 - 1, 9, 11, 12, 13}, "every submit answered once the client ended its side"
+    stored = {answers[ref].submitted.task.id for ref in (7, 9, 13) if answers[ref].submitted.created}
+    assert len(stored) == 3, "each good submit of a message is a task of its own"
     refused = answers[2**64 - 1].error
     assert (refused.code, refused.message) == (INVALID.value[0], "task: is required")
     # A trace context is W3C's two entries: more, or longer, is refused before it is read.
@@ -93,27 +95,42 @@ async def test_each_answer_names_its_ref_and_a_malformed_message_is_refused_alon
     assert answers[12].error.code == INVALID.value[0] and "more than 512 bytes" in answers[12].error.message
 
 
+async def _ended_by(scheduler: Scheduler, bodies: list[bytes]) -> tuple[list[Any], grpc.StatusCode, str]:
+    """The answers a raw stream of these message bodies got, and the status that ended it."""
+    path = "/lowtide.v1.SchedulerService/SubmitStream"
+    answers: list[Any] = []
+    async with grpc.aio.insecure_channel(scheduler.target) as channel:
+        decode = scheduler_pb2.SubmitStreamResponse.FromString
+        call = channel.stream_stream(path, response_deserializer=decode)(iter(bodies), timeout=30)
+        try:
+            async for message in call:
+                answers.extend(message.answers)
+        except grpc.aio.AioRpcError as error:
+            return answers, error.code(), error.details() or ""
+    raise AssertionError("the stream ended without a status")
+
+
 async def test_a_message_that_is_no_request_ends_the_stream_once_the_submits_before_it_are_answered(
     scheduler: Scheduler, database_url: str
 ) -> None:
-    good = scheduler_pb2.SubmitStreamRequest(ref=1, task=task_pb2.TaskSpec(activity_type="echo", payload=b"kept"))
-    path = "/lowtide.v1.SchedulerService/SubmitStream"
-    async with grpc.aio.insecure_channel(scheduler.target) as channel:
-        call = channel.stream_stream(path, response_deserializer=scheduler_pb2.SubmitStreamResponse.FromString)(
-            iter([good.SerializeToString(), b"\x12\x01\xff"]), timeout=30
-        )
-        answers: list[Any] = []
-        try:
-            async for answer in call:
-                answers.append(answer)
-            raise AssertionError("the stream ended without a status")
-        except grpc.aio.AioRpcError as error:
-            status = (error.code(), error.details() or "")
+    good = _message(scheduler_pb2.StreamedSubmit(ref=1, task=task_pb2.TaskSpec(activity_type="echo", payload=b"kept")))
+    answers, code, details = await _ended_by(scheduler, [good.SerializeToString(), b"\x0a\x01\xff"])
     assert [(a.ref, a.submitted.task.payload) for a in answers] == [(1, b"kept")]
-    assert status[0] == INVALID and "not a valid" in status[1], status
+    assert code == INVALID and "not a valid" in details, (code, details)
     assert list((await _stored(database_url)).values()) == [b"kept"]
     async with Client(scheduler.target) as client:
         assert (await client.submit("echo", b"still")).payload == b"still"
+
+
+async def test_a_message_of_no_submits_or_of_more_than_a_thousand_ends_the_stream(
+    scheduler: Scheduler, database_url: str
+) -> None:
+    for bad, count in ((_message(), 0), (_message(*(_echo(ref) for ref in range(1001))), 1001)):
+        bodies = [_message(_echo(1)).SerializeToString(), bad.SerializeToString()]
+        answers, code, details = await _ended_by(scheduler, bodies)
+        assert [a.ref for a in answers if a.submitted.created] == [1]
+        assert (code, details) == (INVALID, f"submits: {count} in one message, not 1 to 1000")
+    assert len(await _stored(database_url)) == 2, "only the good messages' submits were stored"
 
 
 async def test_a_client_whose_stream_broke_submits_again_on_a_new_one(scheduler: Scheduler) -> None:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -226,19 +227,22 @@ async def test_a_submitter_trace_context_is_the_parent_of_the_task_spans(traced:
 
 
 async def test_the_client_s_current_span_is_the_parent_of_its_submit_over_the_stream(traced: Traced) -> None:
-    """Client.submit sends the caller's trace context with each message of its SubmitStream (as an
-    instrumented unary call sends it in metadata): two submits in two spans, two traces."""
+    """Client.submit sends the caller's trace context with each submit of its SubmitStream (as an
+    instrumented unary call sends it in metadata): two submits made together, under two spans,
+    are in two traces, even when one message carries both."""
     await traced.set_signal(100)
     parents = [(f"{n:032x}", f"{n:016x}") for n in (3, 4)]
-    submitted = []
     async with Client(traced.scheduler.target) as client:
-        for trace_id, span_id in parents:
+
+        async def submit_under(trace_id: str, span_id: str) -> Any:
             caller = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=False, trace_flags=TraceFlags(1))
             token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(caller)))
             try:
-                submitted.append(await client.submit("echo", "s"))
+                return await client.submit("echo", "s")
             finally:
                 otel_context.detach(token)
+
+        submitted = await asyncio.gather(*(submit_under(*parent) for parent in parents))
         for task in submitted:
             assert (await client.wait(task.id)).state == COMPLETED
     for task, parent in zip(submitted, parents, strict=True):

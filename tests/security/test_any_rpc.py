@@ -146,13 +146,14 @@ async def _call(target: str, service: descriptor.ServiceDescriptor, method: Any,
     async with grpc.aio.insecure_channel(target) as channel:
         try:
             if method.client_streaming:
-                # SubmitStream: one request; its answer carries the status SubmitTask would end with.
+                # SubmitStream: one request; an answer carries the status SubmitTask would end with.
                 decode = scheduler_pb2.SubmitStreamResponse.FromString
                 stream = channel.stream_stream(path, response_deserializer=decode)(iter([body]), timeout=3)
-                answer = await stream.read()
+                message = await stream.read()
                 stream.cancel()
-                if answer is not grpc.aio.EOF and answer.HasField("error"):
-                    return _CODES[answer.error.code], answer.error.message
+                refused = [a.error for a in getattr(message, "answers", ()) if a.HasField("error")]
+                if refused:
+                    return _CODES[refused[0].code], refused[0].message
             elif method.server_streaming:
                 stream = channel.unary_stream(path)(body, timeout=2)
                 async for _ in stream:

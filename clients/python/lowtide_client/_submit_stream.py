@@ -1,9 +1,11 @@
 """Single submits multiplexed over one ``SchedulerService.SubmitStream`` call.
 
-Every ``Client.submit`` of a process goes out as a message of one long-lived stream, answered by
-its ``ref``, instead of a unary ``SubmitTask`` call each: a message costs the scheduler (and this
-process) about half of what a call does. What the caller sees is what ``SubmitTask`` gives: the
-stored task, or a ``grpc.aio.AioRpcError`` with the status and details the scheduler chose.
+Every ``Client.submit`` of a process goes out on one long-lived stream, answered by its ``ref``,
+instead of a unary ``SubmitTask`` call each: a call costs the scheduler (and this process) several
+times what a submit on the stream does. A message carries every submit made while the one before
+was being written, so under load each write carries more; nothing waits to fill a message. What
+the caller sees is what ``SubmitTask`` gives: the stored task, or a ``grpc.aio.AioRpcError`` with
+the status and details the scheduler chose.
 
 UNAVAILABLE, for one submit or for the stream (it could not be opened, or broke), is retried as
 the unary call retries it (``Calls.call``: ``SubmitTask`` with backoff), with the same caveat: a
@@ -31,6 +33,8 @@ from lowtide_proto.lowtide.v1 import scheduler_pb2, task_pb2
 __all__ = ["SubmitStream"]
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
+# The most submits the scheduler takes in one message.
+MAX_SUBMITS_PER_MESSAGE = 1000
 
 
 def _rpc_error(
@@ -40,31 +44,40 @@ def _rpc_error(
 
 
 class _Stream:
-    """One SubmitStream call: its outbox (None ends it) and the submits it has not answered."""
+    """One SubmitStream call: its outbox (the submits not yet sent), whether it is ending, and the
+    submits it has not answered."""
 
     def __init__(self, stub: Any) -> None:
-        self.outbox: asyncio.Queue[scheduler_pb2.SubmitStreamRequest | None] = asyncio.Queue()
+        self.outbox: list[scheduler_pb2.StreamedSubmit] = []
+        self.ending = False
+        self._ready = asyncio.Event()
         self.waiting: dict[int, asyncio.Future[scheduler_pb2.SubmitTaskResponse]] = {}
         self.call = stub.SubmitStream(self._requests())
         self.reader = asyncio.create_task(self._read())
 
+    def send(self, submit: scheduler_pb2.StreamedSubmit) -> None:
+        self.outbox.append(submit)
+        self._ready.set()
+
     async def _requests(self) -> AsyncIterator[scheduler_pb2.SubmitStreamRequest]:
-        while (request := await self.outbox.get()) is not None:
-            yield request
+        # grpc.aio writes a message and awaits it before asking for the next: what was sent
+        # meanwhile goes out together.
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            if self.ending:
+                return
+            ready, self.outbox = self.outbox[:MAX_SUBMITS_PER_MESSAGE], self.outbox[MAX_SUBMITS_PER_MESSAGE:]
+            if self.outbox:
+                self._ready.set()
+            yield scheduler_pb2.SubmitStreamRequest(submits=ready)
 
     async def _read(self) -> None:
         failure: grpc.aio.AioRpcError = _rpc_error(grpc.StatusCode.UNAVAILABLE, "the submit stream ended")
         try:
-            async for answer in self.call:
-                waiting = self.waiting.pop(answer.ref, None)
-                if waiting is None or waiting.done():
-                    continue
-                if answer.HasField("submitted"):
-                    waiting.set_result(answer.submitted)
-                else:
-                    error = answer.error
-                    code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)
-                    waiting.set_exception(_rpc_error(code, error.message, tuple(error.trailing.items())))
+            async for message in self.call:
+                for answer in message.answers:
+                    self._answered(answer)
         except grpc.aio.AioRpcError as error:
             failure = error
         finally:
@@ -73,12 +86,24 @@ class _Stream:
                     waiting.set_exception(failure)
             self.waiting.clear()
 
+    def _answered(self, answer: scheduler_pb2.StreamedAnswer) -> None:
+        waiting = self.waiting.pop(answer.ref, None)
+        if waiting is None or waiting.done():
+            return
+        if answer.HasField("submitted"):
+            waiting.set_result(answer.submitted)
+        else:
+            error = answer.error
+            code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)
+            waiting.set_exception(_rpc_error(code, error.message, tuple(error.trailing.items())))
+
     @property
     def open(self) -> bool:
         return not self.reader.done()
 
     async def close(self) -> None:
-        self.outbox.put_nowait(None)
+        self.ending = True
+        self._ready.set()
         self.reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.reader
@@ -103,10 +128,10 @@ class SubmitStream:
         stream, ref = self._stream, next(self._refs)
         answer: asyncio.Future[scheduler_pb2.SubmitTaskResponse] = asyncio.get_running_loop().create_future()
         stream.waiting[ref] = answer
-        request = scheduler_pb2.SubmitStreamRequest(ref=ref, task=spec)
+        request = scheduler_pb2.StreamedSubmit(ref=ref, task=spec)
         # The caller's span, if any, is the parent of the scheduler's span of this submit.
         inject_context(request.trace_context)
-        stream.outbox.put_nowait(request)
+        stream.send(request)
         try:
             return await answer
         except grpc.aio.AioRpcError as error:

@@ -69,6 +69,28 @@ Global___SubmitTaskResponse: _TypeAlias = SubmitTaskResponse  # noqa: Y015
 class SubmitStreamRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    SUBMITS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def submits(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamedSubmit]:
+        """The submits ready to send, at least one and at most 1,000."""
+
+    def __init__(
+        self,
+        *,
+        submits: _abc.Iterable[Global___StreamedSubmit] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["submits", b"submits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitStreamRequest: _TypeAlias = SubmitStreamRequest  # noqa: Y015
+
+@_typing.final
+class StreamedSubmit(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
     @_typing.final
     class TraceContextEntry(_message.Message):
         DESCRIPTOR: _descriptor.Descriptor
@@ -116,17 +138,39 @@ class SubmitStreamRequest(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___SubmitStreamRequest: _TypeAlias = SubmitStreamRequest  # noqa: Y015
+Global___StreamedSubmit: _TypeAlias = StreamedSubmit  # noqa: Y015
 
 @_typing.final
 class SubmitStreamResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ANSWERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def answers(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamedAnswer]:
+        """The answers ready to send, at least one."""
+
+    def __init__(
+        self,
+        *,
+        answers: _abc.Iterable[Global___StreamedAnswer] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers", b"answers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitStreamResponse: _TypeAlias = SubmitStreamResponse  # noqa: Y015
+
+@_typing.final
+class StreamedAnswer(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REF_FIELD_NUMBER: _builtins.int
     SUBMITTED_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     ref: _builtins.int
-    """The `ref` of the request answered."""
+    """The `ref` of the submit answered."""
     @_builtins.property
     def submitted(self) -> Global___SubmitTaskResponse: ...
     @_builtins.property
@@ -146,7 +190,7 @@ class SubmitStreamResponse(_message.Message):
     _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
 
-Global___SubmitStreamResponse: _TypeAlias = SubmitStreamResponse  # noqa: Y015
+Global___StreamedAnswer: _TypeAlias = StreamedAnswer  # noqa: Y015
 
 @_typing.final
 class SubmitStreamError(_message.Message):

@@ -135,11 +135,11 @@ class SchedulerServiceServicer:
 
     def SubmitStream(self, request_iterator, context):
         """Single submits over one long-lived stream, for a process whose many callers each submit one
-        task (a web app): a submit costs the scheduler about half of a SubmitTask call. Each request
-        is answered by a response with its `ref`, in the order the tasks are stored, with what
-        SubmitTask would have answered, or the status it would have ended with; one submit's error
-        ends only that submit. At most 1,024 submits of a stream are unanswered at once: past that
-        the scheduler reads no more of it until one answer is written.
+        task (a web app): a submit costs the scheduler a fraction of a SubmitTask call. A message
+        carries the submits the client has ready (at most 1,000); each is answered by its `ref`, in
+        a response carrying the answers the scheduler has ready, with what SubmitTask would have
+        answered, or the status it would have ended with; one submit's error ends only that submit.
+        While 1,024 submits of a stream are unanswered the scheduler reads no more of it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -37,11 +37,11 @@ class SchedulerServiceStub:
     SubmitTask: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.SubmitTaskRequest, _scheduler_pb2.SubmitTaskResponse]
     SubmitStream: _grpc.StreamStreamMultiCallable[_scheduler_pb2.SubmitStreamRequest, _scheduler_pb2.SubmitStreamResponse]
     """Single submits over one long-lived stream, for a process whose many callers each submit one
-    task (a web app): a submit costs the scheduler about half of a SubmitTask call. Each request
-    is answered by a response with its `ref`, in the order the tasks are stored, with what
-    SubmitTask would have answered, or the status it would have ended with; one submit's error
-    ends only that submit. At most 1,024 submits of a stream are unanswered at once: past that
-    the scheduler reads no more of it until one answer is written.
+    task (a web app): a submit costs the scheduler a fraction of a SubmitTask call. A message
+    carries the submits the client has ready (at most 1,000); each is answered by its `ref`, in
+    a response carrying the answers the scheduler has ready, with what SubmitTask would have
+    answered, or the status it would have ended with; one submit's error ends only that submit.
+    While 1,024 submits of a stream are unanswered the scheduler reads no more of it.
     """
     SubmitTasks: _grpc.UnaryUnaryMultiCallable[_scheduler_pb2.SubmitTasksRequest, _scheduler_pb2.SubmitTasksResponse]
     """All or nothing: one bad task refuses the whole batch."""
@@ -82,11 +82,11 @@ class SchedulerServiceAsyncStub(SchedulerServiceStub):
     SubmitTask: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.SubmitTaskRequest, _scheduler_pb2.SubmitTaskResponse]  # type: ignore[assignment]
     SubmitStream: _aio.StreamStreamMultiCallable[_scheduler_pb2.SubmitStreamRequest, _scheduler_pb2.SubmitStreamResponse]  # type: ignore[assignment]
     """Single submits over one long-lived stream, for a process whose many callers each submit one
-    task (a web app): a submit costs the scheduler about half of a SubmitTask call. Each request
-    is answered by a response with its `ref`, in the order the tasks are stored, with what
-    SubmitTask would have answered, or the status it would have ended with; one submit's error
-    ends only that submit. At most 1,024 submits of a stream are unanswered at once: past that
-    the scheduler reads no more of it until one answer is written.
+    task (a web app): a submit costs the scheduler a fraction of a SubmitTask call. A message
+    carries the submits the client has ready (at most 1,000); each is answered by its `ref`, in
+    a response carrying the answers the scheduler has ready, with what SubmitTask would have
+    answered, or the status it would have ended with; one submit's error ends only that submit.
+    While 1,024 submits of a stream are unanswered the scheduler reads no more of it.
     """
     SubmitTasks: _aio.UnaryUnaryMultiCallable[_scheduler_pb2.SubmitTasksRequest, _scheduler_pb2.SubmitTasksResponse]  # type: ignore[assignment]
     """All or nothing: one bad task refuses the whole batch."""
@@ -136,11 +136,11 @@ class SchedulerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_scheduler_pb2.SubmitStreamResponse], _abc.AsyncIterator[_scheduler_pb2.SubmitStreamResponse]]:
         """Single submits over one long-lived stream, for a process whose many callers each submit one
-        task (a web app): a submit costs the scheduler about half of a SubmitTask call. Each request
-        is answered by a response with its `ref`, in the order the tasks are stored, with what
-        SubmitTask would have answered, or the status it would have ended with; one submit's error
-        ends only that submit. At most 1,024 submits of a stream are unanswered at once: past that
-        the scheduler reads no more of it until one answer is written.
+        task (a web app): a submit costs the scheduler a fraction of a SubmitTask call. A message
+        carries the submits the client has ready (at most 1,000); each is answered by its `ref`, in
+        a response carrying the answers the scheduler has ready, with what SubmitTask would have
+        answered, or the status it would have ended with; one submit's error ends only that submit.
+        While 1,024 submits of a stream are unanswered the scheduler reads no more of it.
         """
 
     @_abc_1.abstractmethod
