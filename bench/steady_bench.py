@@ -153,7 +153,9 @@ async def _offer(system: System, rate: int, cpu: CpuWindow) -> tuple[dict[int, f
     async def one(due_wall: float, due_mono: float) -> None:
         nonlocal failed
         try:
-            task_id = await asyncio.wait_for(system.submit(), SUBMIT_TIMEOUT_S)
+            # asyncio.timeout, not wait_for: no second task a submit in the generator's loop.
+            async with asyncio.timeout(SUBMIT_TIMEOUT_S):
+                task_id = await system.submit()
         except Exception:
             failed += 1
             return
