@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import tempfile
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import psycopg
 
 from bench._pg import throwaway_database
-from bench.lowtide_run import _percentile, _stop
+from bench.lowtide_run import _percentile, _spawn, _stop
 from lowtide_client import Client, task_spec
 from tests.helpers import free_port
 
@@ -35,10 +34,6 @@ max_workers = 10
 reservable_fraction = 0.5
 max_hold = "30s"
 """
-
-
-async def _spawn(env: dict[str, str], *args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(sys.executable, "-m", "lowtide", *args, env=env)
 
 
 async def fixed_precision(server_url: str) -> dict[str, Any]:

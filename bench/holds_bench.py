@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import sys
 import time
 from typing import Any
 
 import psycopg
 
 from bench._pg import throwaway_database
-from bench.lowtide_run import _percentile, _stop
+from bench.lowtide_run import _percentile, _spawn, _stop
 from lowtide.db import Database, apply_migrations
 from lowtide_client import Client, SignalClient, Worker
 from scheduler_service.store import Store
@@ -29,10 +28,6 @@ RISES = 50
 HELD_ROWS = 1_000_000
 CLAIMABLE_ROWS = 2_000
 CLAIMS = 150
-
-
-async def _spawn(env: dict[str, str], *args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(sys.executable, "-m", "lowtide", *args, env=env)
 
 
 async def hold_release(server_url: str) -> dict[str, Any]:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from bench._pg import throwaway_database
-from bench.lowtide_run import _stop
+from bench.lowtide_run import _spawn, _stop
 from lowtide_client import Client
 from tests.helpers import free_port
 
@@ -26,10 +25,6 @@ TASKS = 40
 EVERY = 0.5  # seconds between arrivals (30 trace minutes)
 SLACK = timedelta(hours=8) / SPEED
 DURATION = timedelta(minutes=30) / SPEED
-
-
-async def _spawn(env: dict[str, str], *args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(sys.executable, "-m", "lowtide", *args, env=env)
 
 
 async def live_carbon(server_url: str) -> dict[str, Any]:

@@ -53,7 +53,8 @@ def _env(database_url: str, target: str) -> dict[str, str]:
 
 
 async def _spawn(env: dict[str, str], *args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(sys.executable, "-m", "lowtide", *args, env=env)
+    # Their console lines go to stderr: stdout is the bench's one JSON object.
+    return await asyncio.create_subprocess_exec(sys.executable, "-m", "lowtide", *args, env=env, stdout=sys.stderr)
 
 
 async def _stop(processes: list[asyncio.subprocess.Process]) -> None:
