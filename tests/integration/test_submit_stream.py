@@ -6,6 +6,7 @@ SubmitTask calls."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -14,7 +15,9 @@ from google.protobuf import duration_pb2
 
 from lowtide_client import Client
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
+from scheduler_service.api.submit_stream import serve_submit_stream
 from scheduler_service.server import Scheduler
+from tests.helpers import eventually
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
@@ -176,3 +179,37 @@ async def test_a_scheduler_without_submit_stream_is_sent_submit_task_calls() -> 
         await server.stop(None)
     assert (first.id, first.payload, second.id, second.payload) == (1, b"1", 2, b"2")
     assert calls == ["a", "b"]
+
+
+async def test_a_client_that_takes_no_answers_is_not_read_past_1024_unanswered_submits() -> None:
+    """While 1,024 submits of a stream are unanswered (stored, their answers not yet written to a
+    client that reads none), the scheduler reads no more of the stream: what one client sends is
+    bounded, however many messages it has queued. (The handler itself, its writes held back.)"""
+    written = asyncio.Event()
+    stored: list[task_pb2.TaskSpec] = []
+    read: list[int] = []
+
+    class HeldWrites:
+        async def write(self, message: scheduler_pb2.SubmitStreamResponse) -> None:
+            await written.wait()
+
+    async def submit_one(spec: task_pb2.TaskSpec, submitter: str | None) -> scheduler_pb2.SubmitTaskResponse:
+        stored.append(spec)
+        return scheduler_pb2.SubmitTaskResponse(task=task_pb2.Task(id=len(stored)), created=True)
+
+    async def requests() -> AsyncIterator[scheduler_pb2.SubmitStreamRequest]:
+        for nth in range(3):
+            read.append(nth)
+            yield _message(*(_echo(nth * 1000 + i) for i in range(1000)))
+
+    serving = asyncio.create_task(serve_submit_stream(submit_one, None, None, requests(), HeldWrites()))
+
+    async def two_stored() -> bool:
+        return len(stored) == 2000
+
+    await eventually(two_stored)
+    # Unbounded, the third message would have been read before any of the second's was stored.
+    assert read == [0, 1] and len(stored) == 2000, "1,000 then 2,000 unanswered: the third message is not read"
+    written.set()
+    await asyncio.wait_for(serving, 30)
+    assert read == [0, 1, 2] and len(stored) == 3000
