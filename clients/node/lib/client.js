@@ -4,6 +4,7 @@ const { loadLowtide } = require('./protos');
 const { fromMillis } = require('./duration');
 const { channelSettings } = require('./security');
 const { encodePayload } = require('./codec');
+const { SubmitStream } = require('./submit_stream');
 
 function timestamp(name, date) {
   if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
@@ -28,6 +29,8 @@ class SchedulerClient {
     const lowtide = loadLowtide();
     const { credentials, options } = channelSettings(security);
     this._stub = new lowtide.SchedulerService(target, credentials, options);
+    // Every submit of this client on one SubmitStream (SubmitTask where the scheduler has none).
+    this._submits = new SubmitStream(this._stub, (task) => this._call('SubmitTask', { task }));
   }
 
   _call(method, request) {
@@ -59,8 +62,7 @@ class SchedulerClient {
     if (options.deadline !== undefined) task.deadline = timestamp('deadline', options.deadline);
     if (options.latestStart !== undefined) task.latest_start = timestamp('latestStart', options.latestStart);
     if (options.estimatedDurationMs) task.estimated_duration = fromMillis(options.estimatedDurationMs);
-    const response = await this._call('SubmitTask', { task });
-    return response.task;
+    return (await this._submits.submit(task)).task;
   }
 
   async get(id) {
@@ -77,6 +79,7 @@ class SchedulerClient {
   }
 
   close() {
+    this._submits.close();
     this._stub.close();
   }
 }

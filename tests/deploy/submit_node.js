@@ -1,0 +1,28 @@
+'use strict';
+// The Node client's submits (tests/deploy/test_node_submit_stream.py), against the scheduler at
+// LOWTIDE_TARGET: 200 submits at once and one the scheduler refuses, each with its own answer,
+// then one more. Prints one JSON line: the tasks' ids and payloads, the refusal's code, details
+// and trailing metadata keys, and whether the submits went on a stream.
+const { SchedulerClient } = require('../../clients/node/lib');
+
+async function main() {
+  const client = new SchedulerClient(process.env.LOWTIDE_TARGET);
+  const bad = client._submits.submit({ activity_type: 'echo', start_to_close_timeout: { seconds: -5 } });
+  const many = Promise.all(Array.from({ length: 200 }, (_, i) => client.submit('echo', `n${i}`)));
+  const onStream = client._submits._stream !== null;
+  const refused = await bad.then(() => null, (error) => ({
+    code: error.code,
+    details: error.details,
+    metadata: Object.keys(error.metadata.getMap()),
+  }));
+  const tasks = await many;
+  const later = await client.submit('echo', 'later');
+  client.close();
+  const stored = [...tasks, later].map((task) => [task.id, task.payload.toString()]);
+  console.log(JSON.stringify({ stored, refused, onStream }));
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});
