@@ -10,7 +10,8 @@ group commits), and answered with its `ref` once its task is stored, or with the
 SubmitTask would have ended with.
 
 Bounds: a message carries at most MAX_SUBMITS_PER_MESSAGE submits, and its size is bounded by
-gRPC's receive limit, as SubmitTask's. While MAX_IN_FLIGHT submits of a stream are unanswered
+gRPC's receive limit, as SubmitTask's; a response carries answers while it stays within
+RESPONSE_BYTES (one larger answer alone). While MAX_IN_FLIGHT submits of a stream are unanswered
 (submitted, or answered but not yet written to a client that does not read) the stream is not
 read, so HTTP/2 flow control holds the client back.
 """
@@ -38,6 +39,9 @@ log = logging.getLogger("lowtide.scheduler.api")
 
 MAX_IN_FLIGHT = 1024
 MAX_SUBMITS_PER_MESSAGE = 1000
+# Answers go together while their response stays within this (a larger one goes alone, as
+# SubmitTask's would): well within the 4 MiB a gRPC client receives by default.
+RESPONSE_BYTES = 1024 * 1024
 # A message's trace context: W3C's traceparent and tracestate, with room to spare.
 MAX_TRACE_ENTRIES = 8
 MAX_TRACE_BYTES = 512
@@ -118,14 +122,15 @@ async def serve_submit_stream(
 
     async def write() -> None:
         nonlocal unanswered
-        ending = False
-        while not ending and (answer := await answers.get()) is not None:
-            ready = [answer]
+        carried: list[Any] = []  # an answer taken but left for the next response, or the end
+        while (answer := carried.pop() if carried else await answers.get()) is not None:
+            ready, size = [answer], answer.ByteSize()
             while not answers.empty():
-                if (answer := answers.get_nowait()) is None:
-                    ending = True
+                following = answers.get_nowait()
+                if following is None or (size := size + following.ByteSize()) > RESPONSE_BYTES:
+                    carried.append(following)
                     break
-                ready.append(answer)
+                ready.append(following)
             await context.write(scheduler_pb2.SubmitStreamResponse(answers=ready))
             unanswered -= len(ready)
             room.set()

@@ -1,8 +1,9 @@
 'use strict';
 // The Node client's submits (tests/deploy/test_node_submit_stream.py), against the scheduler at
 // LOWTIDE_TARGET: 200 submits at once and one the scheduler refuses, each with its own answer,
-// then one more. Prints one JSON line: the tasks' ids and payloads, the refusal's code, details
-// and trailing metadata keys, and whether the submits went on a stream.
+// then one more, then eight large ones at once. Prints one JSON line: the tasks' ids and payloads,
+// the refusal's code, details and trailing metadata keys, whether the submits went on a stream,
+// and the large ones' payload lengths and first letters.
 const { SchedulerClient } = require('../../clients/node/lib');
 
 async function main() {
@@ -17,9 +18,13 @@ async function main() {
   }));
   const tasks = await many;
   const later = await client.submit('echo', 'later');
+  // Eight of 900 kB at once: 7.2 MB of answers, more than a client receives in one message.
+  const letters = [...'abcdefgh'];
+  const big = await Promise.all(letters.map((letter) => client.submit('echo', letter.repeat(900000))));
   client.close();
   const stored = [...tasks, later].map((task) => [task.id, task.payload.toString()]);
-  console.log(JSON.stringify({ stored, refused, onStream }));
+  const bigBack = big.map((task) => `${task.payload.length}:${String.fromCharCode(task.payload[0])}`);
+  console.log(JSON.stringify({ stored, refused, onStream, bigBack }));
 }
 
 main().catch((error) => {

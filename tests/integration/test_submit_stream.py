@@ -213,3 +213,16 @@ async def test_a_client_that_takes_no_answers_is_not_read_past_1024_unanswered_s
     written.set()
     await asyncio.wait_for(serving, 30)
     assert read == [0, 1, 2] and len(stored) == 3000
+
+
+async def test_large_submits_made_at_once_each_come_back_within_what_a_client_receives(
+    scheduler: Scheduler, database_url: str
+) -> None:
+    """Twenty submits of 900 kB at once: 18 MB do not go in one request (a scheduler receives at
+    most 16 MiB in one by default), nor their answers in one response (a gRPC client receives at
+    most 4 MiB in one by default)."""
+    payloads = [bytes([i]) * 900_000 for i in range(20)]
+    async with Client(scheduler.target) as client:
+        tasks = await asyncio.gather(*(client.submit("echo", payload) for payload in payloads))
+    assert [t.payload for t in tasks] == payloads
+    assert sorted((await _stored(database_url)).values()) == sorted(payloads)

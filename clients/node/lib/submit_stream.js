@@ -12,6 +12,11 @@ const grpc = require('@grpc/grpc-js');
 
 // The most submits the scheduler takes in one message.
 const MAX_SUBMITS_PER_MESSAGE = 1000;
+// Submits go together while their message stays within about this (a larger one goes alone, as
+// a SubmitTask call would carry it): well within any receive limit a scheduler sets.
+const MESSAGE_BYTES = 1024 * 1024;
+// A submit's size beside its payload, counted generously (its headers are few and short).
+const SUBMIT_OVERHEAD_BYTES = 1024;
 // A stream with nothing unanswered is ended after this long: an open call keeps a Node process
 // alive, and a script's last submit should not.
 const IDLE_MS = 200;
@@ -25,6 +30,10 @@ function answerError({ code, message, trailing }) {
   const metadata = new grpc.Metadata();
   for (const [key, value] of Object.entries(trailing || {})) metadata.add(key, Buffer.from(value));
   return submitError(code, message, metadata);
+}
+
+function submitBytes({ task }) {
+  return (task.payload ? task.payload.length : 0) + SUBMIT_OVERHEAD_BYTES;
 }
 
 class SubmitStream {
@@ -70,7 +79,14 @@ class SubmitStream {
 
   _flush(stream) {
     while (stream.outbox.length > 0 && !stream.ended) {
-      stream.call.write({ submits: stream.outbox.splice(0, MAX_SUBMITS_PER_MESSAGE) });
+      let count = 1;
+      let size = submitBytes(stream.outbox[0]);
+      while (count < stream.outbox.length && count < MAX_SUBMITS_PER_MESSAGE) {
+        size += submitBytes(stream.outbox[count]);
+        if (size > MESSAGE_BYTES) break;
+        count += 1;
+      }
+      stream.call.write({ submits: stream.outbox.splice(0, count) });
     }
   }
 

@@ -19,6 +19,7 @@ metadata would.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 from collections.abc import AsyncIterator
@@ -35,6 +36,9 @@ __all__ = ["SubmitStream"]
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 # The most submits the scheduler takes in one message.
 MAX_SUBMITS_PER_MESSAGE = 1000
+# Submits go together while their message stays within this (a larger one goes alone, as a
+# SubmitTask call would carry it): well within any receive limit a scheduler sets.
+MESSAGE_BYTES = 1024 * 1024
 
 
 def _rpc_error(
@@ -43,12 +47,25 @@ def _rpc_error(
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailing), details)
 
 
+def _first(outbox: collections.deque[scheduler_pb2.StreamedSubmit]) -> list[scheduler_pb2.StreamedSubmit]:
+    """Takes the submits of the next message from `outbox`: at least one, at most
+    MAX_SUBMITS_PER_MESSAGE, more only while they stay within MESSAGE_BYTES."""
+    ready = [outbox.popleft()]
+    size = ready[0].ByteSize()
+    while outbox and len(ready) < MAX_SUBMITS_PER_MESSAGE:
+        size += outbox[0].ByteSize()
+        if size > MESSAGE_BYTES:
+            break
+        ready.append(outbox.popleft())
+    return ready
+
+
 class _Stream:
     """One SubmitStream call: its outbox (the submits not yet sent), whether it is ending, and the
     submits it has not answered."""
 
     def __init__(self, stub: Any) -> None:
-        self.outbox: list[scheduler_pb2.StreamedSubmit] = []
+        self.outbox: collections.deque[scheduler_pb2.StreamedSubmit] = collections.deque()
         self.ending = False
         self._ready = asyncio.Event()
         self.waiting: dict[int, asyncio.Future[scheduler_pb2.SubmitTaskResponse]] = {}
@@ -67,7 +84,7 @@ class _Stream:
             self._ready.clear()
             if self.ending:
                 return
-            ready, self.outbox = self.outbox[:MAX_SUBMITS_PER_MESSAGE], self.outbox[MAX_SUBMITS_PER_MESSAGE:]
+            ready = _first(self.outbox)
             if self.outbox:
                 self._ready.set()
             yield scheduler_pb2.SubmitStreamRequest(submits=ready)

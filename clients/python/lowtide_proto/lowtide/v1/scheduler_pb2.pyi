@@ -72,7 +72,9 @@ class SubmitStreamRequest(_message.Message):
     SUBMITS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def submits(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamedSubmit]:
-        """The submits ready to send, at least one and at most 1,000."""
+        """The submits ready to send, at least one and at most 1,000 (lowtide's clients also keep a
+        message within about 1 MiB, a larger submit going alone).
+        """
 
     def __init__(
         self,
@@ -147,7 +149,7 @@ class SubmitStreamResponse(_message.Message):
     ANSWERS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def answers(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamedAnswer]:
-        """The answers ready to send, at least one."""
+        """The answers ready to send, at least one, within 1 MiB in all (a larger answer goes alone)."""
 
     def __init__(
         self,
