@@ -11,9 +11,14 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import grpc
+
+from lowtide_proto.lowtide.v1 import scheduler_pb2
 
 T = TypeVar("T")
 
@@ -97,3 +102,24 @@ def scrape_metrics(port: int) -> str:
     the event loop, with asyncio.to_thread, from a test whose services run on it)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         return str(response.read().decode())
+
+
+@asynccontextmanager
+async def submit_task_only_scheduler(submit_task: Callable[[Any, Any], Awaitable[Any]]) -> AsyncIterator[str]:
+    """A gRPC server of SchedulerService.SubmitTask alone (`submit_task(request, context)`), as an
+    older scheduler without SubmitStream: its target while the block runs."""
+    handler = grpc.unary_unary_rpc_method_handler(
+        submit_task,
+        request_deserializer=scheduler_pb2.SubmitTaskRequest.FromString,
+        response_serializer=scheduler_pb2.SubmitTaskResponse.SerializeToString,
+    )
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("lowtide.v1.SchedulerService", {"SubmitTask": handler}),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(None)

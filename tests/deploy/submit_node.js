@@ -3,7 +3,8 @@
 // LOWTIDE_TARGET: 200 submits at once and one the scheduler refuses, each with its own answer,
 // then one more, then eight large ones at once. Prints one JSON line: the tasks' ids and payloads,
 // the refusal's code, details and trailing metadata keys, whether the submits went on a stream,
-// and the large ones' payload lengths and first letters.
+// and the large ones' payload lengths and first letters. `node submit_node.js close` closes its
+// client at the end; `leave` does not (the process must still exit).
 const { SchedulerClient } = require('../../clients/node/lib');
 
 async function main() {
@@ -21,7 +22,7 @@ async function main() {
   // Eight of 900 kB at once: 7.2 MB of answers, more than a client receives in one message.
   const letters = [...'abcdefgh'];
   const big = await Promise.all(letters.map((letter) => client.submit('echo', letter.repeat(900000))));
-  client.close();
+  if (process.argv[2] === 'close') client.close();
   const stored = [...tasks, later].map((task) => [task.id, task.payload.toString()]);
   const bigBack = big.map((task) => `${task.payload.length}:${String.fromCharCode(task.payload[0])}`);
   console.log(JSON.stringify({ stored, refused, onStream, bigBack }));

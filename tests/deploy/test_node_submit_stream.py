@@ -16,11 +16,14 @@ from google.protobuf import duration_pb2
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
 from scheduler_service.server import Scheduler
 from tests.deploy.node import NODE_DIR, ensure_node_modules, node_or_skip, run_bounded
+from tests.helpers import submit_task_only_scheduler
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "submit_node.js")
 
 
-async def _run(target: str) -> dict[str, Any]:
+async def _run(target: str, end: str) -> dict[str, Any]:
+    """The script's result; `end`: "close" (it closes its client) or "leave" (it does not, and
+    exits only if the client's stream ends once idle)."""
     node = node_or_skip()
     await ensure_node_modules()
     code, out, err = await run_bounded(
@@ -41,7 +44,7 @@ async def test_node_submits_share_a_stream_and_a_refusal_is_that_submit_s_alone(
             raise AssertionError("SubmitTask took a negative timeout")
         except grpc.aio.AioRpcError as error:
             unary = (error.code().value[0], error.details())
-    result = await _run(scheduler.target)
+    result = await _run(scheduler.target, "leave")
     assert result["onStream"]
     assert result["bigBack"] == [f"900000:{letter}" for letter in "abcdefgh"]
     assert (result["refused"]["code"], result["refused"]["details"]) == unary
@@ -64,21 +67,8 @@ async def test_node_submits_to_a_scheduler_without_the_stream_go_as_submit_task_
         calls.append(request.task.payload)
         return scheduler_pb2.SubmitTaskResponse(task=task_pb2.Task(id=len(calls), payload=request.task.payload))
 
-    handler = grpc.unary_unary_rpc_method_handler(
-        submit_task,
-        request_deserializer=scheduler_pb2.SubmitTaskRequest.FromString,
-        response_serializer=scheduler_pb2.SubmitTaskResponse.SerializeToString,
-    )
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("lowtide.v1.SchedulerService", {"SubmitTask": handler}),)
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        result = await _run(f"127.0.0.1:{port}")
-    finally:
-        await server.stop(None)
+    async with submit_task_only_scheduler(submit_task) as target:
+        result = await _run(target, "close")
     refused = (result["refused"]["code"], result["refused"]["details"])
     assert refused == (grpc.StatusCode.INVALID_ARGUMENT.value[0], "start_to_close_timeout: must not be negative")
     assert sorted(payload for _, payload in result["stored"]) == sorted([f"n{i}" for i in range(200)] + ["later"])

@@ -17,7 +17,7 @@ from lowtide_client import Client
 from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, task_pb2
 from scheduler_service.api.submit_stream import serve_submit_stream
 from scheduler_service.server import Scheduler
-from tests.helpers import eventually
+from tests.helpers import eventually, submit_task_only_scheduler
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
@@ -160,23 +160,9 @@ async def test_a_scheduler_without_submit_stream_is_sent_submit_task_calls() -> 
         task = task_pb2.Task(id=len(calls), payload=request.task.payload)
         return scheduler_pb2.SubmitTaskResponse(task=task, created=True)
 
-    handler = grpc.unary_unary_rpc_method_handler(
-        submit_task,
-        request_deserializer=scheduler_pb2.SubmitTaskRequest.FromString,
-        response_serializer=scheduler_pb2.SubmitTaskResponse.SerializeToString,
-    )
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("lowtide.v1.SchedulerService", {"SubmitTask": handler}),)
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with Client(f"127.0.0.1:{port}") as client:
-            first = await client.submit("a", b"1")
-            second = await client.submit("b", b"2")
-    finally:
-        await server.stop(None)
+    async with submit_task_only_scheduler(submit_task) as target, Client(target) as client:
+        first = await client.submit("a", b"1")
+        second = await client.submit("b", b"2")
     assert (first.id, first.payload, second.id, second.payload) == (1, b"1", 2, b"2")
     assert calls == ["a", "b"]
 

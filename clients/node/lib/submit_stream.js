@@ -105,20 +105,20 @@ class SubmitStream {
     stream.waiting.clear();
   }
 
+  // Ends an idle stream; the next submit opens another.
   _end(stream) {
-    if (stream.waiting.size > 0 || stream.ended) return;
+    if (stream.waiting.size === 0 && !stream.ended) this._close(stream);
+  }
+
+  _close(stream) {
+    clearTimeout(stream.idle);
     stream.ended = true;
     if (this._stream === stream) this._stream = null;
     stream.call.end();
   }
 
   close() {
-    if (this._stream !== null) {
-      clearTimeout(this._stream.idle);
-      this._stream.ended = true;
-      this._stream.call.end();
-      this._stream = null;
-    }
+    if (this._stream !== null) this._close(this._stream);
   }
 }
 
