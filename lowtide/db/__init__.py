@@ -4,8 +4,8 @@ loaded from `.sql` files, numbered migrations, and the embedded server for lapto
 Nothing outside this package imports psycopg.
 """
 
-from lowtide.db.connector import Database, Transaction, statement_aborted
+from lowtide.db.connector import CommittedUnread, Database, Transaction, statement_aborted
 from lowtide.db.migrations import apply_migrations
 from lowtide.db.queries import load_queries
 
-__all__ = ["Database", "Transaction", "apply_migrations", "load_queries", "statement_aborted"]
+__all__ = ["CommittedUnread", "Database", "Transaction", "apply_migrations", "load_queries", "statement_aborted"]

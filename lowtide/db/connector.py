@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
-from psycopg import conninfo
+from psycopg import conninfo, pq
 from psycopg.rows import BaseRowFactory, class_row, dict_row
 from psycopg.types.array import ListBinaryDumper
 
@@ -43,6 +43,26 @@ def statement_aborted(error: BaseException) -> bool:
     cause = error.__cause__
     state = getattr(cause, "sqlstate", None) or ""
     return isinstance(cause, psycopg.Error) and (state.startswith("40") or state in ("55P03", "57014"))
+
+
+class CommittedUnread(Exception):
+    """A statement run on its own (committed alone) committed, but its rows could not be read
+    (a value no loader takes, a row class they do not fit). Unlike a statement the server
+    refused, it must not be tried again: it would store what it stored a second time."""
+
+
+async def _run_alone(cur: Any, query: Any, params: Any) -> list[Any]:
+    """The rows of a statement `cur` runs on its own (autocommit). An error once the server has
+    answered it (in making or reading the rows, psycopg's loaders or the row class) raises
+    CommittedUnread: the statement has committed."""
+    try:
+        await cur.execute(query, params)
+        return await cur.fetchall() if _returns_rows(cur) else []
+    except Exception as error:
+        result = cur.pgresult
+        if result is not None and result.status in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+            raise CommittedUnread(f"the statement committed, but its rows could not be read: {error!r}") from error
+        raise
 
 
 def conninfo_problem(url: str) -> str | None:
@@ -263,11 +283,12 @@ class Database:
         return rows[0] if rows else None
 
     async def fetch_as(self, cls: type[T], sql: str, params: Params | None = None, *, planned: bool = False) -> list[T]:
-        """See `Transaction.fetch_as`; `planned` as for `transaction`."""
+        """See `Transaction.fetch_as`; `planned` as for `transaction`. The statement commits on
+        its own: rows it returned that cannot be read raise CommittedUnread."""
         pool = self._planned if planned else self._pool
         with wrap_exceptions():
-            async with pool.connection() as conn:
-                return await Transaction(conn).fetch_as(cls, sql, params)
+            async with pool.connection() as conn, conn.cursor(row_factory=typed_row(cls)) as cur:
+                return await _run_alone(cur, sql, params)
 
     async def fetch_one_as(self, cls: type[T], sql: str, params: Params | None = None) -> T | None:
         rows = await self.fetch_as(cls, sql, params)
@@ -279,15 +300,14 @@ class Database:
         """The rows of a statement run on its own (committed alone), written with PostgreSQL's
         placeholders (a `Positional`: a text psycopg would parse again on every execution): each
         as a `cls` value made of every column but the last, and that last column's value.
-        `planned` as for `transaction`."""
+        `planned` as for `transaction`; rows that cannot be read raise CommittedUnread."""
         pool = self._planned if planned else self._pool
         with wrap_exceptions():
             async with (
                 pool.connection() as conn,
                 psycopg.AsyncRawCursor(conn, row_factory=_with_last_column(cls)) as cur,
             ):
-                await cur.execute(query.text, query.values(params))
-                return await cur.fetchall() if _returns_rows(cur) else []
+                return await _run_alone(cur, query.text, query.values(params))
 
     async def execute(self, sql: str, params: Params | None = None) -> int:
         with wrap_exceptions():

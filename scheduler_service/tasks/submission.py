@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from lowtide.config import Config
-from lowtide.db import statement_aborted
+from lowtide.db import CommittedUnread, statement_aborted
 from lowtide.errors import DatabaseUnavailable, FailedPrecondition, InvalidArgument, TooLarge
 from scheduler_service.dispatch.dispatcher import Dispatcher
 from scheduler_service.dispatch.handoff import Handoff
@@ -272,8 +272,9 @@ class Submission:
         stored: dict[int, TaskRow],
     ) -> list[Submitted]:
         """The group's insert, committed with the reports lent meanwhile (one commit for both).
-        An insert that fails otherwise than for the database being away is tried again alone, so
-        a report the database refuses never fails a submit; the reports go back to the completer,
+        An insert that fails otherwise than for the database being away is tried again alone
+        (unless it committed and only its rows could not be read), so a report the database
+        refuses never fails a submit; the reports go back to the completer,
         which writes those the insert did not."""
         key, reports = self._reports.lend()
         finished: dict[tuple[int, int], FinishedRow] = {}
@@ -285,8 +286,11 @@ class Submission:
             self._reports.give_back(key, None)
             # Tried again alone after any error but the database being away; a deadlock, timeout
             # or cancel the reports' finish met is not the submit's failure either.
-            again = isinstance(error, Exception) and (
-                not isinstance(error, DatabaseUnavailable) or statement_aborted(error)
+            # Never one that committed (CommittedUnread): it would store the tasks twice.
+            again = (
+                isinstance(error, Exception)
+                and not isinstance(error, CommittedUnread)
+                and (not isinstance(error, DatabaseUnavailable) or statement_aborted(error))
             )
             if not (reports and again):
                 raise

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from lowtide.db import CommittedUnread
 from lowtide.errors import DatabaseUnavailable
 from scheduler_service.domain.model import NewTask
 from scheduler_service.domain.submission import Submitted
@@ -77,7 +78,8 @@ class SubmitGroups:
             return
         try:
             out, rows = await self._write([w.task for w in group], submitted_by)
-        except DatabaseUnavailable as error:
+        except (DatabaseUnavailable, CommittedUnread) as error:
+            # Away, or stored but unread: written again, each alone, the tasks would be twice.
             _fail(group, error)
             return
         except Exception as error:

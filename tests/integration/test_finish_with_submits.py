@@ -13,10 +13,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from lowtide.db import CommittedUnread
 from lowtide_client import Client, TaskState
 from scheduler_service.domain.model import Failure, Kind, NewTask, Outcome, RetryPolicy, State
 from scheduler_service.rows.tasks import TaskRow
 from scheduler_service.server import Scheduler, start_scheduler
+from scheduler_service.store import submissions
 from tests.conftest import make_config
 from tests.helpers import eventually
 
@@ -81,6 +83,58 @@ async def _submit(scheduler: Scheduler, task: NewTask) -> TaskRow:
     stored: dict[int, TaskRow] = {}
     [submitted] = await scheduler.parts.api.submission.submit([task], None, stored)
     return stored[submitted.id]
+
+
+def _first_rows_unreadable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first rows an insert of submitted tasks returns cannot be read (as a value no loader
+    takes would fail them): the insert has committed by then."""
+    failed: list[bool] = []
+
+    def row(**columns: Any) -> TaskRow:
+        if not failed:
+            failed.append(True)
+            raise ValueError("a row this test cannot read")
+        return TaskRow(**columns)
+
+    monkeypatch.setattr(submissions, "TaskRow", row)
+
+
+async def _stored_new(conn: psycopg.AsyncConnection[Any]) -> int:
+    cur = await conn.execute("SELECT count(*) FROM lowtide.tasks WHERE payload = 'new'::bytea")
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_group_stored_but_unread_is_not_written_again(
+    scheduler: Scheduler, conn: psycopg.AsyncConnection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """a group whose insert committed but whose rows failed to be read was
+    written again, each task alone: every task stored twice, one copy answered."""
+    _first_rows_unreadable(monkeypatch)
+    # Two submits at once: one group, one insert.
+    answers = await asyncio.gather(_submit(scheduler, _task()), _submit(scheduler, _task()), return_exceptions=True)
+    assert [type(a) for a in answers] == [CommittedUnread, CommittedUnread]
+    assert await _stored_new(conn) == 2
+
+
+async def test_a_group_stored_with_a_report_but_unread_is_not_written_again(
+    scheduler: Scheduler, conn: psycopg.AsyncConnection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """the insert that also wrote a report, committed but its rows unread, was
+    tried again without the report: the task stored twice."""
+    ran = await _running(conn)
+    completer = scheduler.parts.completer
+    _flowing(scheduler)
+    completer.add(Outcome(ran, 1, State.COMPLETED, result=b"done"), None)
+    _first_rows_unreadable(monkeypatch)
+    with pytest.raises(CommittedUnread):
+        await _submit(scheduler, _task())
+    assert await _stored_new(conn) == 1
+    # The report committed with it stays written, and the completer is left with nothing.
+    assert (await _row(conn, ran))[0] == "completed"
+    await asyncio.wait_for(completer.flushed(), 10)
+    assert completer.unwritten() == set()
 
 
 async def test_a_waiting_report_is_written_in_the_next_group_s_commit(
