@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -104,15 +105,18 @@ def typed_row(cls: type[T]) -> BaseRowFactory[T]:
 
 
 def _with_last_column(cls: type[T]) -> BaseRowFactory[tuple[T, Any]]:
-    """Rows as (a `cls` made of every column but the last, by name; the last column's value)."""
+    """Rows as (a `cls` made of every column but the last, by name; the last column's value).
+    Where those columns are the dataclass's fields in its order (the group insert's whole
+    tasks), the values go to it as they come, without a keyword dict per row."""
+    in_order = tuple(field.name for field in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
 
     def factory(cursor: Any) -> Callable[[Sequence[Any]], tuple[T, Any]]:
-        fields = [column.name for column in cursor.description or ()][:-1]
-
-        def make(values: Sequence[Any]) -> tuple[T, Any]:
-            return cls(**dict(zip(fields, values, strict=False))), values[-1]
-
-        return make
+        # The names from the result: `cursor.description` makes a Column object for each.
+        result = cursor.pgresult
+        fields = tuple(result.fname(i).decode() for i in range(result.nfields - 1))
+        if fields == in_order:
+            return lambda values: (cls(*values[:-1]), values[-1])
+        return lambda values: (cls(**dict(zip(fields, values, strict=False))), values[-1])
 
     return factory
 

@@ -69,12 +69,13 @@ class TaskRow:
     plan_reason: str | None
     submitted_by: str | None
     headers: dict[str, str]
-    pools: list[str] | None
-    planned_pool: str | None
-    # The tasks this one depends on, ascending; None for none.
-    depends_on: list[int] | None
     # The newest heartbeat details its activity reported; None for none (and in a listing).
     heartbeat_details: bytes | None
+    pools: list[str] | None
+    planned_pool: str | None
+    # The tasks this one depends on, ascending; None for none. (The fields above are the
+    # table's columns in its order: the group insert's rows fill them as they come.)
+    depends_on: list[int] | None
 
 
 @dataclass(frozen=True, slots=True)

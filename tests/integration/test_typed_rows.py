@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from lowtide.db import CommittedUnread, Database
+from lowtide.db.queries import positional
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,5 +63,21 @@ async def test_named_tuple_rows_are_filled_in_order_and_a_mismatch_fails_at_once
             await db.fetch_as(Ref, "SELECT 10 AS attempt, 1 AS id")
         with pytest.raises(CommittedUnread, match=r"TypeError.*extra"):
             await db.fetch_as(Ref, "SELECT 1 AS id, 2 AS attempt, 3 AS extra")
+    finally:
+        await db.close()
+
+
+async def test_a_statement_s_rows_with_a_last_column_apart_are_filled_by_name_in_any_order(database_url: str) -> None:
+    """fetch_positional (the group insert's way): every column but the last makes the row class,
+    filled as the values come when the columns are its fields in order, by name otherwise."""
+    db = Database(database_url, min_size=1, max_size=2)
+    await db.open()
+    try:
+        in_order = positional("SELECT %(id)s::int AS id, 'x' AS name, 5 AS extra")
+        assert await db.fetch_positional(Pair, in_order, {"id": 1}) == [(Pair(1, "x"), 5)]
+        swapped = positional("SELECT 'y' AS name, %(id)s::int AS id, 6 AS extra")
+        assert await db.fetch_positional(Pair, swapped, {"id": 2}) == [(Pair(2, "y"), 6)]
+        with pytest.raises(CommittedUnread, match="extra"):
+            await db.fetch_positional(Pair, positional("SELECT 1 AS id, 2 AS extra, 'z' AS name"), {})
     finally:
         await db.close()
