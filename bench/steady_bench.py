@@ -21,7 +21,9 @@ same start to the finish the system recorded: lowtide's finished_at, PgQueuer's 
 the saturation rate: the highest offered rate kept, i.e. every submit answered, every task
 finished, and submit p99 at most KEPT_P99_MS. The ladder of rates is coarse (300 to 1,000 is a
 step of 3.3x), so once it is run each system is probed between the highest rate it kept and the
-lowest above that it did not, halving the gap until it is at most SATURATION_STEP.
+lowest above that it did not, halving the gap until it is at most SATURATION_STEP. Each run
+also gives how long a fixed loop took on the host just before it (bench._machine.cpu_loop_ms):
+the same code's latencies drift with it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pgqueuer import AsyncpgDriver, AsyncpgPoolDriver, Queries
 
 from bench import _fleet, pgqueuer_bench
 from bench._cpu import CpuWindow, cpu_seconds, run_backends
+from bench._machine import cpu_loop_ms
 from bench._pg import committed, throwaway_database
 from bench.lowtide_run import SLOTS, _percentile, _services, _start_workers, _wait_for
 from bench.pgqueuer_worker import ENTRYPOINT
@@ -195,6 +198,8 @@ async def _run(name: str, database_url: str, rate: int) -> dict[str, Any]:
         # and the reading of answers for tens of ms, counted against whichever system was loaded.
         gc.collect()
         gc.freeze()
+        # How fast the host runs fixed work just before the load (the system under test idle).
+        host = cpu_loop_ms(3)
         # PostgreSQL's share is the run's own backends: the machine's other databases are not its.
         async with run_backends(conn) as backends:
             cpu = CpuWindow(system.roles, backends)
@@ -236,6 +241,7 @@ async def _run(name: str, database_url: str, rate: int) -> dict[str, Any]:
             {"p50": _percentile(finish_ms, 0.5), "p99": _percentile(finish_ms, 0.99)} if finish_ms else None
         ),
         "kept": kept and p99 is not None and p99 <= KEPT_P99_MS,
+        "host_loop_ms": host,
     }
 
 
@@ -248,6 +254,7 @@ def _line(name: str, run: dict[str, Any]) -> str:
         f"submit p50/p99 {submit.get('p50')}/{submit.get('p99')} ms, "
         f"to finished {finish.get('p50')}/{finish.get('p99')} ms, "
         f"{run['failed_submits']} failed{'' if run['kept'] else ', not kept'}"
+        f" (host loop {run['host_loop_ms']['median']} ms)"
     )
 
 
