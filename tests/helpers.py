@@ -117,6 +117,14 @@ async def submit_task_only_scheduler(submit_task: Callable[[Any, Any], Awaitable
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("lowtide.v1.SchedulerService", {"SubmitTask": handler}),)
     )
+    async with on_loopback(server) as target:
+        yield target
+
+
+@asynccontextmanager
+async def on_loopback(server: grpc.aio.Server) -> AsyncIterator[str]:
+    """The server (its services added) started on a free loopback port: its target while the
+    block runs, stopped after."""
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

@@ -17,7 +17,7 @@ from lowtide_proto.lowtide.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_p
 from scheduler_service.server import start_scheduler
 from signal_service.server import SignalServer
 from tests.cost.conftest import Pair, cost_config
-from tests.helpers import eventually
+from tests.helpers import eventually, on_loopback
 
 PENDING = TaskState.Value("TASK_STATE_PENDING")
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
@@ -333,11 +333,9 @@ async def test_an_older_scheduler_still_learns_a_workers_holds_from_its_first_ho
     older = _OlderScheduler()
     server = grpc.aio.server()
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(older, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
+    async with on_loopback(server) as target:
         worker = Worker(
-            target=f"127.0.0.1:{port}",
+            target=target,
             slots=2,
             cost_holds=[CostHold(lambda: True, ["render"])],
             hold_check_interval=timedelta(seconds=60),
@@ -353,8 +351,6 @@ async def test_an_older_scheduler_still_learns_a_workers_holds_from_its_first_ho
         assert kinds[0] == "hello"
         assert list(older.received[0].hello.held_types) == ["render"]
         assert (await hold_updates())[0] == ["render"]
-    finally:
-        await server.stop(None)
 
 
 async def test_a_held_type_no_connected_worker_registers_is_said_once(

@@ -21,7 +21,7 @@ from scheduler_service.server import Scheduler, start_scheduler
 from tests.conftest import make_config
 from tests.deploy.node import ensure_node_modules, node_or_skip
 from tests.faults.support import RawWorker, connected_workers, counting_worker, kill_all, nap_worker, serving, states
-from tests.helpers import eventually
+from tests.helpers import eventually, on_loopback
 
 COMPLETED = TaskState.Value("TASK_STATE_COMPLETED")
 
@@ -235,12 +235,8 @@ class _EndsUnderLoad(worker_pb2_grpc.WorkerServiceServicer):
 async def _serving(scheduler: _EndsUnderLoad) -> AsyncIterator[str]:
     server = grpc.aio.server()
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(scheduler, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        await server.stop(None)
+    async with on_loopback(server) as target:
+        yield target
 
 
 @pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL], ids=lambda c: c.name)
