@@ -9,6 +9,7 @@ configuration, and the wake-ups of dispatch and fixed starts once it is stored.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -38,6 +39,8 @@ from scheduler_service.observe.tracing import with_trace_context
 from scheduler_service.rows.tasks import FinishedRow, TaskRow
 from scheduler_service.store import Store, SubmissionWrites
 from scheduler_service.tasks.submit_groups import SubmitGroups
+
+log = logging.getLogger("lowtide.scheduler.submission")
 
 __all__ = ["Overload", "ReportsToWrite", "Submission", "Submitted", "store_tasks"]
 
@@ -258,7 +261,13 @@ class Submission:
         sessions = self._handoff.reserve(tasks)
         try:
             out = await self._insert_with_reports(tasks, submitted_by, sessions, stored)
-            await self._handoff.send(sessions, stored.values())
+            try:
+                await self._handoff.send(sessions, stored.values())
+            except Exception:
+                # Stored, so submitted: written again (a failed group is tried task by task) the
+                # tasks would be stored twice. Those not sent are their workers' in the database
+                # only, where the look for strays finds them (workers/strays.py).
+                log.exception("submission.handoff_failed", extra={"tasks": len(stored)})
         finally:
             self._handoff.release(sessions)
         self._dispatcher.wake_for({(r.queue, r.activity_type) for r in stored.values() if r.state == "pending"})

@@ -137,6 +137,22 @@ async def test_a_group_stored_with_a_report_but_unread_is_not_written_again(
     assert completer.unwritten() == set()
 
 
+async def test_a_group_stored_but_not_handed_over_is_submitted_once(
+    scheduler: Scheduler, conn: psycopg.AsyncConnection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """a failure sending a stored group's tasks to the slots they were handed
+    to (a message that cannot be made) failed the group, which was then written again task by
+    task: every task stored twice, and no submit answered."""
+
+    async def cannot_send(*_: Any) -> None:
+        raise ValueError("an assignment this test cannot make")
+
+    monkeypatch.setattr(scheduler.parts.api.submission._handoff, "send", cannot_send)
+    rows = await asyncio.gather(_submit(scheduler, _task()), _submit(scheduler, _task()))
+    assert len({row.id for row in rows}) == 2
+    assert await _stored_new(conn) == 2
+
+
 async def test_a_waiting_report_is_written_in_the_next_group_s_commit(
     scheduler: Scheduler, conn: psycopg.AsyncConnection[Any]
 ) -> None:
