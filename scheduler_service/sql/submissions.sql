@@ -37,16 +37,16 @@ SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.idempotency_ke
        n.latest_start, n.planned_release_at, n.planned_intensity, n.plan_reason, %(submitted_by)s::text,
        n.headers::jsonb, string_to_array(n.allowed_pools, E'\x1f'), n.planned_pool
 FROM unnest(
-    %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
-    %(priorities)s::int[], %(idempotency_keys)s::text[], %(max_attempts)s::int[],
-    %(initial_backoff_ms)s::bigint[], %(backoff_coefficients)s::float8[], %(max_backoff_ms)s::bigint[],
+    %(queue)s::text[], %(kind)s::text[], %(activity_type)s::text[], %(payload)s::bytea[],
+    %(priority)s::int[], %(idempotency_key)s::text[], %(max_attempts)s::int[],
+    %(initial_backoff_ms)s::bigint[], %(backoff_coefficient)s::float8[], %(max_backoff_ms)s::bigint[],
     %(non_retryable)s::text[], %(schedule_to_start_ms)s::bigint[], %(start_to_close_ms)s::bigint[],
-    %(heartbeat_ms)s::bigint[], %(max_defer_ms)s::bigint[], %(pools)s::text[],
-    %(start_ats)s::timestamptz[], %(start_tolerance_ms)s::bigint[], %(on_miss)s::text[],
+    %(heartbeat_ms)s::bigint[], %(max_defer_ms)s::bigint[], %(pool)s::text[],
+    %(start_at)s::timestamptz[], %(start_tolerance_ms)s::bigint[], %(on_miss)s::text[],
     %(estimated_duration_ms)s::bigint[], %(deps_pending)s::int[], %(resources)s::text[],
-    %(latest_starts)s::timestamptz[], %(planned_release_ats)s::timestamptz[], %(planned_intensities)s::float8[],
-    %(plan_reasons)s::text[], %(headers)s::text[], %(allowed_pools)s::text[], %(planned_pools)s::text[],
-    %(signals)s::float8[]
+    %(latest_start)s::timestamptz[], %(planned_release_at)s::timestamptz[], %(planned_intensity)s::float8[],
+    %(plan_reason)s::text[], %(headers)s::text[], %(allowed_pools)s::text[], %(planned_pool)s::text[],
+    %(signal_at_submit)s::float8[]
 ) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, idempotency_key, max_attempts,
                       initial_backoff_ms, backoff_coefficient, max_backoff_ms, non_retryable,
                       schedule_to_start_ms, start_to_close_ms, heartbeat_ms, max_defer_ms, pool,
@@ -85,12 +85,14 @@ WITH inserted AS (
 SELECT t.*, NULL::bigint[] AS depends_on FROM inserted t LEFT JOIN woken ON true
 
 -- _insert_handed --
--- The insert of insert_tasks_whole for a group of plain single submits (no key, dependency or fixed start; see
--- tasks/submit_groups.py) some of which this replica hands straight to an idle slot: %(workers)s
--- names each task's worker (NULL: none). Such a task is stored as its first attempt running on
--- that worker, as a claim would start it (_start_attempt), unless its queue is paused, the
--- worker's lease ran out, or a due task of its queue and type waits already (that one goes first:
--- the new one is stored pending and claimed in turn).
+-- The insert of insert_tasks_whole for a group of plain single submits (no key, dependency or fixed
+-- start; see tasks/submit_groups.py) some of which this replica hands straight to an idle slot.
+-- %(group)s holds the tasks as JSON, an object a task keyed by column, with `worker`, the worker
+-- it is handed to (NULL: none): psycopg dumps one parameter far faster than an array a column
+-- (store/submissions.py, handed_group). A task with a worker is stored as its first attempt
+-- running on that worker, as a claim would start it (_start_attempt), unless its queue is paused,
+-- the worker's lease ran out, or a due task of its queue and type waits already (that one goes
+-- first: the new one is stored pending and claimed in turn).
 -- Each check is a probe per task (OFFSET 0 keeps PostgreSQL from hashing a subquery instead): the
 -- statement keeps one generic plan (store/submissions.py), made while the table may be near empty,
 -- and a hashed check would then read every due pending task on every insert once a backlog grows.
@@ -121,20 +123,14 @@ SELECT n.queue, n.kind, n.activity_type, n.payload, n.priority, n.max_attempts, 
        h.worker_id, h.at, h.at + n.start_to_close_ms * interval '1 millisecond',
        -- Handed only to pools not bound to a signal of their own: the default signal's value.
        h.at + n.heartbeat_ms * interval '1 millisecond', CASE WHEN h.at IS NOT NULL THEN %(signal)s::float8 END
-FROM unnest(
-    %(queues)s::text[], %(kinds)s::text[], %(activity_types)s::text[], %(payloads)s::bytea[],
-    %(priorities)s::int[], %(max_attempts)s::int[], %(initial_backoff_ms)s::bigint[],
-    %(backoff_coefficients)s::float8[], %(max_backoff_ms)s::bigint[], %(non_retryable)s::text[],
-    %(schedule_to_start_ms)s::bigint[], %(start_to_close_ms)s::bigint[], %(heartbeat_ms)s::bigint[],
-    %(max_defer_ms)s::bigint[], %(pools)s::text[], %(estimated_duration_ms)s::bigint[],
-    %(resources)s::text[], %(latest_starts)s::timestamptz[], %(planned_release_ats)s::timestamptz[],
-    %(planned_intensities)s::float8[], %(plan_reasons)s::text[], %(headers)s::text[], %(workers)s::text[],
-    %(allowed_pools)s::text[], %(planned_pools)s::text[], %(signals)s::float8[]
-) WITH ORDINALITY AS n(queue, kind, activity_type, payload, priority, max_attempts, initial_backoff_ms,
-                      backoff_coefficient, max_backoff_ms, non_retryable, schedule_to_start_ms,
-                      start_to_close_ms, heartbeat_ms, max_defer_ms, pool, estimated_duration_ms,
-                      resources, latest_start, planned_release_at, planned_intensity, plan_reason,
-                      headers, worker, allowed_pools, planned_pool, signal_at_submit, ord)
+FROM ROWS FROM (json_to_recordset(%(group)s::json) AS (
+    queue text, kind text, activity_type text, payload bytea, priority int, max_attempts int,
+    initial_backoff_ms bigint, backoff_coefficient float8, max_backoff_ms bigint, non_retryable text,
+    schedule_to_start_ms bigint, start_to_close_ms bigint, heartbeat_ms bigint, max_defer_ms bigint,
+    pool text, estimated_duration_ms bigint, resources text, latest_start timestamptz,
+    planned_release_at timestamptz, planned_intensity float8, plan_reason text, headers text, worker text,
+    allowed_pools text, planned_pool text, signal_at_submit float8
+)) WITH ORDINALITY AS n
 LEFT JOIN LATERAL (
     SELECT n.worker AS worker_id, now() AS at
     WHERE n.worker IS NOT NULL
@@ -147,7 +143,7 @@ LEFT JOIN LATERAL (
           OFFSET 0
       )
 ) h ON true
-ORDER BY n.ord
+ORDER BY n.ordinality
 RETURNING *
 
 -- _woken_if_pending --

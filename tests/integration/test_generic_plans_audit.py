@@ -20,7 +20,7 @@ from lowtide.db.connector import _GENERIC_PLANS
 from scheduler_service.domain.model import Kind, NewTask, Outcome, RetryPolicy, State
 from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.store.base import Q
-from scheduler_service.store.submissions import _task_columns
+from scheduler_service.store.submissions import handed_group, task_columns
 from scheduler_service.store.tasks import finish_params
 from tests.integration.plans import rows_read_planned_before_each
 
@@ -81,10 +81,10 @@ _of_w1 = [i for i in range(RUNNING, RUNNING + 1000) if 1 + i % WORKERS == 1][:4]
 _slots = {"workers": "w1\x1fw2", "free": "64,64", "signal": None, "pool": "default", "release_lead": RELEASE_LEAD}
 _task = NewTask("default", Kind.ACTIVITY, "echo", b"", 0, None, RetryPolicy(3, timedelta(1), 2.0, timedelta(60)),
                 None, None, None)  # fmt: skip
-_insert = {**_task_columns([_task]), "deps_pending": [0], "submitted_by": None, "signal": None, "signals": [None],
+_insert = {**task_columns([_task], [None]), "deps_pending": [0], "submitted_by": None, "signal": None,
            "release_lead": RELEASE_LEAD, "wake": ""}  # fmt: skip
-_plain = ("deps_pending", "idempotency_keys", "start_ats", "start_tolerance_ms", "on_miss")
-_handed = {**{k: v for k, v in _insert.items() if k not in _plain}, "workers": ["w1"]}
+_handed = {"submitted_by": None, "signal": None, "release_lead": RELEASE_LEAD, "wake": "",
+           "group": handed_group([_task], ["w1"], [None])}  # fmt: skip
 _reports = [(Outcome(i, 1, State.COMPLETED, result=b""), w) for i, w in zip(_running, _their_workers, strict=True)]
 # A worker's own running attempts, read by a statement about some of them: what it runs, not the backlog.
 _OWN_RUNNING = 20_000 // WORKERS + 8

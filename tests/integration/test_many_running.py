@@ -19,7 +19,7 @@ import pytest
 from scheduler_service.domain.model import Kind, NewTask, Outcome, RetryPolicy, State
 from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.store.base import Q
-from scheduler_service.store.submissions import _task_columns
+from scheduler_service.store.submissions import handed_group
 from scheduler_service.store.tasks import finish_params
 from tests.integration.plans import generic_rows_read, rows_read
 
@@ -66,7 +66,7 @@ def test_a_completion_batch_written_with_a_group_s_insert_reads_the_attempts_it_
     params = finish_params(outcomes)
     assert generic_rows_read(many_running, Q["finish_independent_attempts"], params) == BATCH
     # The insert that writes reports lent to it reads each twice (locked, then ended), never the running set.
-    group: dict[str, Any] = {**_task_columns([_PLAIN]), "workers": [None], "signals": [None]}
+    group: dict[str, Any] = {"group": handed_group([_PLAIN], [None], [None])}
     group |= {"submitted_by": None, "signal": None, "release_lead": RELEASE_LEAD, "wake": ""}
     assert generic_rows_read(many_running, Q["insert_tasks_handed_finishing"], group | params) <= 2 * BATCH
 

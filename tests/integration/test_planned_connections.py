@@ -17,7 +17,7 @@ from lowtide.db.connector import _GENERIC_PLANS
 from scheduler_service.domain.model import Kind, NewTask, RetryPolicy
 from scheduler_service.domain.planning import RELEASE_LEAD
 from scheduler_service.store.base import Q
-from scheduler_service.store.submissions import _task_columns
+from scheduler_service.store.submissions import handed_group
 from tests.integration.plans import rows_read_planned_before
 
 
@@ -49,14 +49,11 @@ def test_the_group_insert_planned_on_an_empty_table_reads_no_backlog_later(datab
     task = NewTask("default", Kind.ACTIVITY, "echo", b"", 0, None, RetryPolicy(3, timedelta(1), 2.0, timedelta(60)),
                    None, None, None)  # fmt: skip
     params = {
-        **_task_columns([task]),
-        "deps_pending": [0],
+        "group": handed_group([task], ["w1"], [None]),
         "submitted_by": None,
         "signal": None,
-        "signals": [None],
         "release_lead": RELEASE_LEAD,
         "wake": "",
-        "workers": ["w1"],
     }
     worker = (
         "INSERT INTO lowtide.workers (id, pool, queues, activity_types, slots, scheduler_id, lease_expires_at) "
