@@ -38,7 +38,7 @@ from scheduler_service.holds.release_planning import ReleasePlanner
 from scheduler_service.observe.tracing import with_trace_context
 from scheduler_service.rows.tasks import FinishedRow, TaskRow
 from scheduler_service.store import Store, SubmissionWrites
-from scheduler_service.tasks.submit_groups import SubmitGroups
+from scheduler_service.tasks.submit_groups import MAX_GROUP_BYTES, SubmitGroups
 
 log = logging.getLogger("lowtide.scheduler.submission")
 
@@ -147,6 +147,12 @@ def plain(task: NewTask) -> bool:
     return not (task.idempotency_key or task.depends_on or task.fixed)
 
 
+def groupable(task: NewTask) -> bool:
+    """A single submit stored with others (tasks/submit_groups.py): a plain task whose payload
+    fits a group."""
+    return plain(task) and len(task.payload) <= MAX_GROUP_BYTES
+
+
 async def _dependencies(writes: SubmissionWrites, tasks: Sequence[NewTask]) -> list[int]:
     """How many unfinished dependencies each task waits for; refuses unknown ones and ones
     that already ended without completing (the task could never run)."""
@@ -230,7 +236,7 @@ class Submission:
         meanwhile (scheduler_service.submit_groups)."""
         planned = self._planner.plan_submitted(with_trace_context(tasks) if self._tracing else tasks)
         overload = self.overload(planned)
-        if stored is not None and len(planned) == 1 and plain(planned[0]) and not overload:
+        if stored is not None and len(planned) == 1 and groupable(planned[0]) and not overload:
             self._reports.submitted()
             one, row = await self._groups.submit(planned[0], submitted_by)
             stored[one.id] = row

@@ -22,6 +22,10 @@ from scheduler_service.rows.tasks import TaskRow
 WRITERS = 1
 # The most tasks one insert stores; the rest wait for the next group.
 MAX_GROUP = 500
+# The most payload one insert stores (the first task of a group always goes): a group is one JSON
+# parameter (store/submissions.py, handed_group), its payloads in hex, and PostgreSQL takes no value
+# of 1 GB or more. A task whose payload alone is over it is not grouped (Submission.submit).
+MAX_GROUP_BYTES = 16 * 1024 * 1024
 
 # Stores plain tasks of one submitter (see tasks/submission.py, store_tasks): each task's
 # id, and the tasks as stored, by id.
@@ -63,9 +67,10 @@ class SubmitGroups:
             while self._waiting:
                 submitted_by = next(iter(self._waiting))
                 waiting = self._waiting.pop(submitted_by)
-                if len(waiting) > MAX_GROUP:
-                    self._waiting[submitted_by] = waiting[MAX_GROUP:]
-                    waiting = waiting[:MAX_GROUP]
+                size = _group_size(waiting)
+                if size < len(waiting):
+                    self._waiting[submitted_by] = waiting[size:]
+                    waiting = waiting[:size]
                 await self._store(waiting, submitted_by)
         finally:
             self._writers -= 1
@@ -96,6 +101,17 @@ class SubmitGroups:
         for waiting, submitted in zip(group, out, strict=True):
             if not waiting.answer.done():
                 waiting.answer.set_result((submitted, rows[submitted.id]))
+
+
+def _group_size(waiting: list[_Waiting]) -> int:
+    """How many of the first waiting tasks the next group takes: at most MAX_GROUP, and no more
+    payload than MAX_GROUP_BYTES but for its first task."""
+    payload = 0
+    for size, waiting_task in enumerate(waiting[:MAX_GROUP]):
+        payload += len(waiting_task.task.payload)
+        if size and payload > MAX_GROUP_BYTES:
+            return size
+    return min(len(waiting), MAX_GROUP)
 
 
 def _fail(group: list[_Waiting], error: BaseException) -> None:
