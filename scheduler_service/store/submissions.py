@@ -133,7 +133,10 @@ def _json_value(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not a column value")
 
 
-_GROUP_JSON = json.JSONEncoder(default=_json_value, allow_nan=False, separators=(",", ":"))
+# Text as it is (no \u escapes): PostgreSQL reads it in the connection's encoding, as it reads text
+# parameters; an escape of a character above ASCII fails in a database whose encoding has no such
+# character (in SQL_ASCII, every one).
+_GROUP_JSON = json.JSONEncoder(default=_json_value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
 class SubmissionWrites:

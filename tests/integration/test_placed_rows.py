@@ -141,9 +141,9 @@ async def test_a_group_stores_every_column_of_a_task_as_a_batch_does(database_ur
         timedelta(seconds=90), timedelta(milliseconds=2500), timedelta(seconds=7), max_defer=timedelta(hours=5),
         pool="eu-west", resources={"gpu": 2, "licence": 1}, latest_start=now + timedelta(hours=5),
         duration=timedelta(minutes=30), planned_release_at=now + timedelta(hours=1, microseconds=1),
-        planned_intensity=123.456789012345678, plan_reason='forecast "low" \\ at 04:00\n',
+        planned_intensity=123.456789012345678, plan_reason='forecast "low" \\ at 04:00 🌊\n',
         pools=("eu-west", "eu-central"), planned_pool="eu-central",
-        headers={"traceparent": "00-abc-01", "note": "tab\there \"quoted\" é"},
+        headers={"traceparent": "00-abc-01", "note": "tab\there \"quoted\" é 🌊 \u2028"},
     )  # fmt: skip
     # Of a type of its own, handed to the idle worker: the group takes the handed insert.
     plain = NewTask("default", Kind.ACTIVITY, "plain", b"", 0, None, RETRY, None, None, None)
