@@ -5,7 +5,7 @@ coroutine through `run()`. uvloop (libuv under the asyncio API) takes less CPU t
 event than asyncio's selector loop, and a service here wakes for every gRPC completion (grpc.aio's
 poller hands each one to the loop through a file descriptor) and every database answer: at 100
 single submits a second the scheduler spent 14 % less CPU a task on it, and at 300 a second its
-submit p99 halved (docs/explanation/performance.md, "On uvloop").
+submit p99 halved (docs/explanation/performance-log.md, "On uvloop").
 It is a dependency wherever it builds (not on Windows). `LOWTIDE_EVENT_LOOP=asyncio` chooses
 asyncio's own loop (to rule the loop out when chasing a problem); `uvloop` requires it.
 """

@@ -45,7 +45,7 @@ MESSAGE_BYTES = 1024 * 1024
 # The least time between two messages while submits are in flight. At 1,000 submits a second
 # from one process a message carried 1.3 submits without it and about 3 with it: this process's
 # CPU a submit fell a tenth, the scheduler's 8 %, the submit p99 by about half
-# (docs/explanation/performance.md, "Under load the Python client's messages are spaced"); at
+# (docs/explanation/performance-log.md, "Under load the Python client's messages are spaced"); at
 # 100 a second it held none.
 SPACING_S = 0.002
 
