@@ -44,9 +44,8 @@ AUCTION_WORK = 100_000
 # The tasks one placement (scheduler_service.domain.placement) places exactly, at most: past that
 # many, the most urgent (no choice of start, then the earliest latest start) are placed so,
 # beside the expected work, and each of the others then takes its cheapest start with room in
-# any pool it may run in (placement_bound). A plan of one pool needs no such bound: past
-# AUCTION_WORK it is greedy already, one look a task (docs/explanation/performance-log.md,
-# "One placement's work, bounded").
+# any pool it may run in (placement_bound). A plan of one pool needs no such bound: past AUCTION_WORK
+# it is greedy already, one look a task (performance-log.md, "One placement's work, bounded").
 EXACT_TASKS = 1000
 
 
