@@ -100,6 +100,12 @@ def _carbon_sample(parser: argparse.ArgumentParser) -> None:
         help="the carbon evaluation's sample: this many blocks of --days days spread over the trace (default 4 of 14)",
     )
     parser.add_argument("--days", type=int, default=None, help="the days of each block of --blocks (default 14)")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="the learned cells' record starts empty at each block and is learned again every half hour, as a "
+        "new deployment's (default: two weeks of record before each block, learned again daily)",
+    )
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -173,6 +179,29 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def _carbon(args: argparse.Namespace) -> dict[str, object]:
+    """The carbon evaluation: on the recorded forecasts when given, else on a trace's generated ones
+    (and the spatial evaluation when asked)."""
+    if args.forecasts or args.actuals:
+        from bench.recorded_bench import recorded_evaluation
+
+        return recorded_evaluation(args.forecasts, args.actuals, modes=args.modes)
+    from bench.carbon_bench import BLOCK_DAYS, BLOCKS, carbon_evaluation
+    from bench.spatial_bench import BUNDLED, spatial_evaluation
+
+    result = carbon_evaluation(
+        args.trace[0] if args.trace else "",
+        blocks=args.blocks or BLOCKS,
+        days=args.days or BLOCK_DAYS,
+        models=args.models,
+        modes=args.modes,
+        cold=args.cold,
+    )
+    if len(args.trace) >= 2 or args.spatial:
+        result["spatial"] = spatial_evaluation(args.trace if len(args.trace) >= 2 else BUNDLED)
+    return result
+
+
 async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
     # Imported on demand: each peer needs only its own library, so `--only pgqueuer` works
     # without Procrastinate installed and the other way round.
@@ -217,23 +246,7 @@ async def _run_one(name: str, args: argparse.Namespace) -> dict[str, object]:
 
         return await steady(args.database_url)
     if name == "carbon":
-        if args.forecasts or args.actuals:
-            from bench.recorded_bench import recorded_evaluation
-
-            return recorded_evaluation(args.forecasts, args.actuals, modes=args.modes)
-        from bench.carbon_bench import BLOCK_DAYS, BLOCKS, carbon_evaluation
-        from bench.spatial_bench import BUNDLED, spatial_evaluation
-
-        result = carbon_evaluation(
-            args.trace[0] if args.trace else "",
-            blocks=args.blocks or BLOCKS,
-            days=args.days or BLOCK_DAYS,
-            models=args.models,
-            modes=args.modes,
-        )
-        if len(args.trace) >= 2 or args.spatial:
-            result["spatial"] = spatial_evaluation(args.trace if len(args.trace) >= 2 else BUNDLED)
-        return result
+        return _carbon(args)
     if name == "live_carbon":
         from bench.live_carbon_bench import live_carbon
 

@@ -61,6 +61,8 @@ MODELS: dict[str, ErrorModel] = {
 MODES = ("planned_once", "replanned", "replanned_blind", "replanned_learned")
 # The calibration's record starts this long before each block's first plan.
 HISTORY_ROWS = 14 * 48
+# And is learned again every this many rows (a day).
+LEARN_ROWS = 48
 PERCENTILES = (10, 30, 50)
 SEED = 2020
 # The sample: this many blocks of consecutive days, spread evenly over the trace (after a week
@@ -107,8 +109,11 @@ def carbon_evaluation(
     days: int = BLOCK_DAYS,
     models: Sequence[str] = tuple(MODELS),
     modes: Sequence[str] = MODES,
+    cold: bool = False,
 ) -> dict[str, Any]:
-    """Every cell of `models` x `modes` (all by default) over `blocks` blocks of `days` days."""
+    """Every cell of `models` x `modes` (all by default) over `blocks` blocks of `days` days; `cold`:
+    the learned cells' record starts empty at each block and is learned again on every row, as a
+    new deployment's (else it starts `HISTORY_ROWS` before and is learned again every `LEARN_ROWS`)."""
     began = time.perf_counter()
     rows = resample([(p.at, p.value) for p in load_trace(trace_file)])
     arrivals = sample(rows, blocks, days)
@@ -117,16 +122,7 @@ def carbon_evaluation(
     if baseline <= 0:
         # A price trace may go below zero; a saving in percent of a cost that is not above 0 says nothing.
         raise ValueError(f"the trace's mean over the sampled days is {baseline / jobs:g}: savings need it above 0")
-    stated = {
-        name: [Forecasts(rows, MODELS[name], f"{SEED}:{name}:{i}") for i in range(len(arrivals))] for name in models
-    }
-    sources: dict[tuple[str, str], list[ForecastSource]] = {}
-    for name, per_block in stated.items():
-        sources[name, "planned_once"] = sources[name, "replanned"] = list(per_block)
-        sources[name, "replanned_blind"] = [f.blind() for f in per_block]
-        sources[name, "replanned_learned"] = [
-            Learned(rows, f, block.start, history=HISTORY_ROWS) for f, block in zip(per_block, arrivals, strict=True)
-        ]
+    sources = _sources(rows, arrivals, models, cold=cold)
 
     def run(policy: Callable[[range, int], list[int]], slack: int) -> tuple[float, list[int]]:
         waits: list[int] = []
@@ -143,6 +139,7 @@ def carbon_evaluation(
         "trace": trace_file or "bundled gb_2020_carbon_intensity.csv",
         "rows": "30 min (resampled)",
         "sample": [f"{rows.times[r.start]:%Y-%m-%d} +{len(r) // 48}d" for r in arrivals],
+        "record": "cold" if cold else f"{HISTORY_ROWS // 48} days before each block",
         "jobs": jobs,
         "baseline_mean": round(baseline / jobs, 2),
     }
@@ -180,6 +177,22 @@ def carbon_evaluation(
         print(f"[carbon] slack {slack_h} h done after {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
     results["elapsed_s"] = round(time.perf_counter() - began, 2)
     return results
+
+
+def _sources(
+    rows: Rows, arrivals: Sequence[range], models: Sequence[str], *, cold: bool
+) -> dict[tuple[str, str], list[ForecastSource]]:
+    """Each (model, mode)'s forecasts, a source per block of `arrivals`."""
+    sources: dict[tuple[str, str], list[ForecastSource]] = {}
+    for name in models:
+        per_block = [Forecasts(rows, MODELS[name], f"{SEED}:{name}:{i}") for i in range(len(arrivals))]
+        sources[name, "planned_once"] = sources[name, "replanned"] = list(per_block)
+        sources[name, "replanned_blind"] = [f.blind() for f in per_block]
+        sources[name, "replanned_learned"] = [
+            Learned(rows, f, block.start, history=0 if cold else HISTORY_ROWS, every=1 if cold else LEARN_ROWS)
+            for f, block in zip(per_block, arrivals, strict=True)
+        ]
+    return sources
 
 
 def _blockwise(oracle: Callable[..., list[int]], rows: Rows, block: range, slack: int, pool: int) -> list[int]:
