@@ -378,6 +378,11 @@ class Record:
         default = CAUTIONS.index(0.0 if first.follow else PRIOR_CAUTION)
         jobs = replay.replayed(self.issued, self.actuals, variants, now, grids)
         got = forecast_caution.choose(jobs, len(variants), len(grids[0]), default)
+        if got.jobs < MIN_JOBS and first.follow:
+            # Too few jobs re-played to choose by (about the record's first day): forecast_caution.cold.
+            return dataclasses.replace(
+                first, caution=forecast_caution.cold(first.persists(_HOUR)), caution_jobs=got.jobs
+            )
         if got.variant is None:
             return dataclasses.replace(first, caution=0.0, caution_jobs=got.jobs, raw=True)
         caution, slope = grids[got.variant][got.column]
@@ -390,11 +395,5 @@ def _blend(prior: Bucket, errors: list[float], forecasts: int) -> Bucket:
     bias = statistics.median(errors)
     spread = _MAD_TO_SIGMA * statistics.median(abs(e - bias) for e in errors) / (1 + bias)
     weight = forecasts / (forecasts + PRIOR_FORECASTS)
-    return Bucket(
-        prior.lo_h,
-        prior.hi_h,
-        forecasts,
-        len(errors),
-        weight * bias,
-        weight * spread + (1 - weight) * prior.stddev,
-    )
+    stddev = weight * spread + (1 - weight) * prior.stddev
+    return Bucket(prior.lo_h, prior.hi_h, forecasts, len(errors), weight * bias, stddev)

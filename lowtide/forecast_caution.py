@@ -25,6 +25,8 @@ the caution its gaps set: pooled with them, a 4 h window's caution is pulled to 
 day's); the caution by window is kept unless the jobs of every window started clearly cheaper
 under the one caution for every window (a forecast whose lowest point says nothing of when the
 lowest value comes, as one whose swings are mostly noise, gains nothing from holding out for it).
+
+Until the record re-plays enough jobs to choose by (about its first day), the caution is `cold`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ from lowtide.forecast_replay import CAUTIONS, JOB_SLACKS, MIN_JOBS, paying
 # (as many expected errors as the widest caution tried by re-play).
 PROPHET_SHARE = 0.5
 MAX_CAUTION = max(CAUTIONS)
+# The caution a feed's forecasts are planned with, corrected by a learned follow, until the record
+# re-plays enough jobs to choose one (`cold`): the mildest below 0 that the re-play tries.
+COLD_CAUTION = -0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,3 +103,16 @@ def slope(caution: float, longest: float | None) -> float:
     if longest is None:
         return 0.0
     return (caution - longest) / math.log2(JOB_SLACKS[-1] / JOB_SLACKS[0])
+
+
+def cold(persistence: float) -> float:
+    """The caution before the record re-plays `MIN_JOBS` jobs, from how much of a point's error the
+    point an hour later shares (`persistence`, as learned: blended toward 0 while the record is
+    short). A start now cannot be undone, while a later one is planned again on every new
+    forecast, so a later start is worth a little more than its expected value: `COLD_CAUTION`.
+    That holds where the forecast's errors persist along it (a level or a ramp off for hours, as a
+    real feed's): its lowest point then says where the low values come. Where its errors are
+    independent from point to point, the lowest of many points is lower than what comes (the
+    winner's curse, which the follow takes out only in part) and the expected values (0) are
+    planned on. Between, the share of `COLD_CAUTION` that the errors persist."""
+    return COLD_CAUTION * max(0.0, min(1.0, persistence))

@@ -26,7 +26,7 @@ from lowtide.forecast_calibration import (
     Record,
     prior_calibration,
 )
-from lowtide.forecast_caution import MAX_CAUTION
+from lowtide.forecast_caution import COLD_CAUTION, MAX_CAUTION
 from lowtide.forecast_error import ErrorModel, HorizonError, IidError
 from lowtide.forecast_replay import gaps as gaps_of
 from lowtide.forecast_replay import replayed, windowed
@@ -158,6 +158,22 @@ def test_a_dip_that_is_partly_noise_is_expected_shallower() -> None:
 
 def _bucket(hours: float) -> int:
     return max(i for i, edge in enumerate(BUCKET_EDGES_H) if edge <= hours)
+
+
+def test_until_enough_jobs_re_play_a_forecast_whose_errors_persist_is_planned_to_wait_a_little() -> None:
+    # Half a day of record: too few jobs re-played to choose a caution by.
+    now = START + 24 * STEP
+    level = _record(_LevelError(0.2), 1).learn(now)
+    noise = _record(IidError(0.15), 1).learn(now)
+    assert level.caution_jobs < MIN_JOBS and noise.caution_jobs < MIN_JOBS
+    # A forecast off in level for hours: its lowest point says where the low values come, and a
+    # later start, planned again on each new forecast, is worth a little more than its expected
+    # value: a caution under 0, as much of the mildest tried as the errors are learned to persist.
+    assert COLD_CAUTION < level.caution < -0.1
+    assert level.caution == pytest.approx(COLD_CAUTION * level.persists(timedelta(hours=1)))
+    # Independent noise on every point: the lowest of them is partly noise, and the expected
+    # values are planned on.
+    assert abs(noise.caution) < 0.02
 
 
 def test_caution_is_not_chosen_where_it_did_not_pay() -> None:
