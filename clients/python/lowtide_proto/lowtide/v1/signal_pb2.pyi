@@ -149,7 +149,10 @@ class ForecastCalibration(_message.Message):
     caution: _builtins.float
     """How many standard deviations of a point's error a later start is scored above its value."""
     caution_jobs: _builtins.int
-    """The jobs re-played on the record to choose the caution (0: the prior's caution)."""
+    """The jobs re-played on the record to choose the caution. Under 24, too few to choose by: the
+    caution is then the cold start's, from how much the feed's errors persist (the prior's, 1,
+    before the follow is learned).
+    """
     days: _builtins.float
     """The span of the record it was learned from."""
     lead_scale: _builtins.float
