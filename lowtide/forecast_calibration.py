@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -114,8 +115,7 @@ class Calibration:
         return windowed(self.caution, self.caution_slope, window)
 
     def _bucket(self, lead: timedelta) -> Bucket:
-        hours = max(0.0, lead / _HOUR)
-        return self.buckets[max(0, bisect.bisect_right(BUCKET_EDGES_H, hours) - 1)]
+        return self.buckets[_bucket_of(lead)]
 
     def stddev(self, lead: timedelta) -> float:
         return self._bucket(lead).stddev if lead > timedelta(0) else 0.0
@@ -133,8 +133,7 @@ class Calibration:
     def persists(self, later: timedelta) -> float:
         if not self.persistence:
             return 0.0
-        hours = max(0.0, later / _HOUR)
-        return self.persistence[max(0, bisect.bisect_right(BUCKET_EDGES_H, hours) - 1)]
+        return self.persistence[_bucket_of(later)]
 
     def correct(
         self,
@@ -190,7 +189,9 @@ class Calibration:
         return moved
 
 
+@functools.lru_cache(maxsize=4096)
 def _bucket_of(lead: timedelta) -> int:
+    """The bucket of `BUCKET_EDGES_H` a lead is in (a record's leads are few: cached)."""
     return max(0, bisect.bisect_right(BUCKET_EDGES_H, max(0.0, lead / _HOUR)) - 1)
 
 
@@ -256,7 +257,7 @@ class Record:
                 error = actual / value - 1
                 if abs(error) > _WILD:
                     continue
-                b = max(0, bisect.bisect_right(BUCKET_EDGES_H, max(0.0, (at - forecast.issued_at) / _HOUR)) - 1)
+                b = _bucket_of(at - forecast.issued_at)
                 errors[b].append(error)
                 issues[b].add(forecast.issued_at)
                 first = forecast.issued_at if first is None else min(first, forecast.issued_at)
@@ -350,7 +351,7 @@ class Record:
                 if at - forecast.issued_at > ANCHOR_LEAD:
                     break
                 for later, other in errors[i + 1 :]:
-                    b = max(0, bisect.bisect_right(BUCKET_EDGES_H, (later - at) / _HOUR) - 1)
+                    b = _bucket_of(later - at)
                     products[b] += error * other
                     squares[b] += error * error
                     seen[b].add(forecast.issued_at)
