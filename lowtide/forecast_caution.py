@@ -115,4 +115,5 @@ def cold(persistence: float) -> float:
     independent from point to point, the lowest of many points is lower than what comes (the
     winner's curse, which the follow takes out only in part) and the expected values (0) are
     planned on. Between, the share of `COLD_CAUTION` that the errors persist."""
-    return COLD_CAUTION * max(0.0, min(1.0, persistence))
+    share = max(0.0, min(1.0, persistence))
+    return COLD_CAUTION * share if share > 0 else 0.0

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 import grpc
 
 from lowtide.calibrated_forecast import planning_points, shared_error
-from lowtide.forecast_replay import JOB_SLACKS, windowed
+from lowtide.forecast_replay import JOB_SLACKS, MIN_JOBS, windowed
 from lowtide_client import SignalClient
 from lowtide_proto.backoff import Backoff
 from lowtide_proto.channel import Security, keepalive_options, open_channel
@@ -348,6 +348,8 @@ class CostHolds:
             learned = feed.calibration
             record = f"learned over {learned.days:.1f} days" if learned.days else "the prior's"
             origin += f"; bias and error {record}, caution {self.forecast_caution:g}"
+            if learned.follows and learned.caution_jobs < MIN_JOBS:
+                origin += f" (a cold start's: {learned.caution_jobs} of {MIN_JOBS} jobs re-played to choose one)"
             if self.forecast_caution_slope:
                 day = windowed(self.forecast_caution, self.forecast_caution_slope, JOB_SLACKS[-1])
                 origin += f" (4 h window; {day:.2g} for a window of 24 h, log-linear between)"

@@ -9,7 +9,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 from lowtide.calibrated_forecast import planning_points
-from lowtide.forecast_calibration import Issued, Record
+from lowtide.forecast_calibration import MIN_JOBS, Issued, Record
 from lowtide_proto.lowtide.v1 import signal_pb2
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy
 from scheduler_service.domain.planning import CAUTION, RELEASE_LEAD
@@ -107,3 +107,29 @@ def test_the_scheduler_plans_with_the_caution_of_each_tasks_window_in_the_feeds_
     assert [caution(w) for w in given] == [0.5, 0.25, 0.0]
     # A day's window: 0.5 less 0.25 for each of the log2(6) = 2.6 doublings of 4 h in 24 h.
     assert "caution 0.5 (4 h window; -0.15 for a window of 24 h" in holds.forecast_origin
+    assert "cold start" not in holds.forecast_origin
+
+
+def test_explain_says_when_the_caution_is_a_cold_starts() -> None:
+    # Half a day of record: a follow is learned, but too few jobs re-played to choose a caution by.
+    now = START + 12 * HOUR
+    learned = _biased_record().learn(now)
+    assert learned.follow and learned.caution_jobs < MIN_JOBS
+    feed = signal_pb2.Forecast(source="uk-carbon-intensity", version=3)
+    feed.issued_at.FromDatetime(now)
+    for i in range(1, 49):
+        feed.points.add(value=300.0).at.FromDatetime(now + i * HOUR)
+    feed.calibration.CopyFrom(calibration_message(learned, lead_scale=1.0))
+    holds = CostHolds(
+        target="unused",
+        signal="grid",
+        policy=HoldPolicy(),
+        config=HoldConfig(frozenset({"defer"})),
+        on_release=lambda: None,
+        clock=lambda: now,
+    )
+    holds._feed_forecast = feed
+    holds._refresh_forecast(signal_pb2.SignalState(value=280.0))
+    assert f"caution {learned.caution:g} (a cold start's: {learned.caution_jobs} of {MIN_JOBS} jobs re-played" in (
+        holds.forecast_origin
+    )
