@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 
 from bench._machine import describe_machine
 from bench._pg import DEFAULT_SERVER_URL
@@ -143,6 +144,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="with --actuals: the carbon evaluation on recorded forecasts, a CSV `issued_at,target,forecast`",
     )
     parser.add_argument("--actuals", default="", help="with --forecasts: the values that came, a CSV `target,actual`")
+    parser.add_argument(
+        "--start-after",
+        type=float,
+        default=0.0,
+        help="with --forecasts: the jobs and the calibration's record start this many hours after the first "
+        "forecast (how much the cells owe to when the archive begins; default 0)",
+    )
     _carbon_sample(parser)
     parser.add_argument(
         "--only",
@@ -174,6 +182,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         args.only = [n for names in args.names for n in names]
     if (args.blocks is not None and args.blocks < 1) or (args.days is not None and args.days < 1):
         parser.error("--blocks and --days must be at least 1")
+    if args.start_after < 0:
+        parser.error("--start-after cannot be negative")
     if args.tasks < 1 or args.repeat < 1 or args.timeout <= 0:
         parser.error("--tasks and --repeat must be at least 1, --timeout positive")
     return args
@@ -185,7 +195,9 @@ def _carbon(args: argparse.Namespace) -> dict[str, object]:
     if args.forecasts or args.actuals:
         from bench.recorded_bench import recorded_evaluation
 
-        return recorded_evaluation(args.forecasts, args.actuals, modes=args.modes)
+        return recorded_evaluation(
+            args.forecasts, args.actuals, modes=args.modes, start_after=timedelta(hours=args.start_after)
+        )
     from bench.carbon_bench import BLOCK_DAYS, BLOCKS, carbon_evaluation
     from bench.spatial_bench import BUNDLED, spatial_evaluation
 

@@ -20,7 +20,7 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +97,11 @@ class Recorded:
         return CAUTION
 
 
-def recorded_evaluation(forecasts_file: str, actuals_file: str, *, modes: Sequence[str] = MODES) -> dict[str, Any]:
+def recorded_evaluation(
+    forecasts_file: str, actuals_file: str, *, modes: Sequence[str] = MODES, start_after: timedelta = timedelta(0)
+) -> dict[str, Any]:
+    """Every cell of `modes` on the archive, the jobs arriving (and the learned cells' record
+    starting) every row from `start_after` after its first forecast."""
     began = time.perf_counter()
     issued, rows = load_archive(forecasts_file, actuals_file)
     hindsight = Record()
@@ -108,7 +112,9 @@ def recorded_evaluation(forecasts_file: str, actuals_file: str, *, modes: Sequen
     hindsight.window = rows.times[-1] - rows.times[0]
     stated_errors = hindsight.learn(rows.times[-1])
     blind = Recorded(rows, issued)
-    first = blind.first_row()
+    first = blind.first_row() + start_after // ROW
+    if first >= len(rows.times) - max(SLACKS_H) * 2:
+        raise ValueError(f"the archive's values end within {start_after} of its first forecast and the longest slack")
     sources: dict[str, ForecastSource] = {
         "planned_once": Recorded(rows, issued, stated_errors),
         "replanned": Recorded(rows, issued, stated_errors),
@@ -120,6 +126,7 @@ def recorded_evaluation(forecasts_file: str, actuals_file: str, *, modes: Sequen
         "forecasts": forecasts_file,
         "actuals": actuals_file,
         "issued": len(issued),
+        "start_after_h": start_after / timedelta(hours=1),
         "rows": f"{rows.times[0]:%Y-%m-%d %H:%M} to {rows.times[-1]:%Y-%m-%d %H:%M} UTC, 30 min",
     }
     for slack_h in SLACKS_H:
