@@ -100,11 +100,15 @@ async def test_what_cannot_be_retried_is_refused_and_left_as_it_was(scheduler: S
 async def test_a_dependent_is_retried_after_its_dependency_and_waits_for_it(scheduler: Scheduler) -> None:
     fixed = False
     source_back = asyncio.Event()
+    # The first attempt fails only once the dependent is in: a dependency already ended failed
+    # refuses a new dependent at submit (a worker already connected may be that quick).
+    dependent_in = asyncio.Event()
     async with Client(scheduler.target) as client, Worker(target=scheduler.target, slots=2) as worker:
 
         @worker.activity("extract")
         async def extract(payload: bytes) -> bytes:
             if not fixed:
+                await dependent_in.wait()
                 raise RuntimeError("source unreachable")
             await source_back.wait()
             return b"rows"
@@ -115,6 +119,7 @@ async def test_a_dependent_is_retried_after_its_dependency_and_waits_for_it(sche
 
         first = await client.submit("extract", max_attempts=1)
         then = await client.submit("load", depends_on=[first.id])
+        dependent_in.set()
         assert (await client.wait(first.id)).state == FAILED
         skipped = await client.wait(then.id)
         assert (skipped.state, skipped.last_failure.error_type) == (FAILED, "DependencyFailed")
