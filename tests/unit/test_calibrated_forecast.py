@@ -9,7 +9,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 from lowtide.calibrated_forecast import planning_points
-from lowtide.forecast_calibration import MIN_JOBS, Issued, Record
+from lowtide.forecast_calibration import MIN_JOBS, Calibration, Issued, Record
 from lowtide_proto.lowtide.v1 import signal_pb2
 from scheduler_service.domain.holds import HoldConfig, HoldPolicy
 from scheduler_service.domain.planning import CAUTION, RELEASE_LEAD
@@ -84,22 +84,9 @@ def test_the_scheduler_plans_with_the_caution_of_each_tasks_window_in_the_feeds_
     learned = dataclasses.replace(_biased_record().learn(now), caution=0.5, caution_slope=0.25)
     # A replay at 3600x: a task's window of 8 s of wall clock is 8 h of the feed's.
     second = timedelta(seconds=1)
-    feed = signal_pb2.Forecast(source="replay", version=1)
-    feed.issued_at.FromDatetime(now)
-    for i in range(1, 49):
-        feed.points.add(value=300.0).at.FromDatetime(now + i * second)
-    feed.calibration.CopyFrom(calibration_message(learned, lead_scale=3600))
-    holds = CostHolds(
-        target="unused",
-        signal="grid",
-        policy=HoldPolicy(),
-        config=HoldConfig(frozenset({"defer"})),
-        on_release=lambda: None,
-        clock=lambda: now,
-    )
+    holds = _holds_at(now)
     assert holds.planning_caution() == CAUTION
-    holds._feed_forecast = feed
-    holds._refresh_forecast(signal_pb2.SignalState(value=280.0))
+    _plan_on(holds, _calibrated_feed(learned, now, second, lead_scale=3600))
     caution = holds.planning_caution()
     assert callable(caution)
     # The planner gives a task's window up to its release (RELEASE_LEAD before its latest start).
@@ -115,12 +102,25 @@ def test_explain_says_when_the_caution_is_a_cold_starts() -> None:
     now = START + 12 * HOUR
     learned = _biased_record().learn(now)
     assert learned.follow and learned.caution_jobs < MIN_JOBS
-    feed = signal_pb2.Forecast(source="uk-carbon-intensity", version=3)
+    holds = _holds_at(now)
+    _plan_on(holds, _calibrated_feed(learned, now, HOUR, lead_scale=1.0))
+    assert f"caution {learned.caution:g} (a cold start's: {learned.caution_jobs} of {MIN_JOBS} jobs re-played" in (
+        holds.forecast_origin
+    )
+
+
+def _calibrated_feed(learned: Calibration, now: datetime, step: timedelta, *, lead_scale: float) -> signal_pb2.Forecast:
+    """A feed's forecast of 48 points `step` apart from `now`, at 300, with `learned` beside it."""
+    feed = signal_pb2.Forecast(source="replay", version=1)
     feed.issued_at.FromDatetime(now)
     for i in range(1, 49):
-        feed.points.add(value=300.0).at.FromDatetime(now + i * HOUR)
-    feed.calibration.CopyFrom(calibration_message(learned, lead_scale=1.0))
-    holds = CostHolds(
+        feed.points.add(value=300.0).at.FromDatetime(now + i * step)
+    feed.calibration.CopyFrom(calibration_message(learned, lead_scale=lead_scale))
+    return feed
+
+
+def _holds_at(now: datetime) -> CostHolds:
+    return CostHolds(
         target="unused",
         signal="grid",
         policy=HoldPolicy(),
@@ -128,8 +128,9 @@ def test_explain_says_when_the_caution_is_a_cold_starts() -> None:
         on_release=lambda: None,
         clock=lambda: now,
     )
+
+
+def _plan_on(holds: CostHolds, feed: signal_pb2.Forecast) -> None:
+    """The holds take `feed` as the feed's forecast, with 280 the signal's value now."""
     holds._feed_forecast = feed
     holds._refresh_forecast(signal_pb2.SignalState(value=280.0))
-    assert f"caution {learned.caution:g} (a cold start's: {learned.caution_jobs} of {MIN_JOBS} jobs re-played" in (
-        holds.forecast_origin
-    )
