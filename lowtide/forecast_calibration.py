@@ -378,7 +378,7 @@ class Record:
         # The default caution: the prior's without a learned follow, else the expected values'.
         default = CAUTIONS.index(0.0 if first.follow else PRIOR_CAUTION)
         jobs = replay.replayed(self.issued, self.actuals, variants, now, grids)
-        got = forecast_caution.choose(jobs, len(variants), len(grids[0]), default)
+        got = forecast_caution.choose(jobs, len(variants), len(grids[0]), default, first.persists(_HOUR))
         if got.jobs < MIN_JOBS and first.follow:
             # Too few jobs re-played to choose by (about the record's first day): forecast_caution.cold.
             return dataclasses.replace(

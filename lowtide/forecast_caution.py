@@ -25,6 +25,11 @@ the caution its gaps set: pooled with them, a 4 h window's caution is pulled to 
 day's); the caution by window is kept unless the jobs of every window started clearly cheaper
 under the one caution for every window (a forecast whose lowest point says nothing of when the
 lowest value comes, as one whose swings are mostly noise, gains nothing from holding out for it).
+That "clearly" counts the jobs as independent only as far as the feed's errors let them be
+(`independent_jobs`): one arrives every hour, and where a forecast's error persists along it, a
+day's jobs all meet the same miss, and a caution that paid on one paid on the day's (one day's
+luck, not 24 days'). Where its errors are independent point to point, as a noisy feed's, they
+count in full.
 
 Until the record re-plays enough jobs to choose by (about its first day), the caution is `cold`.
 """
@@ -33,11 +38,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from lowtide.forecast_replay import CAUTIONS, JOB_SLACKS, MIN_JOBS, paying
+from lowtide.forecast_replay import CAUTIONS, JOB_SLACKS, JOB_STRIDE, MIN_JOBS, paying
 
 # Of the gap a prophet would wait for, the share a planner that learns the future as it comes
 # holds out for (the prophet inequality's threshold); and the most caution it makes either way
@@ -59,14 +64,21 @@ class Choice:
     jobs: int
 
 
-def choose(jobs: Sequence[tuple[timedelta, Sequence[float]]], variants: int, width: int, default: int) -> Choice:
+def choose(
+    jobs: Sequence[tuple[timedelta, Sequence[float]]],
+    variants: int,
+    width: int,
+    default: int,
+    persistence: float = 0.0,
+) -> Choice:
     """`jobs`: each re-played job's window and its cost under each variant and each of `width`
     (caution, slope) (variant by variant: each caution of `CAUTIONS` for every window, then each
     falling to the longest window's own), then on the bare forecasts; `default` the column that
     holds without a clear gain. First the variant and caution for every window that started the
     jobs clearly cheapest; then, of that variant's cautions falling to the longest window's own,
     the one that started the shortest window's jobs clearly cheapest (else the same caution),
-    kept unless the jobs started clearly cheaper with the one caution for every window."""
+    kept unless the jobs started clearly cheaper with the one caution for every window, counted
+    as `independent_jobs` by the feed's `persistence`."""
     costs = [cost for _, cost in jobs]
     if len(costs) < MIN_JOBS:
         return Choice(0, default, len(costs))
@@ -84,9 +96,21 @@ def choose(jobs: Sequence[tuple[timedelta, Sequence[float]]], variants: int, wid
     if len(shortest) >= MIN_JOBS:
         first = by_window - chosen % width
         by_window = paying(shortest, by_window, range(first, first + len(CAUTIONS)))
-    if paying(costs, by_window, [chosen]) == by_window:
+    independent = independent_jobs((window for window, _ in jobs), persistence)
+    if paying(costs, by_window, [chosen], independent) == by_window:
         chosen = by_window
     return Choice(*divmod(chosen, width), len(costs))
+
+
+def independent_jobs(windows: Iterable[timedelta], persistence: float) -> float:
+    """How many independent jobs re-played jobs of these `windows` amount to, on a feed whose
+    error `persistence` (how much of a point's error the point an hour later shares) stands for how
+    alike two jobs an hour apart fare. A job of window w shares its values and forecasts with the
+    w / JOB_STRIDE jobs around it; alike in that share, they count as one group of that many
+    (a design effect of 1 + (size - 1) x persistence): all of them for independent errors, about
+    one a window for errors that persist in full."""
+    alike = max(0.0, min(1.0, persistence))
+    return sum(1 / (1 + (max(1.0, window / JOB_STRIDE) - 1) * alike) for window in windows)
 
 
 def longest(gaps: Sequence[float]) -> float | None:

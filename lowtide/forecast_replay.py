@@ -211,16 +211,22 @@ def _replay(
     return actuals[latest]
 
 
-def paying(costs: Sequence[Sequence[float]], reference: int, among: Iterable[int] | None = None) -> int:
+def paying(
+    costs: Sequence[Sequence[float]],
+    reference: int,
+    among: Iterable[int] | None = None,
+    independent: float | None = None,
+) -> int:
     """The candidate (a column of `costs`, of `among` if given) whose jobs started cheapest, if
     clearly so: the `reference` holds unless another saves on average more than `_CLEARLY`
     standard errors of the jobs' paired differences (the record is short and its jobs overlap, so
-    small differences are noise)."""
+    small differences are noise), taken over `independent` jobs (default: each job counts as
+    one; lowtide.forecast_caution.independent_jobs)."""
     best, best_mean = reference, 0.0
     for c in range(len(costs[0])) if among is None else among:
         diffs = [job[c] - job[reference] for job in costs]
         mean = statistics.fmean(diffs)
-        error = statistics.stdev(diffs) / math.sqrt(len(diffs))
+        error = statistics.stdev(diffs) / math.sqrt(independent or len(diffs))
         if mean < best_mean and mean < -_CLEARLY * error:
             best, best_mean = c, mean
     return best
