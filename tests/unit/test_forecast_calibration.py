@@ -283,7 +283,7 @@ def _one_caution_pays_a_little(arrivals: int) -> list[tuple[timedelta, list[floa
     then each falling by window, then the bare forecasts): the one caution 0 for every window
     starts each 0.3 cheaper on average than any caution by window, 1.3 cheaper or 0.7 dearer
     from one arrival to the next."""
-    jobs = []
+    jobs: list[tuple[timedelta, list[float]]] = []
     for i in range(arrivals):
         gain = 0.3 + (1.0 if i % 2 else -1.0)
         single = [100.0 - (gain if c == 0.0 else 0.0) for c in CAUTIONS]
