@@ -278,16 +278,17 @@ def _own(hours: float) -> float:
     return 0.5 - math.log2(hours / 4) / math.log2(6)
 
 
-def _one_caution_pays_a_little(arrivals: int) -> list[tuple[timedelta, list[float]]]:
-    """A re-play's jobs, an hour apart, of every window (columns: each caution for every window,
-    then each falling by window, then the bare forecasts): the one caution 0 for every window
-    starts each 0.3 cheaper on average than any caution by window, 1.3 cheaper or 0.7 dearer
-    from one arrival to the next."""
+def _one_caution_pays_a_little(arrivals: int, variants: int = 1) -> list[tuple[timedelta, list[float]]]:
+    """A re-play's jobs, an hour apart, of every window (columns, variant by variant: each caution
+    for every window, then each falling by window; then the bare forecasts): the one caution 0
+    for every window starts each 0.3 cheaper on average than any caution by window, 1.3 cheaper
+    or 0.7 dearer from one arrival to the next."""
     jobs: list[tuple[timedelta, list[float]]] = []
     for i in range(arrivals):
         gain = 0.3 + (1.0 if i % 2 else -1.0)
         single = [100.0 - (gain if c == 0.0 else 0.0) for c in CAUTIONS]
-        jobs.extend((slack, [*single, *[100.0] * len(CAUTIONS), 110.0]) for slack in JOB_SLACKS)
+        row = [*single, *[100.0] * len(CAUTIONS)] * variants
+        jobs.extend((slack, [*row, 110.0]) for slack in JOB_SLACKS)
     return jobs
 
 
@@ -303,6 +304,26 @@ def test_the_caution_by_window_gives_way_only_to_a_gain_that_holds_over_days() -
     assert persistent.column == default + len(CAUTIONS)
     assert forecast_caution.independent_jobs(JOB_SLACKS, 0.0) == len(JOB_SLACKS)
     assert forecast_caution.independent_jobs([JOB_SLACKS[-1]] * 24, 1.0) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("model", "by_window"), [(HorizonError(0.15, 0.15, shift_at_24h=timedelta(0)), True), (IidError(0.15), False)]
+)
+def test_a_feed_s_own_record_says_how_much_its_overlapping_jobs_count(
+    monkeypatch: pytest.MonkeyPatch, model: ErrorModel, by_window: bool
+) -> None:
+    # The same re-play on two feeds' records: the one whose errors persist along its forecasts
+    # keeps the caution by window (the gaps say a day's window waits); the one whose errors are
+    # independent takes the one caution that paid a little on every job.
+    def replayed_paying(_i: object, _a: object, variants: Sequence[object], *_: object) -> object:
+        return _one_caution_pays_a_little(48, len(variants))
+
+    record = _record(model, 6)
+    monkeypatch.setattr(replay_module, "replayed", replayed_paying)
+    monkeypatch.setattr(replay_module, "gaps", lambda *_: [-1.0] * MIN_JOBS)
+    learned = record.learn(START + 6 * 48 * STEP)
+    assert learned.caution == 0.0
+    assert (learned.caution_slope != 0.0) is by_window
 
 
 def test_a_record_whose_windows_pay_their_own_caution_plans_each_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
