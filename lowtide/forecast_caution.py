@@ -26,10 +26,11 @@ day's); the caution by window is kept unless the jobs of every window started cl
 under the one caution for every window (a forecast whose lowest point says nothing of when the
 lowest value comes, as one whose swings are mostly noise, gains nothing from holding out for it).
 That "clearly" counts the jobs as independent only as far as the feed's errors let them be
-(`independent_jobs`): one arrives every hour, and where a forecast's error persists along it, a
-day's jobs all meet the same miss, and a caution that paid on one paid on the day's (one day's
-luck, not 24 days'). Where its errors are independent point to point, as a noisy feed's, they
-count in full.
+(`independent_jobs`): one arrives every hour, of every window, and where a forecast's error
+persists along it, a day's jobs all meet the same miss, and a caution that paid on one paid on the
+day's (one day's luck, not 24 days'). A 4 h job's values are the day-long jobs' around it too, so
+every job counts as alike as the longest window's. Where its errors are independent point to
+point, as a noisy feed's, they count in full.
 
 Until the record re-plays enough jobs to choose by (about its first day), the caution is `cold`.
 """
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -96,21 +97,22 @@ def choose(
     if len(shortest) >= MIN_JOBS:
         first = by_window - chosen % width
         by_window = paying(shortest, by_window, range(first, first + len(CAUTIONS)))
-    independent = independent_jobs((window for window, _ in jobs), persistence)
+    independent = independent_jobs(len(jobs), persistence)
     if paying(costs, by_window, [chosen], independent) == by_window:
         chosen = by_window
     return Choice(*divmod(chosen, width), len(costs))
 
 
-def independent_jobs(windows: Iterable[timedelta], persistence: float) -> float:
-    """How many independent jobs re-played jobs of these `windows` amount to, on a feed whose
-    error `persistence` (how much of a point's error the point an hour later shares) stands for how
-    alike two jobs an hour apart fare. A job of window w shares its values and forecasts with the
-    w / JOB_STRIDE jobs around it; alike in that share, they count as one group of that many
-    (a design effect of 1 + (size - 1) x persistence): all of them for independent errors, about
-    one a window for errors that persist in full."""
+def independent_jobs(jobs: int, persistence: float) -> float:
+    """How many independent jobs `jobs` re-played jobs (one every JOB_STRIDE, of every window)
+    amount to, on a feed whose error `persistence` (how much of a point's error the point an hour
+    later shares) stands for how alike two jobs an hour apart fare. Any two jobs arriving within
+    the longest window of each other share values and forecasts (a 4 h job's are those of the
+    day-long jobs around it); alike in that share, the jobs count as groups of the longest
+    window's JOB_STRIDEs (a design effect of 1 + (size - 1) x persistence): all of them for
+    independent errors, about one a longest window for errors that persist in full."""
     alike = max(0.0, min(1.0, persistence))
-    return sum(1 / (1 + (max(1.0, window / JOB_STRIDE) - 1) * alike) for window in windows)
+    return jobs / (1 + (JOB_SLACKS[-1] / JOB_STRIDE - 1) * alike)
 
 
 def longest(gaps: Sequence[float]) -> float | None:

@@ -302,8 +302,18 @@ def test_the_caution_by_window_gives_way_only_to_a_gain_that_holds_over_days() -
     # them are about two days' luck, and the caution by window (the gaps') is kept.
     persistent = forecast_caution.choose(jobs, 1, width, default, persistence=0.8)
     assert persistent.column == default + len(CAUTIONS)
-    assert forecast_caution.independent_jobs(JOB_SLACKS, 0.0) == len(JOB_SLACKS)
-    assert forecast_caution.independent_jobs([JOB_SLACKS[-1]] * 24, 1.0) == pytest.approx(1.0)
+    assert forecast_caution.independent_jobs(24, 0.0) == 24
+    assert forecast_caution.independent_jobs(24, 1.0) == pytest.approx(1.0)
+
+
+def test_a_short_window_s_jobs_count_as_alike_as_the_day_long_ones_they_share_their_hours_with() -> None:
+    # Errors that persist a little: the 4 h and 8 h jobs share their hours with the 24 h jobs
+    # that arrived in the day before them, and meet the same misses. Counted by their own
+    # windows the 144 jobs would be 52, and the small gain clear; counted as alike as the day-long
+    # ones they are 21, and the caution by window is kept.
+    jobs, default, width = _one_caution_pays_a_little(48), CAUTIONS.index(0.0), 2 * len(CAUTIONS)
+    assert forecast_caution.independent_jobs(len(jobs), 0.25) == pytest.approx(144 / 6.75)
+    assert forecast_caution.choose(jobs, 1, width, default, persistence=0.25).column == default + len(CAUTIONS)
 
 
 @pytest.mark.parametrize(
