@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,6 +34,33 @@ async def guarded(database_url: str) -> AsyncIterator[Scheduler]:
     running = await start_scheduler(secured(make_config()), database_url=database_url)
     yield running
     await running.stop(grace=1.0)
+
+
+@pytest.fixture
+def guarded_elsewhere(database_url: str) -> Iterator[Scheduler]:
+    """A scheduler with auth on that serves from an event loop of its own thread, as one in
+    another process would: it answers while the test's loop is busy."""
+    started = threading.Event()
+    box: dict[str, object] = {}
+
+    def serve() -> None:
+        async def main() -> None:
+            stopping = asyncio.Event()
+            box["stop"], box["loop"] = stopping.set, asyncio.get_running_loop()
+            running = await start_scheduler(secured(make_config()), database_url=database_url)
+            box["scheduler"] = running
+            started.set()
+            await stopping.wait()
+            await running.stop(grace=0.5)
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(60), "the scheduler started"
+    yield box["scheduler"]  # type: ignore[misc]
+    box["loop"].call_soon_threadsafe(box["stop"])  # type: ignore[attr-defined]
+    thread.join(30)
 
 
 @pytest.fixture

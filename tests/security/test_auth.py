@@ -3,9 +3,11 @@ the wrong role sees, and that each role can do its own job through the real clie
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -50,6 +52,22 @@ async def test_no_token_or_a_wrong_one_is_unauthenticated(guarded: Scheduler) ->
             assert await code_of(hashed.status()) == grpc.StatusCode.UNAUTHENTICATED
     async with Client(guarded.target) as anonymous:
         assert await code_of(anonymous.submit("echo", b"x")) == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_refused_submit_says_why_when_it_reaches_a_stream_already_ended(
+    guarded_elsewhere: Scheduler,
+) -> None:
+    # The scheduler refuses the submit stream of a caller without a token as soon as it opens.
+    # Whether the client's write of the submit comes before or after that refusal depends on
+    # when its event loop gets to it; blocked a moment, after. grpc.aio then reports INTERNAL in
+    # place of the scheduler's status (grpc/grpc#36066): the client must still say UNAUTHENTICATED.
+    for turns in range(6):
+        async with Client(guarded_elsewhere.target) as anonymous:
+            refused = asyncio.ensure_future(code_of(anonymous.submit("echo", b"x")))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            time.sleep(0.2)  # noqa: ASYNC251  # the loop blocked, as a busy process's: the refusal comes meanwhile
+            assert await refused == grpc.StatusCode.UNAUTHENTICATED, f"blocked after {turns} turns"
 
 
 async def test_health_stays_open_without_a_token(guarded: Scheduler) -> None:

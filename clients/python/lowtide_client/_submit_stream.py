@@ -10,13 +10,17 @@ in flight, or when the last message left longer ago, goes at once. What
 the caller sees is what ``SubmitTask`` gives: the stored task, or a ``grpc.aio.AioRpcError`` with
 the status and details the scheduler chose.
 
-UNAVAILABLE, for one submit or for the stream (it could not be opened, or broke), is retried as
-the unary call retries it (``Calls.call``: ``SubmitTask`` with backoff), with the same caveat: a
-submit sent just before the connection broke may have been stored, and the retry stores a second
-task; an idempotency key makes that safe. A scheduler that does not know ``SubmitStream`` (an
-older one: UNIMPLEMENTED) is sent ``SubmitTask`` calls from then on. With opentelemetry-api
-installed, each message carries the caller's W3C trace context, as an instrumented unary call's
-metadata would.
+UNAVAILABLE, for one submit or for the stream (it could not be opened, or broke), is retried as the
+unary call retries it (``Calls.call``: ``SubmitTask`` with backoff), with the same caveat: a submit
+sent just before the connection broke may have been stored, and the retry stores a second task; an
+idempotency key makes that safe. A stream that ends in INTERNAL broke the same way (the scheduler
+never ends one with it: it is what grpc.aio reports in place of the scheduler's status when our
+write reached a stream the scheduler had just ended, as it does a call its auth refuses,
+grpc/grpc#36066), so its submits go again as ``SubmitTask`` calls, which get the real status. A
+submit answered INTERNAL on a stream that goes on is the scheduler's answer, and is raised. A
+scheduler that does not know ``SubmitStream`` (an older one: UNIMPLEMENTED) is sent ``SubmitTask``
+calls from then on. With opentelemetry-api installed, each message carries the caller's W3C trace
+context, as an instrumented unary call's metadata would.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 import grpc
 
 from lowtide_client._calls import Calls
+from lowtide_client._stream_tasks import stream_broke
 from lowtide_client._tracing import inject_context
 from lowtide_proto.lowtide.v1 import scheduler_pb2, task_pb2
 
@@ -112,6 +117,10 @@ class _Stream:
                     self._answered(answer)
         except grpc.aio.AioRpcError as error:
             failure = error
+            if stream_broke(error):
+                failure = _rpc_error(
+                    grpc.StatusCode.UNAVAILABLE, f"the submit stream broke ({error.code().name}: {error.details()})"
+                )
         finally:
             for waiting in self.waiting.values():
                 if not waiting.done():
