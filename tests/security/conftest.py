@@ -40,27 +40,20 @@ async def guarded(database_url: str) -> AsyncIterator[Scheduler]:
 def guarded_elsewhere(database_url: str) -> Iterator[Scheduler]:
     """A scheduler with auth on that serves from an event loop of its own thread, as one in
     another process would: it answers while the test's loop is busy."""
-    started = threading.Event()
-    box: dict[str, object] = {}
-
-    def serve() -> None:
-        async def main() -> None:
-            stopping = asyncio.Event()
-            box["stop"], box["loop"] = stopping.set, asyncio.get_running_loop()
-            running = await start_scheduler(secured(make_config()), database_url=database_url)
-            box["scheduler"] = running
-            started.set()
-            await stopping.wait()
-            await running.stop(grace=0.5)
-
-        asyncio.run(main())
-
-    thread = threading.Thread(target=serve, daemon=True)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    assert started.wait(60), "the scheduler started"
-    yield box["scheduler"]  # type: ignore[misc]
-    box["loop"].call_soon_threadsafe(box["stop"])  # type: ignore[attr-defined]
-    thread.join(30)
+    try:
+        started = asyncio.run_coroutine_threadsafe(
+            start_scheduler(secured(make_config()), database_url=database_url), loop
+        )
+        running = started.result(timeout=60)
+        yield running
+        asyncio.run_coroutine_threadsafe(running.stop(grace=0.5), loop).result(timeout=30)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
 
 
 @pytest.fixture
