@@ -22,9 +22,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from lowtide import forecast_caution
-from lowtide import forecast_replay as replay
+from lowtide import forecast_caution, forecast_profile
 from lowtide.forecast_error import ErrorModel, HorizonError
+from lowtide.forecast_follow import Followed, FollowFit
 from lowtide.forecast_replay import CAUTION_WINDOW, CAUTIONS, JOB_SLACKS, JOB_STRIDE, MIN_JOBS, windowed
 
 __all__ = [
@@ -60,8 +60,6 @@ ANCHOR_LEAD = timedelta(hours=6)
 ANCHOR_STRIDE = timedelta(hours=1)
 # A relative error beyond this is a bad value (a zero actual, a units slip), not a forecast's error.
 _WILD = 5.0
-# The most a forecast's predicted change is followed (a short record can regress steeper than 1).
-_MAX_FOLLOW = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +107,13 @@ class Calibration:
     # The follow applies to the forecast as issued, its bias by lead left in: the record's jobs,
     # re-played, started clearly cheaper so.
     follow_raw: bool = False
+    # The feed's day profile at `at` (lowtide.forecast_profile), and per bucket of time from the
+    # present the share of its change the values made beside the forecast's (empty: none).
+    profile: tuple[float, ...] = ()
+    profile_share: tuple[float, ...] = ()
+
+    def without_profile(self) -> Calibration:
+        return dataclasses.replace(self, profile=(), profile_share=()) if self.profile_share else self
 
     def caution_for(self, window: timedelta) -> float:
         """The caution for a task whose latest start is `window` after now (or its earliest)."""
@@ -184,6 +189,8 @@ class Calibration:
                 continue
             b = _bucket_of(at - now)
             change = self.follow[b] * (value / anchor - 1)
+            if self.profile_share:
+                change += self.profile_share[b] * forecast_profile.change(self.profile, now, at)
             expected = max(0.0, actual * (1 + change))
             moved.append((at, expected, self.residual[b]))
         return moved
@@ -221,17 +228,15 @@ class Record:
     actuals: dict[datetime, float] = field(default_factory=dict)
 
     def add_forecast(self, forecast: Issued) -> None:
-        if self.issued and forecast.issued_at <= self.issued[-1].issued_at:
-            if forecast.issued_at == self.issued[-1].issued_at:
-                self.issued[-1] = forecast
-                return
-            at = bisect.bisect_left([f.issued_at for f in self.issued], forecast.issued_at)
-            if at < len(self.issued) and self.issued[at].issued_at == forecast.issued_at:
-                self.issued[at] = forecast
-            else:
-                self.issued.insert(at, forecast)
+        """Kept in issue order; one issued at the same time as a kept one replaces it."""
+        if not self.issued or forecast.issued_at > self.issued[-1].issued_at:
+            self.issued.append(forecast)
             return
-        self.issued.append(forecast)
+        at = bisect.bisect_left([f.issued_at for f in self.issued], forecast.issued_at)
+        if self.issued[at].issued_at == forecast.issued_at:
+            self.issued[at] = forecast
+        else:
+            self.issued.insert(at, forecast)
 
     def add_actual(self, at: datetime, value: float) -> None:
         self.actuals[at] = value
@@ -267,29 +272,38 @@ class Record:
         )
         days = (now - first) / timedelta(days=1) if first else 0.0
         persistence = self._persistence(Calibration(now, buckets), start, now)
-        follow, residual = self._follow(Calibration(now, buckets), base, start, now)
-        calibration = Calibration(now, buckets, days=days, persistence=persistence, follow=follow, residual=residual)
-        if not follow:
-            return self._caution([calibration], now)
+        profiles = forecast_profile.Rolling([(at, v) for at, v in self.actuals.items() if at <= now])
+        profile = profiles.at(now)
+        fit = self._follow(Calibration(now, buckets), base, start, now, profiles)
+        calibration = _fitted(Calibration(now, buckets, days=days, persistence=persistence), fit, profile)
+        if not fit.follow:
+            return self._cautious([calibration], now)
         # The same learned on the forecasts as issued (the prior's bias is 0): a short record's
         # bias by lead is noisy, and a level bias comes out with the present anyway.
-        follow_raw, residual_raw = self._follow(base, base, start, now)
-        raw = dataclasses.replace(calibration, follow=follow_raw, residual=residual_raw, follow_raw=True)
-        return self._caution([calibration, raw], now)
+        raw = _fitted(calibration, self._follow(base, base, start, now, profiles), profile, follow_raw=True)
+        return self._cautious([calibration, raw], now)
+
+    def _cautious(self, variants: Sequence[Calibration], now: datetime) -> Calibration:
+        """The variant and caution the record's re-play chose (forecast_caution.chosen)."""
+        got = forecast_caution.chosen(self.issued, self.actuals, variants, now, PRIOR_CAUTION)
+        return dataclasses.replace(
+            variants[got.variant], caution=got.caution, caution_slope=got.slope, caution_jobs=got.jobs, raw=got.raw
+        )
 
     def _follow(
-        self, biased: Calibration, prior: Calibration, start: datetime, now: datetime
-    ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        self,
+        biased: Calibration,
+        prior: Calibration,
+        start: datetime,
+        now: datetime,
+        profiles: forecast_profile.Rolling,
+    ) -> Followed:
         """Per bucket of time from an anchor (a present a plan sees: a point of lead up to
-        `ANCHOR_LEAD`, or the issue itself for a forecast that starts after it), the regression
-        (through 0) of the actual relative change from the anchor on the change the forecast
-        predicted (its bias by lead, as `biased` learned it, taken out), and the robust spread of
-        what it leaves; blended toward 1 and the prior's error by how many forecasts they come
-        from. Empty without a record."""
-        sxx = [0.0] * len(BUCKET_EDGES_H)
-        sxy = [0.0] * len(BUCKET_EDGES_H)
-        pairs: list[list[tuple[float, float]]] = [[] for _ in BUCKET_EDGES_H]
-        seen: list[set[datetime]] = [set() for _ in BUCKET_EDGES_H]
+        `ANCHOR_LEAD`, or the issue itself for a forecast that starts after it), how the actual
+        relative change from the anchor followed the change the forecast predicted (its bias by
+        lead, as `biased` learned it, taken out) and the change the day profile of the week
+        before the issue makes (lowtide.forecast_follow). Empty without a record."""
+        fit = FollowFit(len(BUCKET_EDGES_H))
         last: datetime | None = None
         for forecast in self.issued:
             if not (start <= forecast.issued_at <= now) or (last and forecast.issued_at - last < ANCHOR_STRIDE):
@@ -305,30 +319,14 @@ class Record:
             issue_actual = self.actuals.get(forecast.issued_at)
             if forecast.points and forecast.points[0][0] > forecast.issued_at and issue_actual:
                 anchors.insert(0, (forecast.issued_at, issue_actual, issue_actual))
+            profile = profiles.at(forecast.issued_at) if anchors else ()
             for u, fu, au in anchors:
                 for at, v, a in known:
                     x, y = v / fu - 1, a / au - 1
-                    if at <= u or abs(x) > _WILD or abs(y) > _WILD:
-                        continue
-                    b = _bucket_of(at - u)
-                    sxx[b] += x * x
-                    sxy[b] += x * y
-                    pairs[b].append((x, y))
-                    seen[b].add(forecast.issued_at)
-        if not any(seen):
-            return (), ()
-        follow, residual = [], []
-        for b, prior_b in enumerate(prior.buckets):
-            weight = len(seen[b]) / (len(seen[b]) + PRIOR_FORECASTS)
-            slope = min(_MAX_FOLLOW, max(0.0, sxy[b] / sxx[b])) if sxx[b] > 0 else 1.0
-            left = [y - slope * x for x, y in pairs[b]]
-            spread = prior_b.stddev
-            if len(left) >= 2:
-                middle = statistics.median(left)
-                spread = _MAD_TO_SIGMA * statistics.median(abs(e - middle) for e in left)
-            follow.append(weight * slope + (1 - weight))
-            residual.append(weight * spread + (1 - weight) * prior_b.stddev)
-        return tuple(follow), tuple(residual)
+                    if at > u and abs(x) <= _WILD and abs(y) <= _WILD:
+                        z = forecast_profile.change(profile, u, at)
+                        fit.add(_bucket_of(at - u), forecast.issued_at, x, z, y)
+        return fit.fitted([b.stddev for b in prior.buckets], PRIOR_FORECASTS)
 
     def _persistence(self, calibration: Calibration, start: datetime, now: datetime) -> tuple[float, ...]:
         """Per bucket of time later, the regression of a forecast's error then on its error at a
@@ -361,33 +359,20 @@ class Record:
             out.append(slope * len(issues) / (len(issues) + PRIOR_FORECASTS))
         return tuple(out)
 
-    def _caution(self, variants: Sequence[Calibration], now: datetime) -> Calibration:
-        """Of the `variants` (the figures corrected in different ways) and the bare forecasts, the
-        one and caution under which the window's jobs, re-played, started clearly cheapest (else
-        the first at its default); by window, a 4 h window's from its 4 h jobs and the longest's from
-        its jobs' gaps, unless one for every window started them clearly cheaper (forecast_caution)."""
-        first = variants[0]
-        # Only from jobs of the longest window whose forecasts covered it: never stretched from
-        # short ones to long ones (a feed's past, seeded half an hour ahead, says nothing of it).
-        longest = [
-            forecast_caution.longest(replay.gaps(self.issued, self.actuals, v, now, JOB_SLACKS[-1])) for v in variants
-        ]
-        grids = [
-            [*((c, 0.0) for c in CAUTIONS), *((c, forecast_caution.slope(c, end)) for c in CAUTIONS)] for end in longest
-        ]
-        # The default caution: the prior's without a learned follow, else the expected values'.
-        default = CAUTIONS.index(0.0 if first.follow else PRIOR_CAUTION)
-        jobs = replay.replayed(self.issued, self.actuals, variants, now, grids)
-        got = forecast_caution.choose(jobs, len(variants), len(grids[0]), default, first.persists(_HOUR))
-        if got.jobs < MIN_JOBS and first.follow:
-            # Too few jobs re-played to choose by (about the record's first day): forecast_caution.cold.
-            return dataclasses.replace(
-                first, caution=forecast_caution.cold(first.persists(_HOUR)), caution_jobs=got.jobs
-            )
-        if got.variant is None:
-            return dataclasses.replace(first, caution=0.0, caution_jobs=got.jobs, raw=True)
-        caution, slope = grids[got.variant][got.column]
-        return dataclasses.replace(variants[got.variant], caution=caution, caution_slope=slope, caution_jobs=got.jobs)
+
+def _fitted(
+    calibration: Calibration, fit: Followed, profile: tuple[float, ...], follow_raw: bool = False
+) -> Calibration:
+    """`calibration` with the follow `fit` learned, and the day profile where it has a share."""
+    share = fit.profile if any(fit.profile) else ()
+    return dataclasses.replace(
+        calibration,
+        follow=fit.follow,
+        residual=fit.residual,
+        profile=profile if share else (),
+        profile_share=share,
+        follow_raw=follow_raw,
+    )
 
 
 def _blend(prior: Bucket, errors: list[float], forecasts: int) -> Bucket:

@@ -41,9 +41,13 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Protocol
 
+from lowtide import forecast_replay as replay
 from lowtide.forecast_replay import CAUTIONS, JOB_SLACKS, JOB_STRIDE, MIN_JOBS, paying
+
+_HOUR = timedelta(hours=1)
 
 # Of the gap a prophet would wait for, the share a planner that learns the future as it comes
 # holds out for (the prophet inequality's threshold); and the most caution it makes either way
@@ -143,3 +147,53 @@ def cold(persistence: float) -> float:
     planned on. Between, the share of `COLD_CAUTION` that the errors persist."""
     share = max(0.0, min(1.0, persistence))
     return COLD_CAUTION * share if share > 0 else 0.0
+
+
+class Variant(replay.Calibration, Protocol):
+    """A way of reading the forecasts (lowtide.forecast_calibration.Calibration)."""
+
+    @property
+    def follow(self) -> tuple[float, ...]: ...
+
+    def persists(self, later: timedelta) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """The variant to plan with (its index), the caution (a 4 h window's) and how it falls per
+    doubling of the window, how many jobs were re-played, and whether the bare forecasts won."""
+
+    variant: int
+    caution: float
+    slope: float
+    jobs: int
+    raw: bool = False
+
+
+def chosen(
+    issued: Sequence[replay.Issued],
+    actuals: dict[datetime, float],
+    variants: Sequence[Variant],
+    now: datetime,
+    prior_caution: float,
+) -> Chosen:
+    """Of the `variants` (the figures corrected in different ways) and the bare forecasts, the
+    one and caution under which the window's jobs, re-played, started clearly cheapest (else
+    the first at its default); by window, a 4 h window's from its 4 h jobs and the longest's from
+    its jobs' gaps, unless one for every window started them clearly cheaper."""
+    first = variants[0]
+    # Only from jobs of the longest window whose forecasts covered it: never stretched from
+    # short ones to long ones (a feed's past, seeded half an hour ahead, says nothing of it).
+    ends = [longest(replay.gaps(issued, actuals, v, now, JOB_SLACKS[-1])) for v in variants]
+    grids = [[*((c, 0.0) for c in CAUTIONS), *((c, slope(c, end)) for c in CAUTIONS)] for end in ends]
+    # The default caution: the prior's without a learned follow, else the expected values'.
+    default = CAUTIONS.index(0.0 if first.follow else prior_caution)
+    jobs = replay.replayed(issued, actuals, variants, now, grids)
+    got = choose(jobs, len(variants), len(grids[0]), default, first.persists(_HOUR))
+    if got.jobs < MIN_JOBS and first.follow:
+        # Too few jobs re-played to choose by (about the record's first day): cold.
+        return Chosen(0, cold(first.persists(_HOUR)), 0.0, got.jobs)
+    if got.variant is None:
+        return Chosen(0, 0.0, 0.0, got.jobs, raw=True)
+    caution, falls = grids[got.variant][got.column]
+    return Chosen(got.variant, caution, falls, got.jobs)

@@ -36,6 +36,10 @@ class Calibration(Protocol):
         actual: float | None = None,
     ) -> list[tuple[datetime, float, float]]: ...
 
+    def without_profile(self) -> Calibration:
+        """The same reading of the forecasts without the feed's day profile."""
+        ...
+
 
 # The jobs re-played to choose a caution: one every `JOB_STRIDE`, for each of these windows, over
 # the last `CAUTION_WINDOW` (all of it known); fewer than MIN_JOBS and the default holds.
@@ -168,7 +172,10 @@ class _Seen:
     def __init__(
         self, issued: Sequence[Issued], calibration: Calibration | None, actuals: dict[datetime, float]
     ) -> None:
-        self._issued, self._calibration, self._actuals = issued, calibration, actuals
+        # How much caution pays is judged on the forecast's own reading: the day profile of today
+        # holds the values the re-played jobs went on to see (lowtide.forecast_profile).
+        self._calibration = calibration.without_profile() if calibration else None
+        self._issued, self._actuals = issued, actuals
         self._stamps = [f.issued_at for f in issued]
         self._seen: dict[datetime, _Corrected] = {}
 

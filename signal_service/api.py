@@ -67,6 +67,7 @@ def calibration_message(calibration: Calibration, lead_scale: float) -> signal_p
     persistence = list(calibration.persistence) or [0.0] * len(calibration.buckets)
     follow = list(calibration.follow) or [0.0] * len(calibration.buckets)
     residual = list(calibration.residual) or [0.0] * len(calibration.buckets)
+    shares = list(calibration.profile_share) or [0.0] * len(calibration.buckets)
     return signal_pb2.ForecastCalibration(
         buckets=[
             signal_pb2.CalibrationBucket(
@@ -79,9 +80,13 @@ def calibration_message(calibration: Calibration, lead_scale: float) -> signal_p
                 persistence=persists,
                 follow=follows,
                 residual=left,
+                profile_share=share,
             )
-            for b, persists, follows, left in zip(calibration.buckets, persistence, follow, residual, strict=True)
+            for b, persists, follows, left, share in zip(
+                calibration.buckets, persistence, follow, residual, shares, strict=True
+            )
         ],
+        day_profile=list(calibration.profile),
         follows=bool(calibration.follow),
         raw=calibration.raw,
         follow_raw=calibration.follow_raw,

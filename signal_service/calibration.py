@@ -200,6 +200,9 @@ class Calibrations:
         actual_rows = await self._db.fetch_as(ActualRow, Q["actuals"], {**params, "limit": MAX_ACTUALS})
         record = _record(issued_rows, actual_rows, origin=since, scale=scale)
         learned = await asyncio.to_thread(record.learn, _scaled(now, since, scale), self.prior(name))
+        if scale != 1.0:
+            # A replay's times are rescaled from a moving origin: its time of day is no profile's.
+            learned = learned.without_profile()
         body = json.dumps(_encode(learned))
         saved = await self._db.execute(Q["save_calibration"], {"name": name, "learned_at": now, "body": body})
         await self._db.execute(Q["trim_issued_forecasts"], {**params, "keep": MAX_FORECASTS})
@@ -288,6 +291,8 @@ def _encode(calibration: Calibration) -> dict[str, Any]:
         "residual": list(calibration.residual),
         "raw": calibration.raw,
         "follow_raw": calibration.follow_raw,
+        "profile": list(calibration.profile),
+        "profile_share": list(calibration.profile_share),
     }
 
 
@@ -306,4 +311,7 @@ def _decode(body: Mapping[str, Any]) -> Calibration:
         residual=tuple(body.get("residual", ())),
         raw=bool(body.get("raw", False)),
         follow_raw=bool(body.get("follow_raw", False)),
+        # Stored before the day profile was learned: none.
+        profile=tuple(body.get("profile", ())),
+        profile_share=tuple(body.get("profile_share", ())),
     )

@@ -7,6 +7,7 @@ import math
 from datetime import UTC
 
 from lowtide.forecast_calibration import BUCKET_EDGES_H, Bucket, Calibration
+from lowtide.forecast_profile import SLOTS
 from lowtide_proto.lowtide.v1 import signal_pb2
 
 
@@ -19,11 +20,14 @@ def calibration_of(message: signal_pb2.ForecastCalibration) -> Calibration | Non
     )
     if tuple(b.lo_h for b in buckets) != BUCKET_EDGES_H:
         return None
-    numbers = [message.caution, message.caution_slope]
+    numbers = [message.caution, message.caution_slope, *message.day_profile]
     for b in message.buckets:
-        numbers += [b.bias, b.error, b.persistence, b.follow, b.residual]
+        numbers += [b.bias, b.error, b.persistence, b.follow, b.residual, b.profile_share]
     if not all(math.isfinite(n) for n in numbers):
         return None
+    shares = tuple(b.profile_share for b in message.buckets)
+    # A profile of another length (another release's), or shares without one: planned without it.
+    profiled = len(message.day_profile) == SLOTS and any(shares)
     return Calibration(
         at=message.learned_at.ToDatetime(tzinfo=UTC),
         buckets=buckets,
@@ -36,4 +40,6 @@ def calibration_of(message: signal_pb2.ForecastCalibration) -> Calibration | Non
         residual=tuple(b.residual for b in message.buckets) if message.follows else (),
         raw=message.raw,
         follow_raw=message.follow_raw,
+        profile=tuple(message.day_profile) if profiled else (),
+        profile_share=shares if profiled else (),
     )

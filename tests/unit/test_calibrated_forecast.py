@@ -61,7 +61,13 @@ def test_a_replays_leads_are_counted_in_its_time() -> None:
 def test_the_calibration_reaches_the_scheduler_whole() -> None:
     """What the signal service learned is what the scheduler corrects with: every field of the
     calibration crosses the wire (a field added to it and not to ForecastCalibration fails here)."""
-    learned = dataclasses.replace(_biased_record().learn(START + 72 * HOUR), caution_slope=0.25)
+    learned = _biased_record().learn(START + 72 * HOUR)
+    learned = dataclasses.replace(
+        learned,
+        caution_slope=0.25,
+        profile=tuple(200.0 + i for i in range(48)),
+        profile_share=tuple(0.1 * (i % 3) for i in range(len(learned.buckets))),
+    )
     message = calibration_message(learned, lead_scale=1.0)
     assert calibration_of(message) == learned
     # And what the signal service stores of it, read back.
@@ -77,6 +83,13 @@ def test_the_calibration_reaches_the_scheduler_whole() -> None:
     broken = calibration_message(learned, lead_scale=1.0)
     broken.buckets[3].error = math.inf
     assert calibration_of(broken) is None
+    broken = calibration_message(learned, lead_scale=1.0)
+    broken.day_profile[7] = math.nan
+    assert calibration_of(broken) is None
+    # A day profile of another length (another release's) is planned without, the rest kept.
+    other = calibration_message(learned, lead_scale=1.0)
+    del other.day_profile[-1]
+    assert calibration_of(other) == learned.without_profile()
 
 
 def test_the_scheduler_plans_with_the_caution_of_each_tasks_window_in_the_feeds_time() -> None:

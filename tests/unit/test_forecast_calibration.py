@@ -106,7 +106,8 @@ def test_a_persistent_error_moves_the_later_points() -> None:
     assert learned.persists(timedelta(hours=0.5)) > 0.6
     assert learned.persists(timedelta(hours=24)) < 0.2
     now = START + timedelta(hours=2)
-    points = [(now, 100.0), (now + STEP, 100.0), (now + timedelta(hours=30), 100.0)]
+    # (The last a day later, at the same time of day: no change by the day profile.)
+    points = [(now, 100.0), (now + STEP, 100.0), (now + timedelta(hours=24), 100.0)]
     # The value now came in 20 % under the forecast: the rest of it is expected as much lower
     # (the forecast's shape from the present).
     moved = learned.correct(START, points, now=now, actual=80.0)

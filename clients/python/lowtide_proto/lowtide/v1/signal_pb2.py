@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17lowtide/v1/signal.proto\x12\nlowtide.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc9\x01\n\x0bSignalState\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04unit\x18\x02 \x01(\t\x12\x12\n\x05value\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tthreshold\x18\x04 \x01(\x01\x12\x0c\n\x04high\x18\x05 \x01(\x08\x12/\n\x0bobserved_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06source\x18\x07 \x01(\t\x12\x0f\n\x07version\x18\x08 \x01(\x04\x12\r\n\x05stale\x18\t \x01(\x08\x42\x08\n\x06_value\"\xa6\x01\n\x0bSignalPoint\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05value\x18\x02 \x01(\x01\x12\x1b\n\x0e\x65xpected_error\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x0c\x65rror_source\x18\x04 \x01(\t\x12\x11\n\x04\x62ias\x18\x05 \x01(\x01H\x01\x88\x01\x01\x42\x11\n\x0f_expected_errorB\x07\n\x05_bias\"\x87\x02\n\x13\x46orecastCalibration\x12.\n\x07\x62uckets\x18\x01 \x03(\x0b\x32\x1d.lowtide.v1.CalibrationBucket\x12\x0f\n\x07\x63\x61ution\x18\x02 \x01(\x01\x12\x14\n\x0c\x63\x61ution_jobs\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ys\x18\x04 \x01(\x01\x12\x12\n\nlead_scale\x18\x05 \x01(\x01\x12.\n\nlearned_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x66ollows\x18\x07 \x01(\x08\x12\x0b\n\x03raw\x18\x08 \x01(\x08\x12\x12\n\nfollow_raw\x18\t \x01(\x08\x12\x15\n\rcaution_slope\x18\n \x01(\x01\"\xb1\x01\n\x11\x43\x61librationBucket\x12\x12\n\nfrom_hours\x18\x01 \x01(\x01\x12\x10\n\x08to_hours\x18\x02 \x01(\x01\x12\x11\n\tforecasts\x18\x03 \x01(\r\x12\x0f\n\x07samples\x18\x04 \x01(\r\x12\x0c\n\x04\x62ias\x18\x05 \x01(\x01\x12\r\n\x05\x65rror\x18\x06 \x01(\x01\x12\x13\n\x0bpersistence\x18\x07 \x01(\x01\x12\x0e\n\x06\x66ollow\x18\x08 \x01(\x01\x12\x10\n\x08residual\x18\t \x01(\x01\" \n\x10GetSignalRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\";\n\x11GetSignalResponse\x12&\n\x05state\x18\x01 \x01(\x0b\x32\x17.lowtide.v1.SignalState\"~\n\x10SetSignalRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01\x12\x0c\n\x04unit\x18\x03 \x01(\t\x12/\n\x0bobserved_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06source\x18\x05 \x01(\t\";\n\x11SetSignalResponse\x12&\n\x05state\x18\x01 \x01(\x0b\x32\x17.lowtide.v1.SignalState\" \n\x10SubscribeRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"c\n\x11SubscribeResponse\x12&\n\x05state\x18\x01 \x01(\x0b\x32\x17.lowtide.v1.SignalState\x12&\n\x08\x66orecast\x18\x02 \x01(\x0b\x32\x14.lowtide.v1.Forecast\"\xb9\x01\n\x08\x46orecast\x12\'\n\x06points\x18\x01 \x03(\x0b\x32\x17.lowtide.v1.SignalPoint\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x04\x12-\n\tissued_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x0b\x63\x61libration\x18\x05 \x01(\x0b\x32\x1f.lowtide.v1.ForecastCalibration\"\x14\n\x12ListSignalsRequest\"?\n\x13ListSignalsResponse\x12(\n\x07signals\x18\x01 \x03(\x0b\x32\x17.lowtide.v1.SignalState\"[\n\x11GetHistoryRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\x05since\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x03 \x01(\r\"=\n\x12GetHistoryResponse\x12\'\n\x06points\x18\x01 \x03(\x0b\x32\x17.lowtide.v1.SignalPoint\"\"\n\x12GetForecastRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xc4\x01\n\x13GetForecastResponse\x12\'\n\x06points\x18\x01 \x03(\x0b\x32\x17.lowtide.v1.SignalPoint\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x04\x12-\n\tissued_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x0b\x63\x61libration\x18\x05 \x01(\x0b\x32\x1f.lowtide.v1.ForecastCalibration2\xdc\x03\n\rSignalService\x12H\n\tGetSignal\x12\x1c.lowtide.v1.GetSignalRequest\x1a\x1d.lowtide.v1.GetSignalResponse\x12H\n\tSetSignal\x12\x1c.lowtide.v1.SetSignalRequest\x1a\x1d.lowtide.v1.SetSignalResponse\x12J\n\tSubscribe\x12\x1c.lowtide.v1.SubscribeRequest\x1a\x1d.lowtide.v1.SubscribeResponse0\x01\x12N\n\x0bListSignals\x12\x1e.lowtide.v1.ListSignalsRequest\x1a\x1f.lowtide.v1.ListSignalsResponse\x12K\n\nGetHistory\x12\x1d.lowtide.v1.GetHistoryRequest\x1a\x1e.lowtide.v1.GetHistoryResponse\x12N\n\x0bGetForecast\x12\x1e.lowtide.v1.GetForecastRequest\x1a\x1f.lowtide.v1.GetForecastResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17lowtide/v1/signal.proto\x12\nlowtide.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc9\x01\n\x0bSignalState\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04unit\x18\x02 \x01(\t\x12\x12\n\x05value\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tthreshold\x18\x04 \x01(\x01\x12\x0c\n\x04high\x18\x05 \x01(\x08\x12/\n\x0bobserved_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06source\x18\x07 \x01(\t\x12\x0f\n\x07version\x18\x08 \x01(\x04\x12\r\n\x05stale\x18\t \x01(\x08\x42\x08\n\x06_value\"\xa6\x01\n\x0bSignalPoint\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05value\x18\x02 \x01(\x01\x12\x1b\n\x0e\x65xpected_error\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x0c\x65rror_source\x18\x04 \x01(\t\x12\x11\n\x04\x62ias\x18\x05 \x01(\x01H\x01\x88\x01\x01\x42\x11\n\x0f_expected_errorB\x07\n\x05_bias\"\x9c\x02\n\x13\x46orecastCalibration\x12.\n\x07\x62uckets\x18\x01 \x03(\x0b\x32\x1d.lowtide.v1.CalibrationBucket\x12\x0f\n\x07\x63\x61ution\x18\x02 \x01(\x01\x12\x14\n\x0c\x63\x61ution_jobs\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ys\x18\x04 \x01(\x01\x12\x12\n\nlead_scale\x18\x05 \x01(\x01\x12.\n\nlearned_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x66ollows\x18\x07 \x01(\x08\x12\x0b\n\x03raw\x18\x08 \x01(\x08\x12\x12\n\nfollow_raw\x18\t \x01(\x08\x12\x15\n\rcaution_slope\x18\n \x01(\x01\x12\x13\n\x0b\x64\x61y_profile\x18\x0b \x03(\x01\"\xc8\x01\n\x11\x43\x61librationBucket\x12\x12\n\nfrom_hours\x18\x01 \x01(\x01\x12\x10\n\x08to_hours\x18\x02 \x01(\x01\x12\x11\n\tforecasts\x18\x03 \x01(\r\x12\x0f\n\x07samples\x18\x04 \x01(\r\x12\x0c\n\x04\x62ias\x18\x05 \x01(\x01\x12\r\n\x05\x65rror\x18\x06 \x01(\x01\x12\x13\n\x0bpersistence\x18\x07 \x01(\x01\x12\x0e\n\x06\x66ollow\x18\x08 \x01(\x01\x12\x10\n\x08residual\x18\t \x01(\x01\x12\x15\n\rprofile_share\x18\n \x01(\x01\" \n\x10GetSignalRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\";\n\x11GetSignalResponse\x12&\n\x05state\x18\x01 \x01(\x0b\x32\x17.lowtide.v1.SignalState\"~\n\x10SetSignalRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01\x12\x0c\n\x04unit\x18\x03 \x01(\t\x12/\n\x0bobserved_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06source\x18\x05 \x01(\t\";\n\x11SetSignalResponse\x12&\n\x05state\x18\x01 \x01(\x0b\x32\x17.lowtide.v1.SignalState\" \n\x10SubscribeRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"c\n\x11SubscribeResponse\x12&\n\x05state\x18\x01 \x01(\x0b\x32\x17.lowtide.v1.SignalState\x12&\n\x08\x66orecast\x18\x02 \x01(\x0b\x32\x14.lowtide.v1.Forecast\"\xb9\x01\n\x08\x46orecast\x12\'\n\x06points\x18\x01 \x03(\x0b\x32\x17.lowtide.v1.SignalPoint\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x04\x12-\n\tissued_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x0b\x63\x61libration\x18\x05 \x01(\x0b\x32\x1f.lowtide.v1.ForecastCalibration\"\x14\n\x12ListSignalsRequest\"?\n\x13ListSignalsResponse\x12(\n\x07signals\x18\x01 \x03(\x0b\x32\x17.lowtide.v1.SignalState\"[\n\x11GetHistoryRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12)\n\x05since\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x03 \x01(\r\"=\n\x12GetHistoryResponse\x12\'\n\x06points\x18\x01 \x03(\x0b\x32\x17.lowtide.v1.SignalPoint\"\"\n\x12GetForecastRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xc4\x01\n\x13GetForecastResponse\x12\'\n\x06points\x18\x01 \x03(\x0b\x32\x17.lowtide.v1.SignalPoint\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x04\x12-\n\tissued_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x0b\x63\x61libration\x18\x05 \x01(\x0b\x32\x1f.lowtide.v1.ForecastCalibration2\xdc\x03\n\rSignalService\x12H\n\tGetSignal\x12\x1c.lowtide.v1.GetSignalRequest\x1a\x1d.lowtide.v1.GetSignalResponse\x12H\n\tSetSignal\x12\x1c.lowtide.v1.SetSignalRequest\x1a\x1d.lowtide.v1.SetSignalResponse\x12J\n\tSubscribe\x12\x1c.lowtide.v1.SubscribeRequest\x1a\x1d.lowtide.v1.SubscribeResponse0\x01\x12N\n\x0bListSignals\x12\x1e.lowtide.v1.ListSignalsRequest\x1a\x1f.lowtide.v1.ListSignalsResponse\x12K\n\nGetHistory\x12\x1d.lowtide.v1.GetHistoryRequest\x1a\x1e.lowtide.v1.GetHistoryResponse\x12N\n\x0bGetForecast\x12\x1e.lowtide.v1.GetForecastRequest\x1a\x1f.lowtide.v1.GetForecastResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,35 +37,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SIGNALPOINT']._serialized_start=277
   _globals['_SIGNALPOINT']._serialized_end=443
   _globals['_FORECASTCALIBRATION']._serialized_start=446
-  _globals['_FORECASTCALIBRATION']._serialized_end=709
-  _globals['_CALIBRATIONBUCKET']._serialized_start=712
-  _globals['_CALIBRATIONBUCKET']._serialized_end=889
-  _globals['_GETSIGNALREQUEST']._serialized_start=891
-  _globals['_GETSIGNALREQUEST']._serialized_end=923
-  _globals['_GETSIGNALRESPONSE']._serialized_start=925
-  _globals['_GETSIGNALRESPONSE']._serialized_end=984
-  _globals['_SETSIGNALREQUEST']._serialized_start=986
-  _globals['_SETSIGNALREQUEST']._serialized_end=1112
-  _globals['_SETSIGNALRESPONSE']._serialized_start=1114
-  _globals['_SETSIGNALRESPONSE']._serialized_end=1173
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=1175
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=1207
-  _globals['_SUBSCRIBERESPONSE']._serialized_start=1209
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=1308
-  _globals['_FORECAST']._serialized_start=1311
-  _globals['_FORECAST']._serialized_end=1496
-  _globals['_LISTSIGNALSREQUEST']._serialized_start=1498
-  _globals['_LISTSIGNALSREQUEST']._serialized_end=1518
-  _globals['_LISTSIGNALSRESPONSE']._serialized_start=1520
-  _globals['_LISTSIGNALSRESPONSE']._serialized_end=1583
-  _globals['_GETHISTORYREQUEST']._serialized_start=1585
-  _globals['_GETHISTORYREQUEST']._serialized_end=1676
-  _globals['_GETHISTORYRESPONSE']._serialized_start=1678
-  _globals['_GETHISTORYRESPONSE']._serialized_end=1739
-  _globals['_GETFORECASTREQUEST']._serialized_start=1741
-  _globals['_GETFORECASTREQUEST']._serialized_end=1775
-  _globals['_GETFORECASTRESPONSE']._serialized_start=1778
-  _globals['_GETFORECASTRESPONSE']._serialized_end=1974
-  _globals['_SIGNALSERVICE']._serialized_start=1977
-  _globals['_SIGNALSERVICE']._serialized_end=2453
+  _globals['_FORECASTCALIBRATION']._serialized_end=730
+  _globals['_CALIBRATIONBUCKET']._serialized_start=733
+  _globals['_CALIBRATIONBUCKET']._serialized_end=933
+  _globals['_GETSIGNALREQUEST']._serialized_start=935
+  _globals['_GETSIGNALREQUEST']._serialized_end=967
+  _globals['_GETSIGNALRESPONSE']._serialized_start=969
+  _globals['_GETSIGNALRESPONSE']._serialized_end=1028
+  _globals['_SETSIGNALREQUEST']._serialized_start=1030
+  _globals['_SETSIGNALREQUEST']._serialized_end=1156
+  _globals['_SETSIGNALRESPONSE']._serialized_start=1158
+  _globals['_SETSIGNALRESPONSE']._serialized_end=1217
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=1219
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=1251
+  _globals['_SUBSCRIBERESPONSE']._serialized_start=1253
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=1352
+  _globals['_FORECAST']._serialized_start=1355
+  _globals['_FORECAST']._serialized_end=1540
+  _globals['_LISTSIGNALSREQUEST']._serialized_start=1542
+  _globals['_LISTSIGNALSREQUEST']._serialized_end=1562
+  _globals['_LISTSIGNALSRESPONSE']._serialized_start=1564
+  _globals['_LISTSIGNALSRESPONSE']._serialized_end=1627
+  _globals['_GETHISTORYREQUEST']._serialized_start=1629
+  _globals['_GETHISTORYREQUEST']._serialized_end=1720
+  _globals['_GETHISTORYRESPONSE']._serialized_start=1722
+  _globals['_GETHISTORYRESPONSE']._serialized_end=1783
+  _globals['_GETFORECASTREQUEST']._serialized_start=1785
+  _globals['_GETFORECASTREQUEST']._serialized_end=1819
+  _globals['_GETFORECASTRESPONSE']._serialized_start=1822
+  _globals['_GETFORECASTRESPONSE']._serialized_end=2018
+  _globals['_SIGNALSERVICE']._serialized_start=2021
+  _globals['_SIGNALSERVICE']._serialized_end=2497
 # @@protoc_insertion_point(module_scope)

@@ -146,6 +146,7 @@ class ForecastCalibration(_message.Message):
     RAW_FIELD_NUMBER: _builtins.int
     FOLLOW_RAW_FIELD_NUMBER: _builtins.int
     CAUTION_SLOPE_FIELD_NUMBER: _builtins.int
+    DAY_PROFILE_FIELD_NUMBER: _builtins.int
     caution: _builtins.float
     """How many standard deviations of a point's error a later start is scored above its value."""
     caution_jobs: _builtins.int
@@ -184,6 +185,13 @@ class ForecastCalibration(_message.Message):
 
     @_builtins.property
     def learned_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def day_profile(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """The feed's day profile: the mean of its values by half hour of the UTC day over the last
+        week (48 values, the first 00:00-00:30), sent where a bucket's `profile_share` is above 0
+        (else empty). A replayed feed's time of day is not its record's: it has none.
+        """
+
     def __init__(
         self,
         *,
@@ -197,10 +205,11 @@ class ForecastCalibration(_message.Message):
         raw: _builtins.bool = ...,
         follow_raw: _builtins.bool = ...,
         caution_slope: _builtins.float = ...,
+        day_profile: _abc.Iterable[_builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["learned_at", b"learned_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["buckets", b"buckets", "caution", b"caution", "caution_jobs", b"caution_jobs", "caution_slope", b"caution_slope", "days", b"days", "follow_raw", b"follow_raw", "follows", b"follows", "lead_scale", b"lead_scale", "learned_at", b"learned_at", "raw", b"raw"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["buckets", b"buckets", "caution", b"caution", "caution_jobs", b"caution_jobs", "caution_slope", b"caution_slope", "day_profile", b"day_profile", "days", b"days", "follow_raw", b"follow_raw", "follows", b"follows", "lead_scale", b"lead_scale", "learned_at", b"learned_at", "raw", b"raw"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -219,6 +228,7 @@ class CalibrationBucket(_message.Message):
     PERSISTENCE_FIELD_NUMBER: _builtins.int
     FOLLOW_FIELD_NUMBER: _builtins.int
     RESIDUAL_FIELD_NUMBER: _builtins.int
+    PROFILE_SHARE_FIELD_NUMBER: _builtins.int
     from_hours: _builtins.float
     """Leads in [from_hours, to_hours) (in the feed's time); to_hours is 0 on the last, open one."""
     to_hours: _builtins.float
@@ -236,6 +246,10 @@ class CalibrationBucket(_message.Message):
     around the present plus that share of the change (one standard deviation).
     """
     residual: _builtins.float
+    profile_share: _builtins.float
+    """This much later than now: the share of the change the day profile makes from now's time of
+    day to then's that the values made beyond the forecast's followed change (0: none).
+    """
     def __init__(
         self,
         *,
@@ -248,10 +262,11 @@ class CalibrationBucket(_message.Message):
         persistence: _builtins.float = ...,
         follow: _builtins.float = ...,
         residual: _builtins.float = ...,
+        profile_share: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bias", b"bias", "error", b"error", "follow", b"follow", "forecasts", b"forecasts", "from_hours", b"from_hours", "persistence", b"persistence", "residual", b"residual", "samples", b"samples", "to_hours", b"to_hours"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bias", b"bias", "error", b"error", "follow", b"follow", "forecasts", b"forecasts", "from_hours", b"from_hours", "persistence", b"persistence", "profile_share", b"profile_share", "residual", b"residual", "samples", b"samples", "to_hours", b"to_hours"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
