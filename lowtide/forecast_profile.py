@@ -61,14 +61,19 @@ def change(profile: Sequence[float], start: datetime, end: datetime) -> float:
 
 
 class Rolling:
-    """The profile of the week before any moment, over one set of values (sorted once)."""
+    """The profile of the week before any moment, over one set of values (sorted once; each
+    moment's profile made once)."""
 
     def __init__(self, values: Sequence[tuple[datetime, float]]) -> None:
         self._values = sorted((at, v) for at, v in values if v > 0)
         self._times = [at for at, _ in self._values]
+        self._made: dict[datetime, Profile] = {}
 
     def at(self, now: datetime) -> Profile:
         """The profile of the values in (now - DAYS, now]."""
-        lo = bisect.bisect_right(self._times, now - _SPAN)
-        hi = bisect.bisect_right(self._times, now)
-        return day_profile(self._values[lo:hi])
+        made = self._made.get(now)
+        if made is None:
+            lo = bisect.bisect_right(self._times, now - _SPAN)
+            hi = bisect.bisect_right(self._times, now)
+            made = self._made[now] = day_profile(self._values[lo:hi])
+        return made

@@ -353,6 +353,9 @@ class CostHolds:
             if self.forecast_caution_slope:
                 day = windowed(self.forecast_caution, self.forecast_caution_slope, JOB_SLACKS[-1])
                 origin += f" (4 h window; {day:.2g} for a window of 24 h, log-linear between)"
+            if learned.day_profile:
+                share = max(b.profile_share for b in learned.buckets)
+                origin += f"; with the feed's day profile (up to {share:.2g} of its change)"
         return origin
 
     def _restart_stale_timer(self, version: int) -> None:

@@ -122,6 +122,19 @@ def test_explain_says_when_the_caution_is_a_cold_starts() -> None:
     )
 
 
+def test_explain_says_when_the_day_profile_is_read_beside_the_forecast() -> None:
+    now = START + 72 * HOUR
+    learned = _biased_record().learn(now)
+    holds = _holds_at(now)
+    _plan_on(holds, _calibrated_feed(learned, now, HOUR, lead_scale=1.0))
+    assert "day profile" not in holds.forecast_origin
+    profiled = dataclasses.replace(
+        learned, profile=tuple(200.0 + i for i in range(48)), profile_share=(0.0, 0.4, *[0.2] * 14)
+    )
+    _plan_on(holds, _calibrated_feed(profiled, now, HOUR, lead_scale=1.0))
+    assert "with the feed's day profile (up to 0.4 of its change)" in holds.forecast_origin
+
+
 def _calibrated_feed(learned: Calibration, now: datetime, step: timedelta, *, lead_scale: float) -> signal_pb2.Forecast:
     """A feed's forecast of 48 points `step` apart from `now`, at 300, with `learned` beside it."""
     feed = signal_pb2.Forecast(source="replay", version=1)
