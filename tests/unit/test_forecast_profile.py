@@ -13,6 +13,7 @@ import pytest
 from lowtide import forecast_profile
 from lowtide.forecast_calibration import BUCKET_EDGES_H, Issued, Record
 from lowtide.forecast_error import IidError
+from lowtide.forecast_replay import gaps
 
 STEP = timedelta(minutes=30)
 START = datetime(2024, 3, 1, tzinfo=UTC)
@@ -91,3 +92,22 @@ def test_a_forecast_that_carries_the_days_shape_gives_the_profile_little() -> No
     from_2h = [share for lo, share in zip(BUCKET_EDGES_H, learned.profile_share, strict=True) if lo >= 2]
     assert from_2h
     assert max(from_2h) < 0.1
+
+
+def test_the_re_play_judges_caution_on_the_forecasts_own_reading() -> None:
+    # The profile as it stands now holds the values the re-played jobs went on to see: the
+    # re-play reads the record's forecasts as if there were no profile.
+    days = 9
+    record = _record("flat", days)
+    now = START + (days * 48 - 1) * STEP
+    learned = record.learn(now)
+    assert learned.profile_share
+    bare = learned.without_profile()
+    assert not bare.profile_share and bare.follow == learned.follow
+    day = timedelta(hours=24)
+    assert gaps(record.issued, record.actuals, learned, now, day) == gaps(record.issued, record.actuals, bare, now, day)
+    # (The profile does move what a plan now sees.)
+    later = now + SIX_HOURS
+    actual = record.actuals[now]
+    read = learned.correct(now, [(later, actual)], now=now, actual=actual)
+    assert read != bare.correct(now, [(later, actual)], now=now, actual=actual)
